@@ -1,0 +1,33 @@
+//! Schema migrations of work-ledger. Each migration is plain SQL kept next to
+//! it in `sql/`, so the schema reads as the database sees it.
+
+pub use sea_orm_migration::prelude::*;
+use sea_orm_migration::sea_orm::{DatabaseConnection, Statement};
+
+mod m20261130_000001_ledger;
+
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m20261130_000001_ledger::Migration)]
+    }
+}
+
+/// Key of the session-level advisory lock that serialises migrations, so that
+/// replicas starting together never race (the sea-orm migrator takes no lock of
+/// its own). Arbitrary but fixed: "wl-migr" in ASCII.
+const MIGRATION_LOCK_KEY: i64 = 0x776c_2d6d_6967_72;
+
+/// Applies all pending migrations while holding the advisory lock.
+///
+/// `db` must be a single-connection pool: a session-level advisory lock
+/// belongs to one connection, and the migrator must run on that connection.
+pub async fn migrate_locked(db: &DatabaseConnection) -> Result<(), DbErr> {
+    let lock = |sql: &str| Statement::from_sql_and_values(db.get_database_backend(), sql, [MIGRATION_LOCK_KEY.into()]);
+    db.execute_raw(lock("SELECT pg_advisory_lock($1)")).await?;
+    let result = Migrator::up(db, None).await;
+    let unlock = db.execute_raw(lock("SELECT pg_advisory_unlock($1)")).await;
+    result.and(unlock.map(|_| ()))
+}

@@ -1,0 +1,118 @@
+//! What each command does. `main` only parses and calls [`run`].
+
+use std::io::Write;
+
+use clap::Parser;
+use sea_orm::DatabaseConnection;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::auth::{self, Role};
+use crate::config::{Cli, Command, DatabaseArgs, ServeArgs, TokenCommand};
+use crate::db;
+use crate::embedded_pg::EmbeddedPostgres;
+use crate::graphql;
+use crate::http::Application;
+use crate::ledger::Ledger;
+
+pub type AnyError = Box<dyn std::error::Error + Send + Sync>;
+
+pub async fn run() -> Result<(), AnyError> {
+    let cli = Cli::parse();
+    if let Command::PrintSchema = cli.command {
+        print!("{}", graphql::sdl());
+        return Ok(());
+    }
+    let (url, embedded) = database(&cli.database).await?;
+    let result = dispatch(cli.command, &url).await;
+    if let Some(pg) = embedded {
+        pg.stop().await;
+    }
+    result
+}
+
+/// `DATABASE_URL`, or an embedded PostgreSQL started for this process.
+async fn database(args: &DatabaseArgs) -> Result<(String, Option<EmbeddedPostgres>), AnyError> {
+    if let Some(url) = &args.database_url {
+        return Ok((url.clone(), None));
+    }
+    let pg = EmbeddedPostgres::start(&args.data_dir).await?;
+    tracing::info!(data_dir = %pg.data_dir().display(), "embedded PostgreSQL started");
+    Ok((pg.url().to_owned(), Some(pg)))
+}
+
+async fn dispatch(command: Command, url: &str) -> Result<(), AnyError> {
+    db::migrate(url).await?;
+    match command {
+        Command::Migrate => {
+            eprintln!("migrations applied");
+            Ok(())
+        }
+        Command::Serve(args) => serve(args, url).await,
+        Command::Token(cmd) => token(cmd, &db::connect(url, 1).await?).await,
+        Command::PrintSchema => Ok(()),
+    }
+}
+
+async fn serve(args: ServeArgs, url: &str) -> Result<(), AnyError> {
+    let pool = db::connect(url, args.db_pool_size).await?;
+    if !db::tokens::any_live(&pool).await? {
+        let secret = mint(&pool, &args.fleet, "operator", Role::Operator).await?;
+        eprintln!("first start: minted an operator token for fleet `{}` (shown once):", args.fleet);
+        println!("{secret}");
+    }
+    let app = Application::build(Ledger::new(pool.clone()), &args.listen).await?;
+    tracing::info!(addr = %app.local_addr()?, "serving GraphQL on /graphql, GraphiQL on /");
+    app.run_until(shutdown_signal()).await?;
+    pool.close().await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::error!("cannot install signal handlers; stop with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+}
+
+async fn mint(db: &DatabaseConnection, fleet: &str, name: &str, role: Role) -> Result<String, AnyError> {
+    let (secret, hash) = auth::new_token();
+    db::tokens::insert(db, fleet, name, &role.permissions(), &hash).await.map_err(|err| {
+        if db::violation(&err).is_some_and(|(code, _)| code == "23514") {
+            format!("invalid token: fleet must match [A-Za-z0-9][A-Za-z0-9._-]{{0,62}}, name 1..256 printable characters")
+                .into()
+        } else {
+            AnyError::from(err)
+        }
+    })?;
+    Ok(secret)
+}
+
+async fn token(cmd: TokenCommand, db: &DatabaseConnection) -> Result<(), AnyError> {
+    match cmd {
+        TokenCommand::Create { fleet, name, role } => {
+            let secret = mint(db, &fleet, &name, role).await?;
+            println!("{secret}");
+        }
+        TokenCommand::List => {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{:<36}  {:<16}  {:<24}  {:<8}  PERMISSIONS", "ID", "FLEET", "NAME", "STATUS")?;
+            for t in db::tokens::list(db).await? {
+                let status = if t.revoked_at.is_some() { "revoked" } else { "live" };
+                writeln!(out, "{:<36}  {:<16}  {:<24}  {:<8}  {}", t.id, t.fleet, t.name, status, t.permissions.join(","))?;
+            }
+        }
+        TokenCommand::Revoke { id } => {
+            if db::tokens::revoke(db, id).await? {
+                eprintln!("token {id} revoked");
+            } else {
+                return Err(format!("no live token with id {id}").into());
+            }
+        }
+    }
+    Ok(())
+}

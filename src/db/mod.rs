@@ -1,0 +1,104 @@
+//! Database access: connecting, migrating, the one transaction helper that
+//! request code goes through, and the SQL of each table.
+
+pub mod entities;
+pub mod tokens;
+pub mod units;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use sea_orm::{
+    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
+    RuntimeErr, Statement, TransactionTrait, Value,
+};
+
+use crate::ledger::LedgerError;
+
+/// The non-superuser role every request transaction runs as (created by the
+/// first migration); row-level security applies to it.
+pub const APP_ROLE: &str = "work_ledger_app";
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Opens the connection pool the server and the CLI use.
+pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnection, DbErr> {
+    let mut options = ConnectOptions::new(url);
+    options
+        .max_connections(max_connections)
+        .min_connections(1)
+        .acquire_timeout(Duration::from_secs(10))
+        .sqlx_logging(false);
+    Database::connect(options).await
+}
+
+/// Applies pending migrations under the advisory lock, on a connection of
+/// its own (a session-level lock belongs to one connection).
+pub async fn migrate(url: &str) -> Result<(), DbErr> {
+    let db = connect(url, 1).await?;
+    let result = migration::migrate_locked(&db).await;
+    db.close().await?;
+    result
+}
+
+pub fn stmt(sql: &str, values: impl IntoIterator<Item = Value>) -> Statement {
+    Statement::from_sql_and_values(DbBackend::Postgres, sql, values)
+}
+
+/// Runs `work` in one transaction as the application role, scoped to `fleet`
+/// by the transaction-local setting that every row-level security policy
+/// reads. This is the only way request code reaches the database: it opens
+/// the transaction, sets role and fleet, runs the closure, and commits (or
+/// rolls back when the closure fails).
+pub async fn in_fleet<T, F>(db: &DatabaseConnection, fleet: &str, work: F) -> Result<T, LedgerError>
+where
+    T: Send,
+    F: for<'t> FnOnce(&'t DatabaseTransaction) -> BoxFuture<'t, Result<T, LedgerError>> + Send,
+{
+    let tx = db.begin().await?;
+    tx.execute_raw(stmt(
+        "SELECT set_config('role', $1, true), set_config('work_ledger.fleet', $2, true)",
+        [APP_ROLE.into(), fleet.into()],
+    ))
+    .await?;
+    match work(&tx).await {
+        Ok(value) => {
+            tx.commit().await.map_err(commit_error)?;
+            Ok(value)
+        }
+        Err(err) => {
+            // Dropping the transaction would roll back as well; doing it here
+            // returns the connection to the pool clean and logs a failure.
+            if let Err(rollback) = tx.rollback().await {
+                tracing::warn!(error = %rollback, "rollback failed");
+            }
+            Err(err)
+        }
+    }
+}
+
+fn commit_error(err: DbErr) -> LedgerError {
+    LedgerError::internal(format!("commit failed: {err}"))
+}
+
+/// The SQLSTATE and constraint name of a database error, when it is one.
+pub fn violation(err: &DbErr) -> Option<(String, String)> {
+    let runtime = match err {
+        DbErr::Exec(e) | DbErr::Query(e) | DbErr::Conn(e) => e,
+        _ => return None,
+    };
+    let RuntimeErr::SqlxError(sqlx_err) = runtime else {
+        return None;
+    };
+    let db_err = sqlx_err.as_database_error()?;
+    Some((
+        db_err.code().map(|c| c.into_owned()).unwrap_or_default(),
+        db_err.constraint().unwrap_or_default().to_owned(),
+    ))
+}
+
+/// True when `err` is a violation of the named constraint or unique index.
+pub fn is_violation_of(err: &DbErr, constraint: &str) -> bool {
+    violation(err).is_some_and(|(_, name)| name == constraint)
+}

@@ -1,0 +1,79 @@
+//! SQL of `api_tokens`. Minting, listing and revoking are operator commands
+//! run by the CLI as the migrating role; authentication goes through the
+//! `authenticate_token` function, the one narrow door through row-level
+//! security before the fleet is known.
+
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryOrder};
+use uuid::Uuid;
+
+use super::entities::api_token;
+use super::stmt;
+use crate::auth::{Permission, Principal};
+
+/// Looks a token up by the hash of its secret; `None` when unknown or revoked.
+/// One statement, no transaction: it only reads through the function.
+pub async fn authenticate(db: &DatabaseConnection, hash: &[u8; 32]) -> Result<Option<Principal>, DbErr> {
+    let row = db
+        .query_one_raw(stmt(
+            "SELECT token_id, fleet, name, permissions FROM authenticate_token($1)",
+            [hash.to_vec().into()],
+        ))
+        .await?;
+    let Some(row) = row else { return Ok(None) };
+    let permissions: Vec<String> = row.try_get("", "permissions")?;
+    Ok(Some(Principal {
+        token_id: row.try_get("", "token_id")?,
+        fleet: row.try_get("", "fleet")?,
+        name: row.try_get("", "name")?,
+        permissions: permissions.iter().filter_map(|p| p.parse().ok()).collect(),
+    }))
+}
+
+pub async fn insert(
+    db: &DatabaseConnection,
+    fleet: &str,
+    name: &str,
+    permissions: &[Permission],
+    hash: &[u8; 32],
+) -> Result<Uuid, DbErr> {
+    let permissions: Vec<String> = permissions.iter().map(|p| p.as_str().to_owned()).collect();
+    let row = db
+        .query_one_raw(stmt(
+            "INSERT INTO api_tokens (fleet, name, permissions, token_hash) VALUES ($1, $2, $3, $4) RETURNING id",
+            [fleet.into(), name.into(), permissions.into(), hash.to_vec().into()],
+        ))
+        .await?
+        .ok_or_else(|| DbErr::RecordNotInserted)?;
+    row.try_get("", "id")
+}
+
+pub async fn list(db: &DatabaseConnection) -> Result<Vec<api_token::Model>, DbErr> {
+    api_token::Entity::find()
+        .order_by_asc(api_token::Column::Fleet)
+        .order_by_asc(api_token::Column::CreatedAt)
+        .all(db)
+        .await
+}
+
+/// Marks a token revoked; true when a live token was revoked.
+pub async fn revoke(db: &DatabaseConnection, id: Uuid) -> Result<bool, DbErr> {
+    let result = db
+        .execute_raw(stmt(
+            "UPDATE api_tokens SET revoked_at = clock_timestamp() WHERE id = $1 AND revoked_at IS NULL",
+            [id.into()],
+        ))
+        .await?;
+    Ok(result.rows_affected() == 1)
+}
+
+/// True when the fleet has at least one live token (so `serve` mints the
+/// first operator token only once).
+pub async fn any_live(db: &DatabaseConnection) -> Result<bool, DbErr> {
+    let row = db
+        .query_one_raw(stmt("SELECT EXISTS (SELECT 1 FROM api_tokens WHERE revoked_at IS NULL) AS any", []))
+        .await?;
+    match row {
+        Some(row) => row.try_get("", "any"),
+        None => Ok(false),
+    }
+}

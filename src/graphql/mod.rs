@@ -1,0 +1,51 @@
+//! The GraphQL surface: one module per area, merged here into the schema.
+
+mod error;
+mod query;
+mod types;
+mod units;
+
+use async_graphql::{Context, EmptySubscription, MergedObject, Schema};
+
+use crate::auth::Principal;
+use crate::ledger::{Ledger, LedgerError};
+
+pub use error::Result;
+
+#[derive(MergedObject, Default)]
+pub struct Query(query::MetaQuery, units::UnitQuery);
+
+#[derive(MergedObject, Default)]
+pub struct Mutation(units::UnitMutation);
+
+pub type LedgerSchema = Schema<Query, Mutation, EmptySubscription>;
+
+/// SPEC §9: query depth 12 and a complexity budget that lets a page of 500
+/// units with their nested relations through, but not a cartesian explosion.
+pub const MAX_DEPTH: usize = 12;
+pub const MAX_COMPLEXITY: usize = 20_000;
+
+pub fn build_schema(ledger: Ledger) -> LedgerSchema {
+    Schema::build(Query::default(), Mutation::default(), EmptySubscription)
+        .data(ledger)
+        .limit_depth(MAX_DEPTH)
+        .limit_complexity(MAX_COMPLEXITY)
+        .finish()
+}
+
+/// The SDL that `schema.graphql` must equal.
+pub fn sdl() -> String {
+    Schema::build(Query::default(), Mutation::default(), EmptySubscription)
+        .finish()
+        .sdl()
+}
+
+/// The request's principal, put there by the HTTP layer after authentication.
+fn principal<'a>(ctx: &Context<'a>) -> std::result::Result<&'a Principal, LedgerError> {
+    ctx.data_opt::<Principal>()
+        .ok_or(LedgerError::Unauthenticated("missing token: send `Authorization: Bearer <token>`"))
+}
+
+fn ledger<'a>(ctx: &Context<'a>) -> &'a Ledger {
+    ctx.data_unchecked::<Ledger>()
+}

@@ -1,0 +1,124 @@
+//! The domain error enum: every refusal an agent can meet, each with the code
+//! of SPEC §5 and a message that names the broken rule and the next legal step.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::auth::Permission;
+use crate::db::entities::{Disposition, WorkState};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("{0}")]
+    Unauthenticated(&'static str),
+
+    #[error("this token lacks the permission `{0}`; ask an operator for a token whose role grants it")]
+    Forbidden(Permission),
+
+    #[error("no {what} with id {id} exists in your fleet; list units with `units` or look one up with `unitByRef`")]
+    NotFound { what: &'static str, id: String },
+
+    #[error("invalid argument `{argument}`: {rule}")]
+    InvalidInput { argument: String, rule: String },
+
+    #[error(
+        "unit {unit_id} is already claimed by `{holder}` until {until}; call `claimNext` to get another unit, \
+         or retry this one after the lease ends"
+    )]
+    UnitAlreadyClaimed { unit_id: Uuid, holder: String, until: String },
+
+    #[error(
+        "you already hold unit {held} ({held_ref}); finish it (`transition`/`dispose`) or `release` it \
+         before claiming another"
+    )]
+    AgentBusy { held: Uuid, held_ref: String },
+
+    #[error("{}", illegal_transition_message(*unit_id, *from, to, legal))]
+    IllegalTransition { unit_id: Uuid, from: WorkState, to: String, legal: Vec<String> },
+
+    #[error(
+        "unit {unit_id} is held by {}; only the holder may do this. Call `claimNext` to get a unit of your own",
+        holder.as_deref().map(|h| format!("`{h}`")).unwrap_or_else(|| "nobody".to_owned())
+    )]
+    NotClaimHolder { unit_id: Uuid, holder: Option<String> },
+
+    #[error(
+        "your attempt {attempt_id} on unit {unit_id} was superseded after its lease expired and someone \
+         reclaimed it; stop working on it and call `claimNext` for new work"
+    )]
+    LeaseLost { attempt_id: Uuid, unit_id: Uuid },
+
+    #[error("{action} requires `evidenceUrl`, an absolute http(s) link to the evidence (a commit, a PR, a CI run)")]
+    EvidenceRequired { action: &'static str },
+
+    #[error(
+        "unit {unit_id} was already disposed as {} at {disposed_at}; dispositions are permanent: register a \
+         new unit to record a superseding decision",
+        disposition.as_sql()
+    )]
+    DispositionImmutable { unit_id: Uuid, disposition: Disposition, disposed_at: DateTime<Utc> },
+
+    #[error(
+        "idempotency key `{key}` was already used for another operation or other arguments; use a fresh key \
+         for a new request, or resend exactly the original one"
+    )]
+    IdempotencyKeyReused { key: String },
+
+    #[error("internal error (correlation id {correlation_id}); the request changed nothing and may be retried")]
+    Internal { correlation_id: Uuid },
+}
+
+fn illegal_transition_message(unit_id: Uuid, from: WorkState, to: &str, legal: &[String]) -> String {
+    let next = if legal.is_empty() {
+        "nothing: the unit is terminal".to_owned()
+    } else {
+        legal.join(", ")
+    };
+    format!(
+        "unit {unit_id} is {} and cannot go to {to}; legal next actions for you: {next}",
+        from.api_name()
+    )
+}
+
+impl LedgerError {
+    /// The `extensions.code` of SPEC §5.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Unauthenticated(_) => "UNAUTHENTICATED",
+            Self::Forbidden(_) => "FORBIDDEN",
+            Self::NotFound { .. } => "NOT_FOUND",
+            Self::InvalidInput { .. } => "INVALID_INPUT",
+            Self::UnitAlreadyClaimed { .. } => "UNIT_ALREADY_CLAIMED",
+            Self::AgentBusy { .. } => "AGENT_BUSY",
+            Self::IllegalTransition { .. } => "ILLEGAL_TRANSITION",
+            Self::NotClaimHolder { .. } => "NOT_CLAIM_HOLDER",
+            Self::LeaseLost { .. } => "LEASE_LOST",
+            Self::EvidenceRequired { .. } => "EVIDENCE_REQUIRED",
+            Self::DispositionImmutable { .. } => "DISPOSITION_IMMUTABLE",
+            Self::IdempotencyKeyReused { .. } => "IDEMPOTENCY_KEY_REUSED",
+            Self::Internal { .. } => "INTERNAL",
+        }
+    }
+
+    pub fn invalid(argument: impl Into<String>, rule: impl Into<String>) -> Self {
+        Self::InvalidInput { argument: argument.into(), rule: rule.into() }
+    }
+
+    pub fn not_found(what: &'static str, id: impl ToString) -> Self {
+        Self::NotFound { what, id: id.to_string() }
+    }
+
+    /// Logs an unexpected failure with a fresh correlation id and returns the
+    /// opaque error the client sees. The cause never reaches the client.
+    pub fn internal(cause: impl std::fmt::Display) -> Self {
+        let correlation_id = Uuid::new_v4();
+        tracing::error!(%correlation_id, error = %cause, "internal error");
+        Self::Internal { correlation_id }
+    }
+}
+
+impl From<sea_orm::DbErr> for LedgerError {
+    fn from(err: sea_orm::DbErr) -> Self {
+        Self::internal(err)
+    }
+}

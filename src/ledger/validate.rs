@@ -1,0 +1,133 @@
+//! The input rules of SPEC §9. Each check names the argument and the rule, so
+//! that a refused request tells the agent exactly what to change.
+
+use super::LedgerError;
+
+pub const MAX_REGISTER_BATCH: usize = 1000;
+pub const MAX_PAGE: i32 = 500;
+pub const DEFAULT_PAGE: i32 = 100;
+pub const MAX_TEXT: usize = 8000;
+pub const MAX_URL: usize = 2048;
+pub const LEASE_SECONDS: std::ops::RangeInclusive<i32> = 30..=86_400;
+pub const DEFAULT_LEASE_SECONDS: i32 = 900;
+pub const MAX_CENTS: i64 = 1_000_000_000;
+const MAX_SHORT: usize = 256;
+
+fn printable(s: &str) -> bool {
+    !s.chars().any(char::is_control)
+}
+
+/// 1..=`max` printable characters.
+pub fn short_text(argument: &str, value: &str, max: usize) -> Result<(), LedgerError> {
+    let len = value.chars().count();
+    if len == 0 || len > max || !printable(value) {
+        return Err(LedgerError::invalid(
+            argument,
+            format!("must be 1 to {max} printable characters (got {len} characters)"),
+        ));
+    }
+    Ok(())
+}
+
+pub fn external_ref(argument: &str, value: &str) -> Result<(), LedgerError> {
+    short_text(argument, value, MAX_SHORT)
+}
+
+pub fn label(argument: &str, value: &str) -> Result<(), LedgerError> {
+    short_text(argument, value, MAX_SHORT)
+}
+
+/// Questions, answers and reasons: 1..=8000 characters (newlines allowed).
+pub fn long_text(argument: &str, value: &str) -> Result<(), LedgerError> {
+    let len = value.chars().count();
+    if value.trim().is_empty() || len > MAX_TEXT {
+        return Err(LedgerError::invalid(
+            argument,
+            format!("must be non-blank and at most {MAX_TEXT} characters (got {len})"),
+        ));
+    }
+    Ok(())
+}
+
+/// An absolute http(s) URL of at most 2048 characters: links only, never payloads.
+pub fn evidence_url(value: &str) -> Result<(), LedgerError> {
+    let rule = || {
+        LedgerError::invalid(
+            "evidenceUrl",
+            format!("must be an absolute http(s) URL of at most {MAX_URL} characters (links only, never payloads)"),
+        )
+    };
+    if value.len() > MAX_URL || !printable(value) || value.contains(char::is_whitespace) {
+        return Err(rule());
+    }
+    match url::Url::parse(value) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host_str().is_some_and(|h| !h.is_empty()) => {
+            Ok(())
+        }
+        _ => Err(rule()),
+    }
+}
+
+pub fn lease_seconds(value: Option<i32>) -> Result<i32, LedgerError> {
+    let seconds = value.unwrap_or(DEFAULT_LEASE_SECONDS);
+    if !LEASE_SECONDS.contains(&seconds) {
+        return Err(LedgerError::invalid(
+            "leaseSeconds",
+            format!("must be between {} and {} (got {seconds})", LEASE_SECONDS.start(), LEASE_SECONDS.end()),
+        ));
+    }
+    Ok(seconds)
+}
+
+pub fn cents(value: i64) -> Result<(), LedgerError> {
+    if !(0..=MAX_CENTS).contains(&value) {
+        return Err(LedgerError::invalid("cents", format!("must be between 0 and {MAX_CENTS} (got {value})")));
+    }
+    Ok(())
+}
+
+pub fn idempotency_key(value: Option<&str>) -> Result<(), LedgerError> {
+    match value {
+        Some(key) => short_text("idempotencyKey", key, MAX_SHORT),
+        None => Ok(()),
+    }
+}
+
+pub fn first(value: Option<i32>) -> Result<i32, LedgerError> {
+    let first = value.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&first) {
+        return Err(LedgerError::invalid("first", format!("must be between 1 and {MAX_PAGE} (got {first})")));
+    }
+    Ok(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evidence_urls_must_be_absolute_http_links() {
+        assert!(evidence_url("https://git.example/commit/abc").is_ok());
+        assert!(evidence_url("http://ci.local:8080/run/1").is_ok());
+        for bad in ["ftp://x/y", "/relative", "https://", "data:text/plain,hi", "https://a b", ""] {
+            assert!(evidence_url(bad).is_err(), "{bad} accepted");
+        }
+        assert!(evidence_url(&format!("https://x/{}", "a".repeat(MAX_URL))).is_err());
+    }
+
+    #[test]
+    fn external_refs_are_printable_and_bounded() {
+        assert!(external_ref("externalRef", &"é".repeat(256)).is_ok());
+        assert!(external_ref("externalRef", &"a".repeat(257)).is_err());
+        assert!(external_ref("externalRef", "").is_err());
+        assert!(external_ref("externalRef", "a\u{7}b").is_err());
+    }
+
+    #[test]
+    fn lease_bounds() {
+        assert_eq!(lease_seconds(None).ok(), Some(900));
+        assert!(lease_seconds(Some(29)).is_err());
+        assert!(lease_seconds(Some(86_401)).is_err());
+        assert_eq!(lease_seconds(Some(30)).ok(), Some(30));
+    }
+}

@@ -1,0 +1,12 @@
+//! work-ledger: the durable system of record for fleets of AI coding agents.
+//! A GraphQL service over PostgreSQL in which every unit of work has exactly
+//! one claimant, one state, one permanent disposition and one cost.
+
+pub mod auth;
+pub mod cli;
+pub mod config;
+pub mod db;
+pub mod embedded_pg;
+pub mod graphql;
+pub mod http;
+pub mod ledger;
