@@ -83,8 +83,7 @@ async fn mint(db: &DatabaseConnection, fleet: &str, name: &str, role: Role) -> R
     let (secret, hash) = auth::new_token();
     db::tokens::insert(db, fleet, name, &role.permissions(), &hash).await.map_err(|err| {
         if db::violation(&err).is_some_and(|(code, _)| code == "23514") {
-            format!("invalid token: fleet must match [A-Za-z0-9][A-Za-z0-9._-]{{0,62}}, name 1..256 printable characters")
-                .into()
+            "invalid token: fleet must match [A-Za-z0-9][A-Za-z0-9._-]{0,62}, name 1..256 printable characters".into()
         } else {
             AnyError::from(err)
         }
@@ -103,7 +102,15 @@ async fn token(cmd: TokenCommand, db: &DatabaseConnection) -> Result<(), AnyErro
             writeln!(out, "{:<36}  {:<16}  {:<24}  {:<8}  PERMISSIONS", "ID", "FLEET", "NAME", "STATUS")?;
             for t in db::tokens::list(db).await? {
                 let status = if t.revoked_at.is_some() { "revoked" } else { "live" };
-                writeln!(out, "{:<36}  {:<16}  {:<24}  {:<8}  {}", t.id, t.fleet, t.name, status, t.permissions.join(","))?;
+                writeln!(
+                    out,
+                    "{:<36}  {:<16}  {:<24}  {:<8}  {}",
+                    t.id,
+                    t.fleet,
+                    t.name,
+                    status,
+                    t.permissions.join(",")
+                )?;
             }
         }
         TokenCommand::Revoke { id } => {

@@ -48,9 +48,7 @@ pub struct EmbeddedPostgres {
 
 /// Folders searched after PATH, newest major version first.
 fn find_bin_dir() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default();
+    let on_path = std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).unwrap_or_default();
     let mut versioned: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
         .map(|entries| entries.filter_map(|e| e.ok()).map(|e| e.path().join("bin")).collect())
         .unwrap_or_default();

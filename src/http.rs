@@ -84,9 +84,7 @@ fn refuse(status: StatusCode, err: LedgerError) -> Response {
 async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal, LedgerError> {
     let value = headers.get(header::AUTHORIZATION).map(|v| v.to_str().unwrap_or(""));
     let secret = auth::parse_bearer(value)?;
-    db::tokens::authenticate(state.ledger.db(), &auth::hash_token(secret))
-        .await?
-        .ok_or(auth::UNKNOWN_TOKEN)
+    db::tokens::authenticate(state.ledger.db(), &auth::hash_token(secret)).await?.ok_or(auth::UNKNOWN_TOKEN)
 }
 
 async fn graphql(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
@@ -113,13 +111,13 @@ async fn graphql(State(state): State<AppState>, headers: HeaderMap, body: Body) 
             );
         }
     };
-    if let BatchRequest::Batch(requests) = &batch {
-        if requests.is_empty() || requests.len() > MAX_BATCH {
-            return refuse(
-                StatusCode::BAD_REQUEST,
-                LedgerError::invalid("body", format!("a batch holds 1 to {MAX_BATCH} operations (got {})", requests.len())),
-            );
-        }
+    if let BatchRequest::Batch(requests) = &batch
+        && (requests.is_empty() || requests.len() > MAX_BATCH)
+    {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            LedgerError::invalid("body", format!("a batch holds 1 to {MAX_BATCH} operations (got {})", requests.len())),
+        );
     }
     GraphQLResponse::from(state.schema.execute_batch(batch.data(principal)).await).into_response()
 }

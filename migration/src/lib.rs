@@ -18,7 +18,7 @@ impl MigratorTrait for Migrator {
 /// Key of the session-level advisory lock that serialises migrations, so that
 /// replicas starting together never race (the sea-orm migrator takes no lock of
 /// its own). Arbitrary but fixed: "wl-migr" in ASCII.
-const MIGRATION_LOCK_KEY: i64 = 0x776c_2d6d_6967_72;
+const MIGRATION_LOCK_KEY: i64 = 0x0077_6c2d_6d69_6772;
 
 /// Applies all pending migrations while holding the advisory lock.
 ///

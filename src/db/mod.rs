@@ -10,8 +10,8 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use sea_orm::{
-    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
-    RuntimeErr, Statement, TransactionTrait, Value,
+    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, RuntimeErr,
+    Statement, TransactionTrait, Value,
 };
 
 use crate::ledger::LedgerError;

@@ -69,9 +69,8 @@ pub async fn revoke(db: &DatabaseConnection, id: Uuid) -> Result<bool, DbErr> {
 /// True when the fleet has at least one live token (so `serve` mints the
 /// first operator token only once).
 pub async fn any_live(db: &DatabaseConnection) -> Result<bool, DbErr> {
-    let row = db
-        .query_one_raw(stmt("SELECT EXISTS (SELECT 1 FROM api_tokens WHERE revoked_at IS NULL) AS any", []))
-        .await?;
+    let row =
+        db.query_one_raw(stmt("SELECT EXISTS (SELECT 1 FROM api_tokens WHERE revoked_at IS NULL) AS any", [])).await?;
     match row {
         Some(row) => row.try_get("", "any"),
         None => Ok(false),

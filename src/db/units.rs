@@ -69,8 +69,5 @@ pub async fn by_id(tx: &DatabaseTransaction, id: Uuid) -> Result<Option<work_uni
 
 pub async fn by_ref(tx: &DatabaseTransaction, external_ref: &str) -> Result<Option<work_unit::Model>, DbErr> {
     use sea_orm::{ColumnTrait, QueryFilter};
-    work_unit::Entity::find()
-        .filter(work_unit::Column::ExternalRef.eq(external_ref))
-        .one(tx)
-        .await
+    work_unit::Entity::find().filter(work_unit::Column::ExternalRef.eq(external_ref)).one(tx).await
 }

@@ -35,9 +35,7 @@ pub fn build_schema(ledger: Ledger) -> LedgerSchema {
 
 /// The SDL that `schema.graphql` must equal.
 pub fn sdl() -> String {
-    Schema::build(Query::default(), Mutation::default(), EmptySubscription)
-        .finish()
-        .sdl()
+    Schema::build(Query::default(), Mutation::default(), EmptySubscription).finish().sdl()
 }
 
 /// The request's principal, put there by the HTTP layer after authentication.

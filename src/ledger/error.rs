@@ -69,15 +69,8 @@ pub enum LedgerError {
 }
 
 fn illegal_transition_message(unit_id: Uuid, from: WorkState, to: &str, legal: &[String]) -> String {
-    let next = if legal.is_empty() {
-        "nothing: the unit is terminal".to_owned()
-    } else {
-        legal.join(", ")
-    };
-    format!(
-        "unit {unit_id} is {} and cannot go to {to}; legal next actions for you: {next}",
-        from.api_name()
-    )
+    let next = if legal.is_empty() { "nothing: the unit is terminal".to_owned() } else { legal.join(", ") };
+    format!("unit {unit_id} is {} and cannot go to {to}; legal next actions for you: {next}", from.api_name())
 }
 
 impl LedgerError {

@@ -39,7 +39,11 @@ impl Ledger {
         &self.db
     }
 
-    pub async fn register_units(&self, who: &Principal, input: Vec<RegisterUnit>) -> Result<Vec<UnitModel>, LedgerError> {
+    pub async fn register_units(
+        &self,
+        who: &Principal,
+        input: Vec<RegisterUnit>,
+    ) -> Result<Vec<UnitModel>, LedgerError> {
         who.require(Permission::UnitsRegister)?;
         if input.is_empty() || input.len() > validate::MAX_REGISTER_BATCH {
             return Err(LedgerError::invalid(

@@ -61,9 +61,7 @@ pub fn evidence_url(value: &str) -> Result<(), LedgerError> {
         return Err(rule());
     }
     match url::Url::parse(value) {
-        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host_str().is_some_and(|h| !h.is_empty()) => {
-            Ok(())
-        }
+        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host_str().is_some_and(|h| !h.is_empty()) => Ok(()),
         _ => Err(rule()),
     }
 }

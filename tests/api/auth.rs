@@ -1,0 +1,81 @@
+//! Tokens and permissions (SPEC §8): every way in without a valid token is
+//! UNAUTHENTICATED with HTTP 401; a missing permission is FORBIDDEN naming it.
+
+use serde_json::json;
+use work_ledger::auth::Role;
+
+use crate::helpers::spawn_app;
+
+const ME: &str = r#"{"query":"{ me { name } }"}"#;
+
+#[tokio::test]
+async fn missing_malformed_unknown_and_revoked_tokens_are_unauthenticated() {
+    let app = spawn_app().await;
+    let token = app.token("f", "agent-1", Role::Agent).await;
+    // Well-formed, but never stored.
+    let (unknown, _) = work_ledger::auth::new_token();
+
+    let cases: Vec<(&str, Option<String>)> = vec![
+        ("missing", None),
+        ("wrong scheme", Some(format!("Basic {token}"))),
+        ("not a token", Some("Bearer hello".to_owned())),
+        ("empty", Some("Bearer ".to_owned())),
+        ("unknown", Some(format!("Bearer {unknown}"))),
+    ];
+    for (case, header) in cases {
+        let resp = app.post_raw(header.as_deref(), ME.to_owned()).await;
+        assert_eq!(resp.status, 401, "{case}: {:#}", resp.body);
+        resp.assert_code("UNAUTHENTICATED");
+    }
+
+    let ok = app.post_raw(Some(&format!("bearer {token}")), ME.to_owned()).await;
+    assert_eq!(ok.status, 200);
+    assert_eq!(ok.data()["me"]["name"], "agent-1");
+
+    let id = app.sql_json("SELECT id::text FROM api_tokens WHERE name = 'agent-1'").await[0]["id"].clone();
+    let id = id.as_str().expect("id");
+    assert!(work_ledger::db::tokens::revoke(&app.owner, id.parse().expect("uuid")).await.expect("revoke"));
+    let revoked = app.post_raw(Some(&format!("Bearer {token}")), ME.to_owned()).await;
+    assert_eq!(revoked.status, 401);
+    revoked.assert_code("UNAUTHENTICATED");
+    assert!(revoked.message().contains("revoked"), "{}", revoked.message());
+}
+
+#[tokio::test]
+async fn a_missing_permission_is_forbidden_and_named() {
+    let app = spawn_app().await;
+    let agent = app.token("f", "agent-1", Role::Agent).await;
+    let resp = app.gql(&agent, "mutation { registerUnits(units: [{externalRef: \"x\"}]) { id } }", json!({})).await;
+    assert_eq!(resp.status, 200);
+    resp.assert_code("FORBIDDEN");
+    assert!(resp.message().contains("units:register"), "{}", resp.message());
+    assert_eq!(resp.body["errors"][0]["extensions"]["permission"], "units:register");
+    assert_eq!(app.sql_i64("SELECT count(*) FROM work_units").await, 0);
+}
+
+#[tokio::test]
+async fn roles_are_presets_of_explicit_permissions() {
+    let app = spawn_app().await;
+    let expected = [
+        (Role::Agent, vec!["ledger:read", "units:claim"]),
+        (Role::Triage, vec!["ledger:read", "questions:answer"]),
+        (Role::Reader, vec!["ledger:read"]),
+        (Role::Operator, vec!["ledger:read", "units:register", "units:claim", "questions:answer", "units:dispose-any"]),
+        (
+            Role::Admin,
+            vec![
+                "ledger:read",
+                "units:register",
+                "units:claim",
+                "questions:answer",
+                "units:dispose-any",
+                "tokens:manage",
+            ],
+        ),
+    ];
+    for (role, permissions) in expected {
+        let token = app.token("f", &format!("{role:?}"), role).await;
+        let resp = app.gql(&token, "{ me { permissions } }", json!({})).await;
+        assert_eq!(resp.data()["me"]["permissions"], json!(permissions), "{role:?}");
+    }
+}

@@ -1,0 +1,297 @@
+//! The test harness: one PostgreSQL per test process (`DATABASE_URL` when
+//! set, a throwaway embedded one otherwise), a migrated template database,
+//! and per test a fresh database cloned from it with the real server on
+//! port 0 in front.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
+use serde_json::{Value, json};
+use work_ledger::auth::{self, Role};
+use work_ledger::db;
+use work_ledger::embedded_pg::EmbeddedPostgres;
+use work_ledger::http::Application;
+use work_ledger::ledger::Ledger;
+
+struct Cluster {
+    /// URL of any database of the cluster, with `{db}` where the name goes.
+    url_pattern: String,
+    template: String,
+}
+
+static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+static NEXT_DB: AtomicU32 = AtomicU32::new(0);
+
+fn url_pattern(base: &str) -> String {
+    let mut url = url::Url::parse(base).expect("DATABASE_URL must be a URL");
+    url.set_path("/DBNAME");
+    url.to_string().replace("DBNAME", "{db}")
+}
+
+impl Cluster {
+    fn url(&self, db: &str) -> String {
+        self.url_pattern.replace("{db}", db)
+    }
+
+    /// Started once per test process on a thread of its own, which keeps the
+    /// embedded server's handle (and so the server) alive until the process exits.
+    fn get() -> &'static Cluster {
+        CLUSTER.get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+                rt.block_on(async move {
+                    let (base, embedded) = match std::env::var("DATABASE_URL") {
+                        Ok(url) if !url.is_empty() => (url, None),
+                        _ => {
+                            let dir = tempfile::Builder::new().prefix("wl-test-").tempdir().expect("tempdir").keep();
+                            let pg = EmbeddedPostgres::start(&dir).await.expect("embedded PostgreSQL");
+                            (pg.url().to_owned(), Some(pg))
+                        }
+                    };
+                    let cluster = Cluster {
+                        url_pattern: url_pattern(&base),
+                        template: format!("wlt_{}_template", std::process::id()),
+                    };
+                    drop_stale_databases(&cluster).await;
+                    admin(&cluster, &format!("CREATE DATABASE {}", cluster.template)).await;
+                    db::migrate(&cluster.url(&cluster.template)).await.expect("migrate template");
+                    tx.send(cluster).expect("send cluster");
+                    // Keep `embedded` alive for the life of the process.
+                    let _keep = embedded;
+                    std::future::pending::<()>().await;
+                });
+            });
+            rx.recv().expect("cluster started")
+        })
+    }
+}
+
+async fn admin(cluster: &Cluster, sql: &str) {
+    let conn = db::connect(&cluster.url("postgres"), 1).await.expect("connect admin");
+    conn.execute_unprepared(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    conn.close().await.expect("close admin");
+}
+
+/// Databases left by earlier test processes that are gone (only matters
+/// with a shared DATABASE_URL server; the embedded one is thrown away).
+async fn drop_stale_databases(cluster: &Cluster) {
+    let conn = db::connect(&cluster.url("postgres"), 1).await.expect("connect admin");
+    let rows = conn
+        .query_all_raw(Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            "SELECT datname FROM pg_database WHERE datname LIKE 'wlt\\_%'",
+        ))
+        .await
+        .expect("list databases");
+    for row in rows {
+        let name: String = row.try_get("", "datname").expect("datname");
+        let pid = name.split('_').nth(1).unwrap_or_default();
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = conn.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
+        }
+    }
+    conn.close().await.expect("close admin");
+}
+
+pub struct TestApp {
+    pub addr: std::net::SocketAddr,
+    /// A pool as the migrating (owner) role: for setting up fixtures and for
+    /// reading what the database recorded, bypassing row-level security.
+    pub owner: DatabaseConnection,
+    pub http: reqwest::Client,
+}
+
+pub async fn spawn_app() -> TestApp {
+    let cluster = Cluster::get();
+    let name = format!("wlt_{}_{}", std::process::id(), NEXT_DB.fetch_add(1, Ordering::SeqCst));
+    admin(cluster, &format!("CREATE DATABASE {name} TEMPLATE {}", cluster.template)).await;
+    let db_url = cluster.url(&name);
+    let pool = db::connect(&db_url, 20).await.expect("connect app pool");
+    let app = Application::build(Ledger::new(pool), "127.0.0.1:0").await.expect("bind");
+    let addr = app.local_addr().expect("addr");
+    tokio::spawn(app.run_until(std::future::pending()));
+    let owner = db::connect(&db_url, 5).await.expect("connect owner pool");
+    TestApp { addr, owner, http: reqwest::Client::new() }
+}
+
+/// A GraphQL response as the client sees it.
+#[derive(Debug)]
+pub struct Gql {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl Gql {
+    /// `data`, asserting there were no errors.
+    pub fn data(&self) -> &Value {
+        assert!(self.body.get("errors").is_none(), "unexpected errors: {:#}", self.body);
+        &self.body["data"]
+    }
+
+    /// The first error's `extensions.code`.
+    pub fn code(&self) -> &str {
+        self.body["errors"][0]["extensions"]["code"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no error code: {:#}", self.body))
+    }
+
+    pub fn message(&self) -> &str {
+        self.body["errors"][0]["message"].as_str().unwrap_or("")
+    }
+
+    pub fn assert_code(&self, code: &str) -> &Self {
+        assert_eq!(self.code(), code, "{:#}", self.body);
+        self
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Mints a token directly in the database, as `work-ledger token create` does.
+    pub async fn token(&self, fleet: &str, name: &str, role: Role) -> String {
+        let (secret, hash) = auth::new_token();
+        db::tokens::insert(&self.owner, fleet, name, &role.permissions(), &hash).await.expect("mint token");
+        secret
+    }
+
+    pub async fn post_raw(&self, auth: Option<&str>, body: String) -> Gql {
+        let mut req = self.http.post(self.url("/graphql")).header("content-type", "application/json").body(body);
+        if let Some(auth) = auth {
+            req = req.header("authorization", auth);
+        }
+        let resp = req.send().await.expect("request");
+        let status = resp.status().as_u16();
+        let body = resp.json().await.expect("JSON body");
+        Gql { status, body }
+    }
+
+    pub async fn gql(&self, token: &str, query: &str, variables: Value) -> Gql {
+        let body = json!({ "query": query, "variables": variables }).to_string();
+        self.post_raw(Some(&format!("Bearer {token}")), body).await
+    }
+
+    /// Runs raw SQL as the owner and returns the first column of every row as JSON.
+    pub async fn sql_json(&self, sql: &str) -> Vec<Value> {
+        let rows = self
+            .owner
+            .query_all_raw(Statement::from_string(
+                sea_orm::DbBackend::Postgres,
+                format!("SELECT to_jsonb(q) AS j FROM ({sql}) q"),
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        rows.iter().map(|r| r.try_get::<Value>("", "j").expect("json")).collect()
+    }
+
+    pub async fn sql_i64(&self, sql: &str) -> i64 {
+        let rows = self.sql_json(sql).await;
+        let row = rows.first().unwrap_or_else(|| panic!("no row from {sql}"));
+        let value = row.as_object().and_then(|o| o.values().next()).cloned().unwrap_or(Value::Null);
+        value.as_i64().unwrap_or_else(|| panic!("not an integer from {sql}: {value}"))
+    }
+
+    pub async fn register(&self, token: &str, refs: &[&str]) -> Vec<Value> {
+        let units: Vec<Value> = refs.iter().map(|r| json!({ "externalRef": r })).collect();
+        let resp = self
+            .gql(
+                token,
+                "mutation($u: [RegisterUnitInput!]!) { registerUnits(units: $u) { id externalRef state } }",
+                json!({ "u": units }),
+            )
+            .await;
+        resp.data()["registerUnits"].as_array().expect("units").clone()
+    }
+}
+
+impl TestApp {
+    /// Executes SQL as the owner, panicking on failure.
+    pub async fn sql(&self, sql: &str) {
+        self.owner.execute_unprepared(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// Executes SQL that PostgreSQL must refuse; returns its error text.
+    pub async fn sql_refused(&self, sql: &str) -> String {
+        match self.owner.execute_unprepared(sql).await {
+            Ok(_) => panic!("PostgreSQL accepted: {sql}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// Runs a statement (data-modifying CTEs welcome) and returns the text
+    /// column `id` of its first row.
+    pub async fn sql_id(&self, sql: &str) -> String {
+        let row = self
+            .owner
+            .query_one_raw(Statement::from_string(sea_orm::DbBackend::Postgres, sql.to_owned()))
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .unwrap_or_else(|| panic!("no row from {sql}"));
+        row.try_get("", "id").expect("text column id")
+    }
+
+    /// A READY unit inserted directly, bypassing the API.
+    pub async fn raw_unit(&self, fleet: &str, external_ref: &str) -> String {
+        self.sql_id(&format!(
+            "INSERT INTO work_units (fleet, external_ref) VALUES ('{fleet}', '{external_ref}') RETURNING id::text"
+        ))
+        .await
+    }
+
+    /// Moves a READY unit to CLAIMED by `agent` with attempt 1, in raw SQL.
+    pub async fn raw_claim(&self, unit: &str, agent: &str) -> String {
+        self.sql_id(&format!(
+            "WITH a AS (INSERT INTO work_unit_attempts (fleet, unit_id, attempt_no, agent_id)
+                            SELECT fleet, id, attempt_count + 1, '{agent}' FROM work_units WHERE id = '{unit}'
+                            RETURNING id, attempt_no),
+                      u AS (UPDATE work_units SET state = 'claimed', claimed_by = '{agent}',
+                                   current_attempt_id = (SELECT id FROM a), attempt_count = (SELECT attempt_no FROM a),
+                                   lease_expires_at = now() + interval '15 minutes'
+                             WHERE id = '{unit}' RETURNING id)
+                 SELECT id::text FROM a"
+        ))
+        .await
+    }
+}
+
+impl TestApp {
+    /// Opens a transaction as the application role, with the fleet setting
+    /// when given, as the server's own transaction helper does.
+    async fn app_role_tx(&self, fleet: Option<&str>) -> sea_orm::DatabaseTransaction {
+        use sea_orm::TransactionTrait;
+        let tx = self.owner.begin().await.expect("begin");
+        tx.execute_unprepared("SET LOCAL ROLE work_ledger_app").await.expect("set role");
+        if let Some(fleet) = fleet {
+            tx.execute_unprepared(&format!("SELECT set_config('work_ledger.fleet', '{fleet}', true)"))
+                .await
+                .expect("fleet");
+        }
+        tx
+    }
+
+    /// A query as the application role; rows as JSON. Rolled back.
+    pub async fn app_role_query(&self, fleet: Option<&str>, sql: &str) -> Vec<Value> {
+        let tx = self.app_role_tx(fleet).await;
+        let rows = tx
+            .query_all_raw(Statement::from_string(
+                sea_orm::DbBackend::Postgres,
+                format!("SELECT to_jsonb(q) AS j FROM ({sql}) q"),
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        tx.rollback().await.expect("rollback");
+        rows.iter().map(|r| r.try_get::<Value>("", "j").expect("json")).collect()
+    }
+
+    /// A statement as the application role: rows affected, or the error text. Rolled back.
+    pub async fn app_role_exec(&self, fleet: Option<&str>, sql: &str) -> Result<u64, String> {
+        let tx = self.app_role_tx(fleet).await;
+        let result = tx.execute_unprepared(sql).await.map(|r| r.rows_affected()).map_err(|e| e.to_string());
+        tx.rollback().await.expect("rollback");
+        result
+    }
+}
