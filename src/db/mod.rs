@@ -4,6 +4,7 @@
 pub mod entities;
 pub mod tokens;
 pub mod units;
+pub mod writes;
 
 use std::future::Future;
 use std::pin::Pin;

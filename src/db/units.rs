@@ -71,3 +71,54 @@ pub async fn by_ref(tx: &DatabaseTransaction, external_ref: &str) -> Result<Opti
     use sea_orm::{ColumnTrait, QueryFilter};
     work_unit::Entity::find().filter(work_unit::Column::ExternalRef.eq(external_ref)).one(tx).await
 }
+
+pub async fn attempt_by_id(
+    tx: &DatabaseTransaction,
+    id: Uuid,
+) -> Result<Option<super::entities::attempt::Model>, DbErr> {
+    super::entities::attempt::Entity::find_by_id(id).one(tx).await
+}
+
+/// The caller's most recent attempt on a unit.
+pub async fn latest_attempt_of(
+    tx: &DatabaseTransaction,
+    unit_id: Uuid,
+    agent: &str,
+) -> Result<Option<super::entities::attempt::Model>, DbErr> {
+    use super::entities::attempt;
+    use sea_orm::{ColumnTrait, QueryFilter, QueryOrder};
+    attempt::Entity::find()
+        .filter(attempt::Column::UnitId.eq(unit_id))
+        .filter(attempt::Column::AgentId.eq(agent))
+        .order_by_desc(attempt::Column::AttemptNo)
+        .one(tx)
+        .await
+}
+
+pub async fn attempts_of(
+    tx: &DatabaseTransaction,
+    unit_id: Uuid,
+) -> Result<Vec<super::entities::attempt::Model>, DbErr> {
+    use super::entities::attempt;
+    use sea_orm::{ColumnTrait, QueryFilter, QueryOrder};
+    attempt::Entity::find()
+        .filter(attempt::Column::UnitId.eq(unit_id))
+        .order_by_asc(attempt::Column::AttemptNo)
+        .all(tx)
+        .await
+}
+
+/// Every question of a unit, newest first (answers stay for the next worker).
+pub async fn questions_of(
+    tx: &DatabaseTransaction,
+    unit_id: Uuid,
+) -> Result<Vec<super::entities::question::Model>, DbErr> {
+    use super::entities::question;
+    use sea_orm::{ColumnTrait, QueryFilter, QueryOrder};
+    question::Entity::find()
+        .filter(question::Column::UnitId.eq(unit_id))
+        .order_by_desc(question::Column::CreatedAt)
+        .order_by_desc(question::Column::Id)
+        .all(tx)
+        .await
+}

@@ -4,6 +4,7 @@ mod error;
 mod query;
 mod types;
 mod units;
+mod work;
 
 use async_graphql::{Context, EmptySubscription, MergedObject, Schema};
 
@@ -16,7 +17,7 @@ pub use error::Result;
 pub struct Query(query::MetaQuery, units::UnitQuery);
 
 #[derive(MergedObject, Default)]
-pub struct Mutation(units::UnitMutation);
+pub struct Mutation(units::UnitMutation, work::WorkMutation);
 
 pub type LedgerSchema = Schema<Query, Mutation, EmptySubscription>;
 

@@ -4,9 +4,10 @@ use async_graphql::{Context, Object};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{Result, principal};
+use super::{Result, ledger, principal};
 use crate::auth::Principal;
-use crate::db::entities::{Disposition, WorkState, work_unit};
+use crate::db::entities::{AttemptOutcome, Disposition, QuestionStatus, WorkState, attempt, question, work_unit};
+use crate::db::units;
 use crate::ledger::state_machine;
 
 pub struct PrincipalObject(pub Principal);
@@ -91,8 +92,122 @@ impl WorkUnit {
     async fn stalled(&self) -> bool {
         state_machine::is_stale(&self.0, Utc::now())
     }
+    /// The attempt of the current (or last) claim.
+    async fn current_attempt(&self, ctx: &Context<'_>) -> Result<Option<Attempt>> {
+        let Some(id) = self.0.current_attempt_id else { return Ok(None) };
+        let found = ledger(ctx)
+            .read(principal(ctx)?, move |tx| Box::pin(async move { Ok(units::attempt_by_id(tx, id).await?) }))
+            .await?;
+        Ok(found.map(Attempt))
+    }
+    /// Every claim of this unit, oldest first.
+    async fn attempts(&self, ctx: &Context<'_>) -> Result<Vec<Attempt>> {
+        let id = self.0.id;
+        let found = ledger(ctx)
+            .read(principal(ctx)?, move |tx| Box::pin(async move { Ok(units::attempts_of(tx, id).await?) }))
+            .await?;
+        Ok(found.into_iter().map(Attempt).collect())
+    }
+    /// Every blocking question of this unit, newest first; answers stay for whoever works it next.
+    async fn questions(&self, ctx: &Context<'_>) -> Result<Vec<BlockingQuestion>> {
+        let id = self.0.id;
+        let found = ledger(ctx)
+            .read(principal(ctx)?, move |tx| Box::pin(async move { Ok(units::questions_of(tx, id).await?) }))
+            .await?;
+        Ok(found.into_iter().map(BlockingQuestion).collect())
+    }
+    /// The question the unit is blocked on, if any.
+    async fn open_question(&self, ctx: &Context<'_>) -> Result<Option<BlockingQuestion>> {
+        let questions = self.questions(ctx).await?;
+        Ok(questions.into_iter().find(|q| q.0.status == QuestionStatus::Open))
+    }
     /// What the caller may do next, as mutation call shapes.
     async fn legal_actions(&self, ctx: &Context<'_>) -> Result<Vec<String>> {
         Ok(state_machine::legal_actions(&self.0, principal(ctx)?, Utc::now()))
+    }
+}
+
+/// One claim of a unit by one agent.
+pub struct Attempt(pub attempt::Model);
+
+#[Object]
+impl Attempt {
+    async fn id(&self) -> Uuid {
+        self.0.id
+    }
+    async fn unit_id(&self) -> Uuid {
+        self.0.unit_id
+    }
+    /// 1-based, dense per unit.
+    async fn attempt_no(&self) -> i32 {
+        self.0.attempt_no
+    }
+    async fn agent_id(&self) -> &str {
+        &self.0.agent_id
+    }
+    /// Null while the attempt runs.
+    async fn outcome(&self) -> Option<AttemptOutcome> {
+        self.0.outcome
+    }
+    async fn cost_cents(&self) -> i64 {
+        self.0.cost_cents
+    }
+    async fn evidence_url(&self) -> Option<&str> {
+        self.0.evidence_url.as_deref()
+    }
+    async fn started_at(&self) -> DateTime<Utc> {
+        self.0.started_at
+    }
+    async fn ended_at(&self) -> Option<DateTime<Utc>> {
+        self.0.ended_at
+    }
+    async fn unit(&self, ctx: &Context<'_>) -> Result<Option<WorkUnit>> {
+        Ok(ledger(ctx).unit(principal(ctx)?, self.0.unit_id).await?.map(WorkUnit))
+    }
+}
+
+/// A question an agent needs answered before it can go on.
+pub struct BlockingQuestion(pub question::Model);
+
+#[Object]
+impl BlockingQuestion {
+    async fn id(&self) -> Uuid {
+        self.0.id
+    }
+    async fn unit_id(&self) -> Uuid {
+        self.0.unit_id
+    }
+    async fn attempt_id(&self) -> Uuid {
+        self.0.attempt_id
+    }
+    async fn question(&self) -> &str {
+        &self.0.question
+    }
+    async fn status(&self) -> QuestionStatus {
+        self.0.status
+    }
+    async fn answer(&self) -> Option<&str> {
+        self.0.answer.as_deref()
+    }
+    async fn assignee_group(&self) -> &str {
+        &self.0.assignee_group
+    }
+    async fn asked_by(&self) -> &str {
+        &self.0.asked_by
+    }
+    async fn answered_by(&self) -> Option<&str> {
+        self.0.answered_by.as_deref()
+    }
+    async fn created_at(&self) -> DateTime<Utc> {
+        self.0.created_at
+    }
+    async fn answered_at(&self) -> Option<DateTime<Utc>> {
+        self.0.answered_at
+    }
+    async fn cancelled_at(&self) -> Option<DateTime<Utc>> {
+        self.0.cancelled_at
+    }
+    async fn unit(&self, ctx: &Context<'_>) -> Result<Option<WorkUnit>> {
+        Ok(ledger(ctx).unit(principal(ctx)?, self.0.unit_id).await?.map(WorkUnit))
     }
 }

@@ -66,6 +66,13 @@ pub enum LedgerError {
 
     #[error("internal error (correlation id {correlation_id}); the request changed nothing and may be retried")]
     Internal { correlation_id: Uuid },
+
+    /// A race the ledger resolves by running the operation again (a
+    /// concurrent request took the same idempotency key, or the same agent
+    /// claimed twice at once). Never reaches a client: after the last retry
+    /// it is reported as INTERNAL.
+    #[error("a concurrent request changed the same data; retry")]
+    Retry,
 }
 
 fn illegal_transition_message(unit_id: Uuid, from: WorkState, to: &str, legal: &[String]) -> String {
@@ -89,7 +96,7 @@ impl LedgerError {
             Self::EvidenceRequired { .. } => "EVIDENCE_REQUIRED",
             Self::DispositionImmutable { .. } => "DISPOSITION_IMMUTABLE",
             Self::IdempotencyKeyReused { .. } => "IDEMPOTENCY_KEY_REUSED",
-            Self::Internal { .. } => "INTERNAL",
+            Self::Internal { .. } | Self::Retry => "INTERNAL",
         }
     }
 
@@ -110,8 +117,15 @@ impl LedgerError {
     }
 }
 
+/// Constraints a concurrent request can trip that a retry resolves: the
+/// retry finds the other request's key (a replay) or the agent's claim.
+const RETRYABLE: [&str; 2] = ["work_unit_events_fleet_source_event_id_key", "work_units_one_live_claim_per_agent"];
+
 impl From<sea_orm::DbErr> for LedgerError {
     fn from(err: sea_orm::DbErr) -> Self {
+        if RETRYABLE.iter().any(|c| crate::db::is_violation_of(&err, c)) {
+            return Self::Retry;
+        }
         Self::internal(err)
     }
 }

@@ -3,10 +3,13 @@
 //! arguments and call one of these.
 
 mod error;
+mod idempotency;
+mod ops;
 pub mod state_machine;
 pub mod validate;
 
 pub use error::LedgerError;
+pub use ops::{Dispose, Release};
 use sea_orm::DatabaseConnection;
 use uuid::Uuid;
 
@@ -71,6 +74,16 @@ impl Ledger {
             Box::pin(async move { Ok(units::register(tx, &fleet, &agent, &units).await?) })
         })
         .await
+    }
+
+    /// Runs a read in the caller's fleet; needs `ledger:read`.
+    pub async fn read<T, F>(&self, who: &Principal, read: F) -> Result<T, LedgerError>
+    where
+        T: Send,
+        F: for<'t> FnOnce(&'t sea_orm::DatabaseTransaction) -> db::BoxFuture<'t, Result<T, LedgerError>> + Send,
+    {
+        who.require(Permission::LedgerRead)?;
+        db::in_fleet(&self.db, &who.fleet, read).await
     }
 
     pub async fn unit(&self, who: &Principal, id: Uuid) -> Result<Option<UnitModel>, LedgerError> {

@@ -1,0 +1,121 @@
+//! The write path's mutations (SPEC §4): each unpacks its arguments and calls
+//! one ledger operation, which owns the transaction.
+
+use async_graphql::{Context, Object};
+use uuid::Uuid;
+
+use super::types::WorkUnit;
+use super::{Result, ledger, principal};
+use crate::db::entities::{AttemptOutcome, Disposition, WorkState};
+use crate::ledger::{Dispose, Release};
+
+#[derive(Default)]
+pub struct WorkMutation;
+
+#[Object]
+impl WorkMutation {
+    /// Claims the oldest claimable unit (stale units first): a new attempt and
+    /// a lease of `leaseSeconds` (30..86400, default 900). An agent that already
+    /// holds a unit gets that unit back, lease renewed. Null when nothing is claimable.
+    async fn claim_next(
+        &self,
+        ctx: &Context<'_>,
+        domain: Option<String>,
+        lease_seconds: Option<i32>,
+        idempotency_key: Option<String>,
+    ) -> Result<Option<WorkUnit>> {
+        Ok(ledger(ctx).claim_next(principal(ctx)?, domain, lease_seconds, idempotency_key).await?.map(WorkUnit))
+    }
+
+    /// Claims a named unit that is READY or stale.
+    async fn claim_unit(
+        &self,
+        ctx: &Context<'_>,
+        id: Uuid,
+        lease_seconds: Option<i32>,
+        idempotency_key: Option<String>,
+    ) -> Result<WorkUnit> {
+        Ok(WorkUnit(ledger(ctx).claim_unit(principal(ctx)?, id, lease_seconds, idempotency_key).await?))
+    }
+
+    /// Extends the lease of your current attempt (also after expiry, unless someone reclaimed the unit).
+    async fn heartbeat(&self, ctx: &Context<'_>, attempt_id: Uuid, lease_seconds: Option<i32>) -> Result<WorkUnit> {
+        Ok(WorkUnit(ledger(ctx).heartbeat(principal(ctx)?, attempt_id, lease_seconds).await?))
+    }
+
+    /// CLAIMED -> IN_PROGRESS, or IN_PROGRESS -> VERIFIED with `evidenceUrl`.
+    async fn transition(
+        &self,
+        ctx: &Context<'_>,
+        unit_id: Uuid,
+        to: WorkState,
+        evidence_url: Option<String>,
+        idempotency_key: Option<String>,
+    ) -> Result<WorkUnit> {
+        Ok(WorkUnit(ledger(ctx).transition(principal(ctx)?, unit_id, to, evidence_url, idempotency_key).await?))
+    }
+
+    /// IN_PROGRESS -> BLOCKED with a question (at most 8000 characters) for the triage service.
+    async fn block(
+        &self,
+        ctx: &Context<'_>,
+        unit_id: Uuid,
+        question: String,
+        assignee_group: Option<String>,
+        idempotency_key: Option<String>,
+    ) -> Result<WorkUnit> {
+        Ok(WorkUnit(ledger(ctx).block(principal(ctx)?, unit_id, question, assignee_group, idempotency_key).await?))
+    }
+
+    /// Answers a blocked unit's question: back to IN_PROGRESS for its holder, or READY when it was released.
+    async fn unblock(
+        &self,
+        ctx: &Context<'_>,
+        unit_id: Uuid,
+        answer: String,
+        idempotency_key: Option<String>,
+    ) -> Result<WorkUnit> {
+        Ok(WorkUnit(ledger(ctx).unblock(principal(ctx)?, unit_id, answer, idempotency_key).await?))
+    }
+
+    /// Gives the unit up: the attempt ends (ABANDONED, or FAILED when asked) and the unit is READY again;
+    /// a BLOCKED unit stays blocked until its question is answered.
+    async fn release(
+        &self,
+        ctx: &Context<'_>,
+        unit_id: Uuid,
+        reason: Option<String>,
+        outcome: Option<AttemptOutcome>,
+        idempotency_key: Option<String>,
+    ) -> Result<WorkUnit> {
+        let input = Release { unit_id, reason, outcome };
+        Ok(WorkUnit(ledger(ctx).release(principal(ctx)?, input, idempotency_key).await?))
+    }
+
+    /// Adds `cents` (0..1,000,000,000) to an attempt and its unit; a replayed key counts once.
+    /// Allowed at any time to the attempt's agent or an operator: bills arrive late.
+    async fn record_cost(
+        &self,
+        ctx: &Context<'_>,
+        attempt_id: Uuid,
+        cents: i64,
+        idempotency_key: String,
+    ) -> Result<WorkUnit> {
+        Ok(WorkUnit(ledger(ctx).record_cost(principal(ctx)?, attempt_id, cents, idempotency_key).await?))
+    }
+
+    /// Sets the permanent disposition: MIGRATED from VERIFIED (DONE); DROPPED, DEFERRED or DEAD
+    /// (ABANDONED) from IN_PROGRESS or BLOCKED by the holder, from any non-terminal state by an operator.
+    async fn dispose(
+        &self,
+        ctx: &Context<'_>,
+        unit_id: Uuid,
+        disposition: Disposition,
+        evidence_url: Option<String>,
+        reason: Option<String>,
+        idempotency_key: Option<String>,
+    ) -> Result<WorkUnit> {
+        let input = Dispose { unit_id, disposition, evidence_url, reason };
+        Ok(WorkUnit(ledger(ctx).dispose(principal(ctx)?, input, idempotency_key).await?))
+    }
+}

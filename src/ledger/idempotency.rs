@@ -1,0 +1,36 @@
+//! Idempotency keys (SPEC §3). The key lives on the event the write appended
+//! (`source_event_id`, unique per fleet) with a fingerprint of the operation
+//! and its arguments. A replay with the same fingerprint returns the current
+//! unit and writes nothing; another fingerprint is IDEMPOTENCY_KEY_REUSED.
+
+use sea_orm::DatabaseTransaction;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use super::LedgerError;
+use crate::db::writes;
+
+/// SHA-256 over the operation name and its canonical JSON arguments.
+pub fn fingerprint(operation: &str, args: &Value) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(operation.as_bytes());
+    hasher.update([0]);
+    hasher.update(args.to_string().as_bytes());
+    hex::encode(hasher.finalize())
+}
+
+/// The unit of an earlier write with this key, or None when the key is new.
+pub async fn replayed(
+    tx: &DatabaseTransaction,
+    fleet: &str,
+    key: Option<&str>,
+    hash: &str,
+) -> Result<Option<Uuid>, LedgerError> {
+    let Some(key) = key else { return Ok(None) };
+    match writes::find_key(tx, fleet, key).await? {
+        None => Ok(None),
+        Some((unit, recorded)) if recorded == hash => Ok(Some(unit)),
+        Some(_) => Err(LedgerError::IdempotencyKeyReused { key: key.to_owned() }),
+    }
+}
