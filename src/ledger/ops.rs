@@ -34,14 +34,15 @@ impl WriteCtx {
 
 enum Outcome<T> {
     /// The idempotency key was seen before: the unit as it is now.
-    Replayed(UnitModel),
+    Replayed(Box<UnitModel>),
     Done(T),
 }
 
 impl Outcome<UnitModel> {
     fn unit(self) -> UnitModel {
         match self {
-            Self::Replayed(unit) | Self::Done(unit) => unit,
+            Self::Replayed(unit) => *unit,
+            Self::Done(unit) => unit,
         }
     }
 }
@@ -92,7 +93,7 @@ impl Ledger {
                         let unit = units::by_id(tx, unit)
                             .await?
                             .ok_or_else(|| LedgerError::internal("replayed unit vanished"))?;
-                        return Ok(Outcome::Replayed(unit));
+                        return Ok(Outcome::Replayed(Box::new(unit)));
                     }
                     Ok(Outcome::Done(op(tx, &ctx).await?))
                 })
@@ -137,7 +138,7 @@ impl Ledger {
             })
             .await?;
         Ok(match outcome {
-            Outcome::Replayed(unit) => Some(unit),
+            Outcome::Replayed(unit) => Some(*unit),
             Outcome::Done(unit) => unit,
         })
     }

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 use serde_json::{Value, json};
 use work_ledger::auth::{self, Role};
+
 use work_ledger::db;
 use work_ledger::embedded_pg::EmbeddedPostgres;
 use work_ledger::http::Application;
@@ -293,5 +294,129 @@ impl TestApp {
         let result = tx.execute_unprepared(sql).await.map(|r| r.rows_affected()).map_err(|e| e.to_string());
         tx.rollback().await.expect("rollback");
         result
+    }
+}
+
+/// The fields every write-path test reads back.
+pub const UNIT: &str = "id externalRef state claimedBy currentAttemptId attemptCount costCents leaseExpiresAt \
+    disposition evidenceUrls legalActions openQuestion { id status question answer }";
+
+/// A typed client for one token: one method per mutation of SPEC §4.
+#[derive(Clone)]
+pub struct Agent<'a> {
+    pub app: &'a TestApp,
+    pub token: String,
+}
+
+impl<'a> Agent<'a> {
+    pub async fn new(app: &'a TestApp, fleet: &str, name: &str, role: Role) -> Agent<'a> {
+        Agent { app, token: app.token(fleet, name, role).await }
+    }
+
+    pub async fn run(&self, query: &str, variables: Value) -> Gql {
+        self.app.gql(&self.token, query, variables).await
+    }
+
+    pub async fn claim_next(&self, vars: Value) -> Gql {
+        let q = format!(
+            "mutation($domain: String, $lease: Int, $key: String) {{ r: claimNext(domain: $domain, leaseSeconds: $lease, idempotencyKey: $key) {{ {UNIT} }} }}"
+        );
+        self.run(&q, vars).await
+    }
+
+    pub async fn claim_unit(&self, id: &str, vars: Value) -> Gql {
+        let q = format!(
+            "mutation($id: UUID!, $lease: Int, $key: String) {{ r: claimUnit(id: $id, leaseSeconds: $lease, idempotencyKey: $key) {{ {UNIT} }} }}"
+        );
+        self.run(&q, merge(json!({ "id": id }), vars)).await
+    }
+
+    pub async fn heartbeat(&self, attempt: &str, vars: Value) -> Gql {
+        let q = format!(
+            "mutation($a: UUID!, $lease: Int) {{ r: heartbeat(attemptId: $a, leaseSeconds: $lease) {{ {UNIT} }} }}"
+        );
+        self.run(&q, merge(json!({ "a": attempt }), vars)).await
+    }
+
+    pub async fn transition(&self, unit: &str, to: &str, vars: Value) -> Gql {
+        let q = format!(
+            "mutation($u: UUID!, $to: WorkState!, $evidence: String, $key: String) {{ r: transition(unitId: $u, to: $to, evidenceUrl: $evidence, idempotencyKey: $key) {{ {UNIT} }} }}"
+        );
+        self.run(&q, merge(json!({ "u": unit, "to": to }), vars)).await
+    }
+
+    pub async fn block(&self, unit: &str, question: &str, vars: Value) -> Gql {
+        let q = format!(
+            "mutation($u: UUID!, $q: String!, $group: String, $key: String) {{ r: block(unitId: $u, question: $q, assigneeGroup: $group, idempotencyKey: $key) {{ {UNIT} }} }}"
+        );
+        self.run(&q, merge(json!({ "u": unit, "q": question }), vars)).await
+    }
+
+    pub async fn unblock(&self, unit: &str, answer: &str, vars: Value) -> Gql {
+        let q = format!(
+            "mutation($u: UUID!, $a: String!, $key: String) {{ r: unblock(unitId: $u, answer: $a, idempotencyKey: $key) {{ {UNIT} }} }}"
+        );
+        self.run(&q, merge(json!({ "u": unit, "a": answer }), vars)).await
+    }
+
+    pub async fn release(&self, unit: &str, vars: Value) -> Gql {
+        let q = format!(
+            "mutation($u: UUID!, $reason: String, $outcome: AttemptOutcome, $key: String) {{ r: release(unitId: $u, reason: $reason, outcome: $outcome, idempotencyKey: $key) {{ {UNIT} }} }}"
+        );
+        self.run(&q, merge(json!({ "u": unit }), vars)).await
+    }
+
+    pub async fn record_cost(&self, attempt: &str, cents: i64, key: &str) -> Gql {
+        let q = format!(
+            "mutation($a: UUID!, $c: Int!, $key: String!) {{ r: recordCost(attemptId: $a, cents: $c, idempotencyKey: $key) {{ {UNIT} }} }}"
+        );
+        self.run(&q, json!({ "a": attempt, "c": cents, "key": key })).await
+    }
+
+    pub async fn dispose(&self, unit: &str, disposition: &str, vars: Value) -> Gql {
+        let q = format!(
+            "mutation($u: UUID!, $d: Disposition!, $evidence: String, $reason: String, $key: String) {{ r: dispose(unitId: $u, disposition: $d, evidenceUrl: $evidence, reason: $reason, idempotencyKey: $key) {{ {UNIT} }} }}"
+        );
+        self.run(&q, merge(json!({ "u": unit, "d": disposition }), vars)).await
+    }
+}
+
+fn merge(mut base: Value, extra: Value) -> Value {
+    if let (Some(base), Value::Object(extra)) = (base.as_object_mut(), extra) {
+        base.extend(extra);
+    }
+    base
+}
+
+impl Gql {
+    /// The unit a mutation returned (aliased `r`).
+    pub fn unit(&self) -> &Value {
+        &self.data()["r"]
+    }
+
+    pub fn str(&self, field: &str) -> String {
+        self.unit()[field].as_str().unwrap_or_else(|| panic!("no {field} in {:#}", self.body)).to_owned()
+    }
+}
+
+impl TestApp {
+    /// Makes time pass for one unit: its lease ran out a second ago.
+    pub async fn expire_lease(&self, unit: &str) {
+        self.sql(&format!("UPDATE work_units SET lease_expires_at = now() - interval '1 second' WHERE id = '{unit}'"))
+            .await;
+    }
+
+    pub async fn event_count(&self) -> i64 {
+        self.sql_i64("SELECT count(*) FROM work_unit_events").await
+    }
+
+    pub async fn events_of(&self, unit: &str) -> Vec<String> {
+        self.sql_json(&format!(
+            "SELECT event_type::text AS t FROM work_unit_events WHERE unit_id = '{unit}' ORDER BY seq"
+        ))
+        .await
+        .into_iter()
+        .map(|row| row["t"].as_str().unwrap_or_default().to_owned())
+        .collect()
     }
 }

@@ -3,9 +3,14 @@
 mod helpers;
 
 mod auth;
+mod claims;
 mod embedded;
+mod idempotency;
 mod invariants;
 mod isolation;
+mod lease;
+mod lifecycle;
 mod limits;
 mod register;
 mod schema;
+mod write_limits;

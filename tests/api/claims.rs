@@ -1,0 +1,124 @@
+//! Atomic claims at 64-way concurrency, asserted on what the database recorded.
+
+use std::collections::HashSet;
+
+use futures::future::join_all;
+use serde_json::json;
+use work_ledger::auth::Role;
+
+use crate::helpers::{Agent, TestApp, spawn_app};
+
+async fn agents(app: &TestApp, n: usize) -> Vec<Agent<'_>> {
+    let mut agents = Vec::with_capacity(n);
+    for i in 0..n {
+        agents.push(Agent::new(app, "f", &format!("agent-{i:02}"), Role::Agent).await);
+    }
+    agents
+}
+
+#[tokio::test]
+async fn sixty_four_agents_one_ready_unit_exactly_one_claim() {
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    app.register(&op, &["only"]).await;
+    let agents = agents(&app, 64).await;
+
+    let results = join_all(agents.iter().map(|a| a.claim_next(json!({})))).await;
+    let winners: Vec<_> = results.iter().filter(|r| !r.unit().is_null()).collect();
+    assert_eq!(winners.len(), 1, "exactly one claim");
+    assert_eq!(results.iter().filter(|r| r.unit().is_null()).count(), 63);
+
+    let claimed = app.sql_json("SELECT agent_id FROM work_unit_events WHERE event_type = 'claimed'").await;
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0]["agent_id"], winners[0].unit()["claimedBy"]);
+    assert_eq!(app.sql_i64("SELECT count(*) FROM work_unit_attempts").await, 1);
+}
+
+#[tokio::test]
+async fn sixty_four_agents_twenty_units_twenty_distinct_claims() {
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    let refs: Vec<String> = (0..20).map(|i| format!("u{i:02}")).collect();
+    app.register(&op, &refs.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let agents = agents(&app, 64).await;
+
+    let results = join_all(agents.iter().map(|a| a.claim_next(json!({})))).await;
+    let claimed: Vec<String> = results.iter().filter(|r| !r.unit().is_null()).map(|r| r.str("id")).collect();
+    assert_eq!(claimed.len(), 20);
+    assert_eq!(claimed.iter().collect::<HashSet<_>>().len(), 20, "no unit claimed twice");
+
+    let rows = app
+        .sql_json("SELECT unit_id, count(*) AS n, count(DISTINCT agent_id) AS agents FROM work_unit_events WHERE event_type = 'claimed' GROUP BY unit_id")
+        .await;
+    assert_eq!(rows.len(), 20);
+    assert!(rows.iter().all(|r| r["n"] == 1 && r["agents"] == 1), "{rows:?}");
+    assert_eq!(app.sql_i64("SELECT count(DISTINCT claimed_by) FROM work_units WHERE state = 'claimed'").await, 20);
+}
+
+#[tokio::test]
+async fn sixty_four_agents_claim_unit_one_success() {
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    let id = app.register(&op, &["contested"]).await[0]["id"].as_str().expect("id").to_owned();
+    let agents = agents(&app, 64).await;
+
+    let results = join_all(agents.iter().map(|a| a.claim_unit(&id, json!({})))).await;
+    let ok: Vec<_> = results.iter().filter(|r| r.body.get("errors").is_none()).collect();
+    assert_eq!(ok.len(), 1);
+    let holder = ok[0].str("claimedBy");
+    let refused: Vec<_> = results.iter().filter(|r| r.body.get("errors").is_some()).collect();
+    assert_eq!(refused.len(), 63);
+    for r in refused {
+        r.assert_code("UNIT_ALREADY_CLAIMED");
+        assert!(r.message().contains(&holder), "names the holder: {}", r.message());
+        assert!(r.message().contains("claimNext"), "names the next step: {}", r.message());
+        assert_eq!(r.body["errors"][0]["extensions"]["holder"], holder.as_str());
+    }
+    assert_eq!(app.sql_i64("SELECT count(*) FROM work_unit_events WHERE event_type = 'claimed'").await, 1);
+}
+
+#[tokio::test]
+async fn an_agent_holds_one_unit_claim_next_returns_it_and_claim_unit_is_busy() {
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    let units = app.register(&op, &["a", "b"]).await;
+    let agent = Agent::new(&app, "f", "agent-1", Role::Agent).await;
+
+    let first = agent.claim_next(json!({ "lease": 60 })).await;
+    let held = first.str("id");
+    let again = agent.claim_next(json!({ "lease": 600 })).await;
+    assert_eq!(again.str("id"), held, "the same unit, never a second");
+    assert!(again.str("leaseExpiresAt") > first.str("leaseExpiresAt"), "lease renewed");
+    assert_eq!(again.unit()["attemptCount"], 1);
+
+    let other = units.iter().map(|u| u["id"].as_str().expect("id")).find(|id| *id != held).expect("other");
+    let busy = agent.claim_unit(other, json!({})).await;
+    busy.assert_code("AGENT_BUSY");
+    assert!(busy.message().contains(&held) && busy.message().contains("release"), "{}", busy.message());
+    assert_eq!(app.events_of(other).await, vec!["registered"]);
+    assert_eq!(app.events_of(&held).await, vec!["registered", "claimed", "heartbeat"]);
+
+    // Two claimNext at once by one agent still yield one unit.
+    let twin = Agent::new(&app, "f", "agent-2", Role::Agent).await;
+    let both = join_all([twin.claim_next(json!({})), twin.claim_next(json!({}))]).await;
+    let ids: HashSet<String> = both.iter().map(|r| r.str("id")).collect();
+    assert_eq!(ids.len(), 1, "{both:?}");
+    assert_eq!(app.sql_i64("SELECT count(*) FROM work_units WHERE claimed_by = 'agent-2'").await, 1);
+}
+
+#[tokio::test]
+async fn claim_next_filters_by_domain_and_takes_the_oldest() {
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    let units = json!([{ "externalRef": "p1", "domain": "payroll" }, { "externalRef": "c1", "domain": "cobol" }, { "externalRef": "c2", "domain": "cobol" }]);
+    app.gql(&op, "mutation($u: [RegisterUnitInput!]!) { registerUnits(units: $u) { id } }", json!({ "u": units }))
+        .await
+        .data();
+    let a = Agent::new(&app, "f", "a", Role::Agent).await;
+    assert_eq!(a.claim_next(json!({ "domain": "cobol" })).await.str("externalRef"), "c1");
+    let b = Agent::new(&app, "f", "b", Role::Agent).await;
+    assert_eq!(b.claim_next(json!({ "domain": "cobol" })).await.str("externalRef"), "c2");
+    let c = Agent::new(&app, "f", "c", Role::Agent).await;
+    assert!(c.claim_next(json!({ "domain": "cobol" })).await.unit().is_null());
+    assert_eq!(c.claim_next(json!({})).await.str("externalRef"), "p1");
+}

@@ -1,0 +1,100 @@
+//! Idempotency keys: a replay writes nothing and returns the current unit; a
+//! key reused for another request is IDEMPOTENCY_KEY_REUSED.
+
+use futures::future::join_all;
+use serde_json::json;
+use work_ledger::auth::Role;
+
+use crate::helpers::{Agent, spawn_app};
+
+#[tokio::test]
+async fn replaying_every_mutation_writes_no_second_event() {
+    let app = spawn_app().await;
+    let op = Agent::new(&app, "f", "op", Role::Operator).await;
+    let agent = Agent::new(&app, "f", "agent-1", Role::Agent).await;
+    app.register(&op.token, &["a", "b"]).await;
+
+    // Each step twice with the same key: the second returns the unit, writes nothing.
+    let claim = agent.claim_next(json!({ "key": "k-claim" })).await;
+    let unit = claim.str("id");
+    let attempt = claim.str("currentAttemptId");
+    let n = app.event_count().await;
+    assert_eq!(agent.claim_next(json!({ "key": "k-claim" })).await.str("id"), unit);
+    assert_eq!(app.event_count().await, n);
+
+    // Runs the step, then replays it: same unit back, no new event.
+    macro_rules! twice {
+        ($name:literal, $step:expr) => {{
+            let first = $step.await;
+            first.data();
+            let n = app.event_count().await;
+            let replay = $step.await;
+            assert_eq!(replay.unit()["id"], first.unit()["id"], $name);
+            assert_eq!(app.event_count().await, n, "{} replay wrote an event", $name);
+        }};
+    }
+    twice!("start", agent.transition(&unit, "IN_PROGRESS", json!({ "key": "k-start" })));
+    twice!("cost", agent.record_cost(&attempt, 100, "k-cost"));
+    twice!("block", agent.block(&unit, "q?", json!({ "key": "k-block" })));
+    twice!("unblock", op.unblock(&unit, "a!", json!({ "key": "k-unblock" })));
+    twice!("verify", agent.transition(&unit, "VERIFIED", json!({ "evidence": "https://ci/9", "key": "k-verify" })));
+    twice!("dispose", agent.dispose(&unit, "MIGRATED", json!({ "key": "k-dispose" })));
+    // Replays return the *current* unit: the start replayed after dispose shows DONE.
+    let late = agent.transition(&unit, "IN_PROGRESS", json!({ "key": "k-start" })).await;
+    assert_eq!(late.str("state"), "DONE");
+    assert_eq!(app.sql_i64(&format!("SELECT cost_cents FROM work_units WHERE id = '{unit}'")).await, 100);
+
+    // release and claimUnit replays.
+    let other = agent.claim_next(json!({})).await.str("id");
+    let released = agent.release(&other, json!({ "key": "k-release" })).await;
+    assert_eq!(released.str("state"), "READY");
+    let n = app.event_count().await;
+    agent.release(&other, json!({ "key": "k-release" })).await.data();
+    let claimed = agent.claim_unit(&other, json!({ "key": "k-claim-unit" })).await;
+    claimed.data();
+    assert_eq!(app.event_count().await, n + 1);
+    agent.claim_unit(&other, json!({ "key": "k-claim-unit" })).await.data();
+    assert_eq!(app.event_count().await, n + 1);
+}
+
+#[tokio::test]
+async fn a_key_reused_for_another_request_is_refused() {
+    let app = spawn_app().await;
+    let op = Agent::new(&app, "f", "op", Role::Operator).await;
+    let agent = Agent::new(&app, "f", "agent-1", Role::Agent).await;
+    app.register(&op.token, &["a"]).await;
+    let claim = agent.claim_next(json!({ "key": "shared" })).await;
+    let (unit, attempt) = (claim.str("id"), claim.str("currentAttemptId"));
+    let n = app.event_count().await;
+
+    let r = agent.transition(&unit, "IN_PROGRESS", json!({ "key": "shared" })).await;
+    r.assert_code("IDEMPOTENCY_KEY_REUSED");
+    assert!(r.message().contains("fresh key"), "{}", r.message());
+    agent.record_cost(&attempt, 5, "c").await.data();
+    agent.record_cost(&attempt, 6, "c").await.assert_code("IDEMPOTENCY_KEY_REUSED");
+    assert_eq!(app.event_count().await, n + 1);
+    assert_eq!(app.sql_i64(&format!("SELECT cost_cents FROM work_units WHERE id = '{unit}'")).await, 5);
+
+    // Keys are scoped to the fleet: another fleet may use the same key.
+    let stranger = Agent::new(&app, "g", "op", Role::Operator).await;
+    app.register(&stranger.token, &["a"]).await;
+    stranger.claim_next(json!({ "key": "shared" })).await.data();
+}
+
+#[tokio::test]
+async fn record_cost_replayed_ten_times_concurrently_counts_once() {
+    let app = spawn_app().await;
+    let op = Agent::new(&app, "f", "op", Role::Operator).await;
+    let agent = Agent::new(&app, "f", "agent-1", Role::Agent).await;
+    app.register(&op.token, &["billed"]).await;
+    let claim = agent.claim_next(json!({})).await;
+    let (unit, attempt) = (claim.str("id"), claim.str("currentAttemptId"));
+
+    let results = join_all((0..10).map(|_| agent.record_cost(&attempt, 4200, "invoice-77"))).await;
+    for r in &results {
+        assert_eq!(r.unit()["costCents"], 4200, "{:#}", r.body);
+    }
+    assert_eq!(app.sql_i64(&format!("SELECT cost_cents FROM work_units WHERE id = '{unit}'")).await, 4200);
+    assert_eq!(app.sql_i64(&format!("SELECT cost_cents FROM work_unit_attempts WHERE id = '{attempt}'")).await, 4200);
+    assert_eq!(app.sql_i64("SELECT count(*) FROM work_unit_events WHERE event_type = 'cost_recorded'").await, 1);
+}
