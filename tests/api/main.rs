@@ -13,4 +13,5 @@ mod lifecycle;
 mod limits;
 mod register;
 mod schema;
+mod soak;
 mod write_limits;
