@@ -72,7 +72,7 @@ async fn run_agent(app: &TestApp, index: usize, triage: &Agent<'_>, tally: &Tall
         }
         agent.transition(&id, "IN_PROGRESS", json!({})).await.data();
         tally.add("transitioned");
-        if r % 7 == 0 {
+        if r.is_multiple_of(7) {
             agent.heartbeat(&attempt, json!({ "lease": 600 })).await.data();
             tally.add("heartbeat");
         }
