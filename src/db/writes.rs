@@ -3,7 +3,7 @@
 //! unit to explain why. Each statement changes state and appends its
 //! event(s); the events trigger issues `pg_notify` in the same transaction.
 
-use sea_orm::{ConnectionTrait, DatabaseTransaction, DbErr, EntityTrait, Value};
+use sea_orm::{ConnectionTrait, DbErr, EntityTrait, Value};
 use uuid::Uuid;
 
 use super::entities::work_unit;
@@ -28,7 +28,7 @@ impl Writer<'_> {
     }
 }
 
-async fn one_unit(tx: &DatabaseTransaction, sql: &str, values: Vec<Value>) -> Result<Option<work_unit::Model>, DbErr> {
+async fn one_unit(tx: &impl ConnectionTrait, sql: &str, values: Vec<Value>) -> Result<Option<work_unit::Model>, DbErr> {
     work_unit::Entity::find().from_raw_sql(stmt(sql, values)).one(tx).await
 }
 
@@ -81,7 +81,7 @@ fn claim_sql(pick: &str) -> String {
 /// one-time filter), so it never locks a row it will not take; neither runs
 /// when the agent already holds a unit.
 pub async fn claim_next(
-    tx: &DatabaseTransaction,
+    tx: &impl ConnectionTrait,
     w: &Writer<'_>,
     lease_seconds: i32,
     domain: Option<&str>,
@@ -106,7 +106,7 @@ pub async fn claim_next(
 /// concurrent claimant waits for the lock, re-checks the condition, and
 /// finds the unit taken.
 pub async fn claim_unit(
-    tx: &DatabaseTransaction,
+    tx: &impl ConnectionTrait,
     w: &Writer<'_>,
     lease_seconds: i32,
     unit_id: Uuid,
@@ -126,7 +126,7 @@ pub async fn claim_unit(
 /// superseded holder changes nothing. A lease that ran out may still be
 /// extended as long as nobody reclaimed the unit.
 pub async fn heartbeat(
-    tx: &DatabaseTransaction,
+    tx: &impl ConnectionTrait,
     w: &Writer<'_>,
     lease_seconds: i32,
     attempt_id: Option<Uuid>,
@@ -151,7 +151,7 @@ pub async fn heartbeat(
 }
 
 /// The live unit the agent holds, if any (CLAIMED, IN_PROGRESS or BLOCKED).
-pub async fn held_by(tx: &DatabaseTransaction, fleet: &str, agent: &str) -> Result<Option<work_unit::Model>, DbErr> {
+pub async fn held_by(tx: &impl ConnectionTrait, fleet: &str, agent: &str) -> Result<Option<work_unit::Model>, DbErr> {
     let sql = format!(
         "SELECT {UNIT_COLUMNS} FROM work_units u
           WHERE u.fleet = $1 AND u.claimed_by = $2 AND u.state IN ('claimed', 'in_progress', 'blocked')"
@@ -160,7 +160,11 @@ pub async fn held_by(tx: &DatabaseTransaction, fleet: &str, agent: &str) -> Resu
 }
 
 /// CLAIMED -> IN_PROGRESS by the holder.
-pub async fn start(tx: &DatabaseTransaction, w: &Writer<'_>, unit_id: Uuid) -> Result<Option<work_unit::Model>, DbErr> {
+pub async fn start(
+    tx: &impl ConnectionTrait,
+    w: &Writer<'_>,
+    unit_id: Uuid,
+) -> Result<Option<work_unit::Model>, DbErr> {
     let sql = format!(
         "WITH u AS (
              UPDATE work_units SET state = 'in_progress'
@@ -180,7 +184,7 @@ pub async fn start(tx: &DatabaseTransaction, w: &Writer<'_>, unit_id: Uuid) -> R
 /// with its evidence and clears the lease (done work cannot be reclaimed);
 /// the holder stays recorded until dispose.
 pub async fn verify(
-    tx: &DatabaseTransaction,
+    tx: &impl ConnectionTrait,
     w: &Writer<'_>,
     unit_id: Uuid,
     evidence_url: &str,
@@ -209,7 +213,7 @@ pub async fn verify(
 /// IN_PROGRESS -> BLOCKED by the holder, opening a question; the lease is
 /// suspended so a blocked unit never stalls.
 pub async fn block(
-    tx: &DatabaseTransaction,
+    tx: &impl ConnectionTrait,
     w: &Writer<'_>,
     unit_id: Uuid,
     question: &str,
@@ -240,7 +244,7 @@ pub async fn block(
 /// fresh lease (`$7` seconds) when it still has its holder, to READY when the
 /// holder released it meanwhile.
 pub async fn unblock(
-    tx: &DatabaseTransaction,
+    tx: &impl ConnectionTrait,
     w: &Writer<'_>,
     unit_id: Uuid,
     answer: &str,
@@ -275,7 +279,7 @@ pub async fn unblock(
 /// attempt with `$6` (abandoned or failed); on a BLOCKED unit the attempt
 /// ends as `blocked`, the holder is cleared and the unit waits for its answer.
 pub async fn release(
-    tx: &DatabaseTransaction,
+    tx: &impl ConnectionTrait,
     w: &Writer<'_>,
     unit_id: Uuid,
     outcome: &str,
@@ -314,7 +318,7 @@ pub async fn release(
 /// the same statement). `$7` true lets an operator bill any attempt. Returns
 /// the unit id, or None when the attempt is not the caller's (or missing).
 pub async fn record_cost(
-    tx: &DatabaseTransaction,
+    tx: &impl ConnectionTrait,
     w: &Writer<'_>,
     attempt_id: Uuid,
     cents: i64,
@@ -345,7 +349,7 @@ pub async fn record_cost(
 /// cancels an open question.
 #[allow(clippy::too_many_arguments)]
 pub async fn dispose(
-    tx: &DatabaseTransaction,
+    tx: &impl ConnectionTrait,
     w: &Writer<'_>,
     unit_id: Uuid,
     disposition: &str,
@@ -404,7 +408,7 @@ pub async fn dispose(
 
 /// The unit an idempotency key was used on, and the request fingerprint
 /// recorded with it.
-pub async fn find_key(tx: &DatabaseTransaction, fleet: &str, key: &str) -> Result<Option<(Uuid, String)>, DbErr> {
+pub async fn find_key(tx: &impl ConnectionTrait, fleet: &str, key: &str) -> Result<Option<(Uuid, String)>, DbErr> {
     let row = tx
         .query_one_raw(stmt(
             "SELECT unit_id, request_hash FROM work_unit_events WHERE fleet = $1 AND source_event_id = $2",

@@ -67,11 +67,17 @@ CREATE INDEX work_units_claimable_domain_idx ON work_units (fleet, domain, creat
 -- Stale reclaim and the sweeper: live leases ordered by expiry.
 CREATE INDEX work_units_live_lease_idx ON work_units (fleet, lease_expires_at)
     WHERE state IN ('claimed', 'in_progress');
--- One live claim per agent per fleet (SPEC §3).
-CREATE UNIQUE INDEX work_units_one_live_claim_per_agent ON work_units (fleet, claimed_by)
+-- One live claim per agent per fleet (SPEC §3). claimed_by leads so that the
+-- planner never mistakes this index for a way to scan a fleet's live claims
+-- (the stale-lease search must use work_units_live_lease_idx).
+CREATE UNIQUE INDEX work_units_one_live_claim_per_agent ON work_units (claimed_by, fleet)
     WHERE state IN ('claimed', 'in_progress', 'blocked');
 -- Keyset pagination (units oldest first).
 CREATE INDEX work_units_keyset_idx ON work_units (fleet, created_at, id);
+-- A queue table: every claim moves rows out of the claimable index. Vacuum and
+-- analyze it far more often than the defaults (20% / 10% of rows changed) so
+-- dead index entries and stale statistics never pile up under load.
+ALTER TABLE work_units SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.01);
 
 CREATE TABLE work_unit_attempts (
     id           uuid            PRIMARY KEY DEFAULT gen_random_uuid(),

@@ -1,0 +1,499 @@
+//! Load generator: N concurrent agents against the real server over HTTP,
+//! and the same claim SQL straight over a pool in the same run (the ceiling).
+//!
+//!   cargo bench --bench load -- [--agents 64] [--seconds 10]
+//!
+//! Uses DATABASE_URL when set (a scratch database is created next to it),
+//! otherwise an embedded PostgreSQL in a temporary folder. Prints a Markdown
+//! report for docs/BENCHMARKS.md.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use sea_orm::{ConnectionTrait, DatabaseConnection};
+use serde_json::{Value, json};
+use work_ledger::auth::{self, Role};
+use work_ledger::db::writes::{self, Writer};
+use work_ledger::db::{self, stmt};
+use work_ledger::embedded_pg::EmbeddedPostgres;
+use work_ledger::http::Application;
+use work_ledger::ledger::Ledger;
+
+type AnyError = Box<dyn std::error::Error + Send + Sync>;
+
+struct Args {
+    agents: usize,
+    seconds: u64,
+}
+
+fn args() -> Args {
+    let mut args = Args { agents: 64, seconds: 10 };
+    let argv: Vec<String> = std::env::args().collect();
+    for pair in argv.windows(2) {
+        match pair[0].as_str() {
+            "--agents" => args.agents = pair[1].parse().unwrap_or(args.agents),
+            "--seconds" => args.seconds = pair[1].parse().unwrap_or(args.seconds),
+            _ => {}
+        }
+    }
+    args
+}
+
+/// Latencies of one operation.
+#[derive(Default, Clone)]
+struct Samples(Vec<Duration>);
+
+impl Samples {
+    fn pct(&self, p: f64) -> f64 {
+        let mut v = self.0.clone();
+        v.sort();
+        if v.is_empty() {
+            return 0.0;
+        }
+        let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+        v[i].as_secs_f64() * 1000.0
+    }
+}
+
+struct Report {
+    name: String,
+    ops: usize,
+    elapsed: Duration,
+    samples: Vec<(&'static str, Samples)>,
+}
+
+impl Report {
+    fn rate(&self) -> f64 {
+        self.ops as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+/// Runs `agents` tasks until the deadline; each returns (ops, per-op samples).
+async fn drive<F, Fut>(agents: usize, seconds: u64, name: &str, task: F) -> Report
+where
+    F: Fn(usize, Instant) -> Fut,
+    Fut: std::future::Future<Output = Vec<(&'static str, Samples)>> + Send + 'static,
+{
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(seconds);
+    let handles: Vec<_> = (0..agents).map(|i| tokio::spawn(task(i, deadline))).collect();
+    let mut merged: Vec<(&'static str, Samples)> = Vec::new();
+    for handle in handles {
+        for (op, samples) in handle.await.unwrap_or_default() {
+            match merged.iter_mut().find(|(name, _)| *name == op) {
+                Some((_, all)) => all.0.extend(samples.0),
+                None => merged.push((op, samples)),
+            }
+        }
+    }
+    let elapsed = start.elapsed();
+    let ops = merged.first().map(|(_, s)| s.0.len()).unwrap_or(0);
+    Report { name: name.to_owned(), ops, elapsed, samples: merged }
+}
+
+async fn timed<T>(samples: &mut Samples, fut: impl std::future::Future<Output = T>) -> T {
+    let t = Instant::now();
+    let out = fut.await;
+    samples.0.push(t.elapsed());
+    out
+}
+
+/// Inserts `n` READY units for `fleet` in one statement (setup, not measured).
+async fn seed_units(db: &DatabaseConnection, fleet: &str, n: usize) -> Result<(), AnyError> {
+    db.execute_raw(stmt(
+        "INSERT INTO work_units (fleet, external_ref) SELECT $1, 'unit-' || g FROM generate_series(1, $2) g",
+        [fleet.into(), (n as i64).into()],
+    ))
+    .await?;
+    Ok(())
+}
+
+/// Mints `n` agent tokens for `fleet` in one statement; returns the secrets.
+async fn seed_tokens(db: &DatabaseConnection, fleet: &str, prefix: &str, n: usize) -> Result<Vec<String>, AnyError> {
+    let (mut names, mut hashes, mut secrets) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..n {
+        let (secret, hash) = auth::new_token();
+        names.push(format!("{prefix}-{i}"));
+        hashes.push(hex::encode(hash));
+        secrets.push(secret);
+    }
+    let permissions: Vec<String> = Role::Agent.permissions().iter().map(|p| p.as_str().to_owned()).collect();
+    db.execute_raw(stmt(
+        "INSERT INTO api_tokens (fleet, name, permissions, token_hash)
+         SELECT $1, name, $3, decode(hash, 'hex') FROM unnest($2::text[], $4::text[]) AS t(name, hash)",
+        [fleet.into(), names.into(), permissions.into(), hashes.into()],
+    ))
+    .await?;
+    Ok(secrets)
+}
+
+const CLAIM: &str = "mutation { claimNext(leaseSeconds: 900) { id currentAttemptId } }";
+
+async fn gql(client: &reqwest::Client, url: &str, token: &str, query: &str, vars: Value) -> Value {
+    let resp = client.post(url).bearer_auth(token).json(&json!({ "query": query, "variables": vars })).send().await;
+    match resp {
+        Ok(resp) => resp.json().await.unwrap_or(Value::Null),
+        Err(_) => Value::Null,
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), AnyError> {
+    let args = args();
+    let (base_url, embedded) = match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => (url, None),
+        _ => {
+            let dir = tempfile::Builder::new().prefix("wl-bench-").tempdir()?.keep();
+            let pg = EmbeddedPostgres::start(&dir).await?;
+            (pg.url().to_owned(), Some(pg))
+        }
+    };
+    let mut url = url::Url::parse(&base_url)?;
+    let name = format!("wl_bench_{}", std::process::id());
+    {
+        let mut admin_url = url.clone();
+        admin_url.set_path("/postgres");
+        let admin = db::connect(admin_url.as_str(), 1).await?;
+        admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await?;
+        admin.close().await?;
+    }
+    url.set_path(&format!("/{name}"));
+    let url = url.to_string();
+    db::migrate(&url).await?;
+    let owner = db::connect(&url, (args.agents + 4) as u32).await?;
+
+    let per_agent = 1000;
+    let claims_needed = args.agents * per_agent;
+    let pool = db::connect(&url, 32).await?;
+    let app = Application::build(Ledger::new(pool), "127.0.0.1:0").await?;
+    let endpoint = format!("http://{}/graphql", app.local_addr()?);
+    tokio::spawn(app.run_until(std::future::pending()));
+    let client = reqwest::Client::builder().pool_max_idle_per_host(args.agents).build()?;
+
+    eprintln!("seeding {claims_needed} units and tokens per phase...");
+    for fleet in ["raw", "rls", "api", "life", "rawlife"] {
+        seed_units(&owner, fleet, claims_needed).await?;
+    }
+    let api_tokens = Arc::new(seed_tokens(&owner, "api", "agent", claims_needed).await?);
+    let life_tokens = Arc::new(seed_tokens(&owner, "life", "agent", args.agents).await?);
+    owner.execute_unprepared("VACUUM ANALYZE").await?;
+
+    // Phase 1: the ceiling: the claim CTE as one autocommit statement, as the owner (no RLS, no role switch).
+    eprintln!("raw SQL claim...");
+    let raw = {
+        let owner = owner.clone();
+        drive(args.agents, args.seconds, "raw SQL claim (autocommit, owner)", move |i, deadline| {
+            let owner = owner.clone();
+            async move {
+                let mut s = Samples::default();
+                let mut n = 0;
+                while Instant::now() < deadline && n < per_agent {
+                    let agent = format!("raw-{i}-{n}");
+                    let w = Writer { fleet: "raw", agent: &agent, key: None, hash: "" };
+                    let claimed =
+                        timed(&mut s, async { writes::claim_next(&owner, &w, 900, None).await.ok().flatten() }).await;
+                    if claimed.is_none() {
+                        break;
+                    }
+                    n += 1;
+                }
+                vec![("claim", s)]
+            }
+        })
+        .await
+    };
+
+    // Phase 2: the same statement in the service's transaction shape: role + fleet setting, RLS on.
+    eprintln!("raw SQL claim under RLS...");
+    let rls = {
+        let owner = owner.clone();
+        drive(args.agents, args.seconds, "raw SQL claim (transaction, app role + RLS)", move |i, deadline| {
+            let owner = owner.clone();
+            async move {
+                let mut s = Samples::default();
+                let mut n = 0;
+                while Instant::now() < deadline && n < per_agent {
+                    let agent = format!("rls-{i}-{n}");
+                    let claimed = timed(&mut s, async {
+                        let agent = agent.clone();
+                        db::in_fleet(&owner, "rls", move |tx| {
+                            Box::pin(async move {
+                                let w = Writer { fleet: "rls", agent: &agent, key: None, hash: "" };
+                                Ok(writes::claim_next(tx, &w, 900, None).await?)
+                            })
+                        })
+                        .await
+                        .ok()
+                        .flatten()
+                    })
+                    .await;
+                    if claimed.is_none() {
+                        break;
+                    }
+                    n += 1;
+                }
+                vec![("claim", s)]
+            }
+        })
+        .await
+    };
+
+    // Phase 3: claimNext through the server: HTTP, auth, GraphQL, RLS. A fresh
+    // agent (token) per claim, so every call is a new claim.
+    eprintln!("claimNext over HTTP...");
+    let next_token = Arc::new(AtomicUsize::new(0));
+    let api = {
+        let (client, endpoint) = (client.clone(), endpoint.clone());
+        drive(args.agents, args.seconds, "claimNext over HTTP", move |_, deadline| {
+            let (client, endpoint, tokens, next) =
+                (client.clone(), endpoint.clone(), api_tokens.clone(), next_token.clone());
+            async move {
+                let mut s = Samples::default();
+                while Instant::now() < deadline {
+                    let Some(token) = tokens.get(next.fetch_add(1, Ordering::SeqCst)) else { break };
+                    let resp = timed(&mut s, gql(&client, &endpoint, token, CLAIM, json!({}))).await;
+                    if resp["data"]["claimNext"].is_null() {
+                        eprintln!("claimNext failed: {resp}");
+                        break;
+                    }
+                }
+                vec![("claim", s)]
+            }
+        })
+        .await
+    };
+
+    // Phase 3b: the same 64 agents below saturation: each claims at a fixed
+    // pace so that the offered load is half of what phase 3 sustained.
+    eprintln!("paced claimNext over HTTP...");
+    let paced_tokens = Arc::new(seed_tokens(&owner, "paced", "agent", claims_needed).await?);
+    seed_units(&owner, "paced", claims_needed).await?;
+    let offered = (api.rate() / 2.0).max(1.0);
+    let interval = Duration::from_secs_f64(args.agents as f64 / offered);
+    let next_paced = Arc::new(AtomicUsize::new(0));
+    let paced = {
+        let (client, endpoint) = (client.clone(), endpoint.clone());
+        drive(
+            args.agents,
+            args.seconds,
+            &format!("claimNext over HTTP, paced at {offered:.0}/s"),
+            move |i, deadline| {
+                let (client, endpoint, tokens, next) =
+                    (client.clone(), endpoint.clone(), paced_tokens.clone(), next_paced.clone());
+                async move {
+                    let mut s = Samples::default();
+                    // Spread the agents' first calls over one interval.
+                    tokio::time::sleep(interval.mul_f64(i as f64 / 64.0)).await;
+                    let mut tick = tokio::time::interval(interval);
+                    while Instant::now() < deadline {
+                        tick.tick().await;
+                        let Some(token) = tokens.get(next.fetch_add(1, Ordering::SeqCst)) else { break };
+                        let resp = timed(&mut s, gql(&client, &endpoint, token, CLAIM, json!({}))).await;
+                        if resp["data"]["claimNext"].is_null() {
+                            break;
+                        }
+                    }
+                    vec![("claim", s)]
+                }
+            },
+        )
+        .await
+    };
+
+    // Phase 4: full lifecycles over HTTP: claim, start, cost, verify, dispose.
+    eprintln!("lifecycles over HTTP...");
+    let life = {
+        let (client, endpoint) = (client.clone(), endpoint.clone());
+        drive(args.agents, args.seconds, "lifecycle over HTTP", move |i, deadline| {
+            let (client, endpoint, token) = (client.clone(), endpoint.clone(), life_tokens[i].clone());
+            async move {
+                let mut ops: Vec<(&'static str, Samples)> = ["lifecycle", "claimNext", "transition", "recordCost", "dispose"]
+                    .into_iter()
+                    .map(|n| (n, Samples::default()))
+                    .collect();
+                let mut n = 0;
+                while Instant::now() < deadline {
+                    let start = Instant::now();
+                    let claim = timed(&mut ops[1].1, gql(&client, &endpoint, &token, CLAIM, json!({}))).await;
+                    let (Some(unit), Some(attempt)) =
+                        (claim["data"]["claimNext"]["id"].as_str(), claim["data"]["claimNext"]["currentAttemptId"].as_str())
+                    else {
+                        break;
+                    };
+                    let (unit, attempt) = (unit.to_owned(), attempt.to_owned());
+                    let t = "mutation($u: UUID!, $to: WorkState!, $e: String) { transition(unitId: $u, to: $to, evidenceUrl: $e) { state } }";
+                    timed(&mut ops[2].1, gql(&client, &endpoint, &token, t, json!({ "u": unit, "to": "IN_PROGRESS" }))).await;
+                    let c = "mutation($a: UUID!, $k: String!) { recordCost(attemptId: $a, cents: 250, idempotencyKey: $k) { costCents } }";
+                    timed(&mut ops[3].1, gql(&client, &endpoint, &token, c, json!({ "a": attempt, "k": format!("bill-{i}-{n}") }))).await;
+                    let v = json!({ "u": unit, "to": "VERIFIED", "e": format!("https://ci.example/run/{i}/{n}") });
+                    timed(&mut ops[2].1, gql(&client, &endpoint, &token, t, v)).await;
+                    let d = "mutation($u: UUID!) { dispose(unitId: $u, disposition: MIGRATED) { state } }";
+                    let done = timed(&mut ops[4].1, gql(&client, &endpoint, &token, d, json!({ "u": unit }))).await;
+                    if done["data"]["dispose"]["state"] != "DONE" {
+                        eprintln!("lifecycle failed: {done}");
+                        break;
+                    }
+                    ops[0].1.0.push(start.elapsed());
+                    n += 1;
+                }
+                ops
+            }
+        })
+        .await
+    };
+
+    // Phase 5: the same lifecycle as raw SQL in the service's transaction shape.
+    eprintln!("lifecycles as raw SQL...");
+    let rawlife = {
+        let owner = owner.clone();
+        drive(args.agents, args.seconds, "lifecycle as raw SQL (app role + RLS)", move |i, deadline| {
+            let owner = owner.clone();
+            async move {
+                let mut s = Samples::default();
+                let agent = format!("rawlife-{i}");
+                let mut n = 0;
+                while Instant::now() < deadline {
+                    let ok = timed(&mut s, raw_lifecycle(&owner, &agent, n)).await;
+                    if !ok {
+                        break;
+                    }
+                    n += 1;
+                }
+                vec![("lifecycle", s)]
+            }
+        })
+        .await
+    };
+
+    let events = owner.query_one_raw(stmt("SELECT count(*) AS n FROM work_unit_events", [])).await?;
+    let events: i64 = events.map(|r| r.try_get("", "n")).transpose()?.unwrap_or(0);
+    print_report(&args, &[&raw, &rls, &api, &life, &rawlife, &paced], events, &owner).await?;
+
+    owner.close().await?;
+    if let Some(pg) = embedded {
+        pg.stop().await;
+    }
+    Ok(())
+}
+
+async fn raw_lifecycle(db: &DatabaseConnection, agent: &str, n: usize) -> bool {
+    let step = |sql: &'static str, key: Option<String>| {
+        let agent = agent.to_owned();
+        async move {
+            db::in_fleet(db, "rawlife", move |tx| {
+                Box::pin(async move {
+                    let w = Writer { fleet: "rawlife", agent: &agent, key: key.as_deref(), hash: "h" };
+                    let unit = match sql {
+                        "claim" => writes::claim_next(tx, &w, 900, None).await?,
+                        _ => writes::held_by(tx, "rawlife", &agent).await?,
+                    };
+                    Ok(unit)
+                })
+            })
+            .await
+            .ok()
+            .flatten()
+        }
+    };
+    let Some(unit) = step("claim", None).await else { return false };
+    let agent_owned = agent.to_owned();
+    let result = db::in_fleet(db, "rawlife", move |tx| {
+        Box::pin(async move {
+            let w = Writer { fleet: "rawlife", agent: &agent_owned, key: None, hash: "h" };
+            writes::start(tx, &w, unit.id).await?;
+            Ok(unit)
+        })
+    })
+    .await;
+    let Ok(unit) = result else { return false };
+    let (agent_owned, key) = (agent.to_owned(), format!("bill-{agent}-{n}"));
+    let attempt = unit.current_attempt_id.unwrap_or_default();
+    let cost = db::in_fleet(db, "rawlife", move |tx| {
+        Box::pin(async move {
+            let w = Writer { fleet: "rawlife", agent: &agent_owned, key: Some(&key), hash: "h" };
+            Ok(writes::record_cost(tx, &w, attempt, 250, false).await?)
+        })
+    })
+    .await;
+    if cost.is_err() {
+        return false;
+    }
+    let agent_owned = agent.to_owned();
+    let verified = db::in_fleet(db, "rawlife", move |tx| {
+        Box::pin(async move {
+            let w = Writer { fleet: "rawlife", agent: &agent_owned, key: None, hash: "h" };
+            Ok(writes::verify(tx, &w, unit.id, "https://ci.example/raw").await?)
+        })
+    })
+    .await;
+    if !matches!(verified, Ok(Some(_))) {
+        return false;
+    }
+    let agent_owned = agent.to_owned();
+    let disposed = db::in_fleet(db, "rawlife", move |tx| {
+        Box::pin(async move {
+            let w = Writer { fleet: "rawlife", agent: &agent_owned, key: None, hash: "h" };
+            Ok(writes::dispose(tx, &w, unit.id, "MIGRATED", "done", None, None, vec!["verified".into()], vec![])
+                .await?)
+        })
+    })
+    .await;
+    matches!(disposed, Ok(Some(_)))
+}
+
+async fn print_report(args: &Args, reports: &[&Report], events: i64, db: &DatabaseConnection) -> Result<(), AnyError> {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| s.lines().next().map(|l| l.split_whitespace().nth(1).unwrap_or("0").to_owned()))
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map(|kb| kb / 1024 / 1024)
+        .unwrap_or(0);
+    let version = db.query_one_raw(stmt("SELECT version() AS v", [])).await?;
+    let version: String = version.map(|r| r.try_get("", "v")).transpose()?.unwrap_or_default();
+    let settings = db
+        .query_one_raw(stmt(
+            "SELECT current_setting('fsync') AS fsync, current_setting('synchronous_commit') AS sc, current_setting('shared_buffers') AS sb",
+            [],
+        ))
+        .await?;
+    let (fsync, sc, sb): (String, String, String) = match settings {
+        Some(r) => (r.try_get("", "fsync")?, r.try_get("", "sc")?, r.try_get("", "sb")?),
+        None => Default::default(),
+    };
+    println!("Machine: {cores} cores ({cpu}), {mem} GiB RAM; {}", version.split(" on ").next().unwrap_or(&version));
+    println!(
+        "PostgreSQL: fsync={fsync}, synchronous_commit={sc}, shared_buffers={sb}; agents={}, {} s per phase",
+        args.agents, args.seconds
+    );
+    println!();
+    println!("| phase | ops | ops/s | p50 ms | p95 ms | p99 ms |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
+    for r in reports {
+        for (op, s) in &r.samples {
+            let rate = s.0.len() as f64 / r.elapsed.as_secs_f64();
+            println!(
+                "| {} / {op} | {} | {rate:.0} | {:.2} | {:.2} | {:.2} |",
+                r.name,
+                s.0.len(),
+                s.pct(0.5),
+                s.pct(0.95),
+                s.pct(0.99)
+            );
+        }
+    }
+    println!();
+    let (raw, rls, api, life, rawlife) = (reports[0], reports[1], reports[2], reports[3], reports[4]);
+    println!("claimNext over HTTP vs raw SQL ceiling: {:.0}%", 100.0 * api.rate() / raw.rate());
+    println!("claimNext over HTTP vs raw SQL under RLS: {:.0}%", 100.0 * api.rate() / rls.rate());
+    println!("lifecycle over HTTP vs raw SQL lifecycle: {:.0}%", 100.0 * life.rate() / rawlife.rate());
+    println!("events written in the run: {events}");
+    Ok(())
+}
