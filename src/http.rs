@@ -6,13 +6,12 @@ use std::future::Future;
 use std::net::SocketAddr;
 
 use async_graphql::BatchRequest;
-use async_graphql::http::GraphiQLSource;
 use async_graphql_axum::GraphQLResponse;
 use axum::Router;
 use axum::body::{Body, to_bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use sea_orm::ConnectionTrait;
 use serde_json::json;
@@ -43,7 +42,7 @@ impl Application {
         let listener = TcpListener::bind(listen).await?;
         let state = AppState { schema: build_schema(ledger.clone()), ledger };
         let router = Router::new()
-            .route("/", get(graphiql))
+            .merge(crate::graphiql::routes())
             .route("/graphql", post(graphql))
             .route("/healthz", get(|| async { "ok" }))
             .route("/readyz", get(readyz))
@@ -59,10 +58,6 @@ impl Application {
     pub async fn run_until(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         axum::serve(self.listener, self.router).with_graceful_shutdown(shutdown).await
     }
-}
-
-async fn graphiql() -> Html<String> {
-    Html(GraphiQLSource::build().endpoint("/graphql").finish())
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {

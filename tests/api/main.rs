@@ -5,6 +5,7 @@ mod helpers;
 mod auth;
 mod claims;
 mod embedded;
+mod graphiql;
 mod idempotency;
 mod invariants;
 mod isolation;
