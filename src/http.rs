@@ -114,5 +114,14 @@ async fn graphql(State(state): State<AppState>, headers: HeaderMap, body: Body) 
             LedgerError::invalid("body", format!("a batch holds 1 to {MAX_BATCH} operations (got {})", requests.len())),
         );
     }
-    GraphQLResponse::from(state.schema.execute_batch(batch.data(principal)).await).into_response()
+    // Each operation gets its own DataLoader (and so its own cache).
+    let with_context = |request: async_graphql::Request| {
+        let loaders = crate::graphql::loaders::for_request(state.ledger.clone(), principal.clone());
+        request.data(principal.clone()).data(loaders)
+    };
+    let batch = match batch {
+        BatchRequest::Single(request) => BatchRequest::Single(with_context(request)),
+        BatchRequest::Batch(requests) => BatchRequest::Batch(requests.into_iter().map(with_context).collect()),
+    };
+    GraphQLResponse::from(state.schema.execute_batch(batch).await).into_response()
 }

@@ -1,7 +1,11 @@
 //! The GraphQL surface: one module per area, merged here into the schema.
 
 mod error;
+pub mod events;
+pub mod loaders;
+mod pagination;
 mod query;
+mod reads;
 mod types;
 mod units;
 mod work;
@@ -14,7 +18,7 @@ use crate::ledger::{Ledger, LedgerError};
 pub use error::Result;
 
 #[derive(MergedObject, Default)]
-pub struct Query(query::MetaQuery, units::UnitQuery);
+pub struct Query(query::MetaQuery, units::UnitQuery, reads::ReadQuery);
 
 #[derive(MergedObject, Default)]
 pub struct Mutation(units::UnitMutation, work::WorkMutation);
@@ -47,4 +51,9 @@ fn principal<'a>(ctx: &Context<'a>) -> std::result::Result<&'a Principal, Ledger
 
 fn ledger<'a>(ctx: &Context<'a>) -> &'a Ledger {
     ctx.data_unchecked::<Ledger>()
+}
+
+/// The request's DataLoader, put there with the principal (see `loaders::for_request`).
+fn loaders<'a>(ctx: &Context<'a>) -> std::result::Result<&'a loaders::Loaders, LedgerError> {
+    ctx.data_opt::<loaders::Loaders>().ok_or_else(|| LedgerError::internal("request without DataLoader"))
 }

@@ -4,10 +4,16 @@ use async_graphql::{Context, Object};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{Result, ledger, principal};
+use async_graphql::connection::Connection;
+
+use super::events::WorkUnitEvent;
+use super::loaders::{AttemptId, AttemptsOf, EventsOf, QuestionsOf, UnitId};
+use super::pagination::connection;
+use super::{Result, ledger, loaders, principal};
 use crate::auth::Principal;
 use crate::db::entities::{AttemptOutcome, Disposition, QuestionStatus, WorkState, attempt, question, work_unit};
-use crate::db::units;
+use crate::ledger::cursor::List;
+use crate::ledger::reads::{Page, PageArgs};
 use crate::ledger::state_machine;
 
 pub struct PrincipalObject(pub Principal);
@@ -95,31 +101,35 @@ impl WorkUnit {
     /// The attempt of the current (or last) claim.
     async fn current_attempt(&self, ctx: &Context<'_>) -> Result<Option<Attempt>> {
         let Some(id) = self.0.current_attempt_id else { return Ok(None) };
-        let found = ledger(ctx)
-            .read(principal(ctx)?, move |tx| Box::pin(async move { Ok(units::attempt_by_id(tx, id).await?) }))
-            .await?;
-        Ok(found.map(Attempt))
+        Ok(loaders(ctx)?.load_one(AttemptId(id)).await?.map(Attempt))
     }
     /// Every claim of this unit, oldest first.
     async fn attempts(&self, ctx: &Context<'_>) -> Result<Vec<Attempt>> {
-        let id = self.0.id;
-        let found = ledger(ctx)
-            .read(principal(ctx)?, move |tx| Box::pin(async move { Ok(units::attempts_of(tx, id).await?) }))
-            .await?;
+        let found = loaders(ctx)?.load_one(AttemptsOf(self.0.id)).await?.unwrap_or_default();
         Ok(found.into_iter().map(Attempt).collect())
     }
     /// Every blocking question of this unit, newest first; answers stay for whoever works it next.
     async fn questions(&self, ctx: &Context<'_>) -> Result<Vec<BlockingQuestion>> {
-        let id = self.0.id;
-        let found = ledger(ctx)
-            .read(principal(ctx)?, move |tx| Box::pin(async move { Ok(units::questions_of(tx, id).await?) }))
-            .await?;
+        let found = loaders(ctx)?.load_one(QuestionsOf(self.0.id)).await?.unwrap_or_default();
         Ok(found.into_iter().map(BlockingQuestion).collect())
+    }
+    /// This unit's events, newest first.
+    async fn events(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> Result<Connection<String, WorkUnitEvent>> {
+        let (first, after) = ledger(ctx).unit_events_args(&PageArgs { first, after })?;
+        let rows = loaders(ctx)?.load_one(EventsOf { unit: self.0.id, first, after }).await?.unwrap_or_default();
+        let page =
+            Page { has_next: rows.len() > first as usize, items: rows.into_iter().take(first as usize).collect() };
+        Ok(connection(page, List::Events, WorkUnitEvent::cursor_of, WorkUnitEvent))
     }
     /// The question the unit is blocked on, if any.
     async fn open_question(&self, ctx: &Context<'_>) -> Result<Option<BlockingQuestion>> {
-        let questions = self.questions(ctx).await?;
-        Ok(questions.into_iter().find(|q| q.0.status == QuestionStatus::Open))
+        let found = loaders(ctx)?.load_one(QuestionsOf(self.0.id)).await?.unwrap_or_default();
+        Ok(found.into_iter().find(|q| q.status == QuestionStatus::Open).map(BlockingQuestion))
     }
     /// What the caller may do next, as mutation call shapes.
     async fn legal_actions(&self, ctx: &Context<'_>) -> Result<Vec<String>> {
@@ -162,7 +172,7 @@ impl Attempt {
         self.0.ended_at
     }
     async fn unit(&self, ctx: &Context<'_>) -> Result<Option<WorkUnit>> {
-        Ok(ledger(ctx).unit(principal(ctx)?, self.0.unit_id).await?.map(WorkUnit))
+        Ok(loaders(ctx)?.load_one(UnitId(self.0.unit_id)).await?.map(WorkUnit))
     }
 }
 
@@ -208,6 +218,6 @@ impl BlockingQuestion {
         self.0.cancelled_at
     }
     async fn unit(&self, ctx: &Context<'_>) -> Result<Option<WorkUnit>> {
-        Ok(ledger(ctx).unit(principal(ctx)?, self.0.unit_id).await?.map(WorkUnit))
+        Ok(loaders(ctx)?.load_one(UnitId(self.0.unit_id)).await?.map(WorkUnit))
     }
 }

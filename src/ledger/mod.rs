@@ -2,9 +2,11 @@
 //! [`db::in_fleet`]) and returns domain errors; resolvers only unpack
 //! arguments and call one of these.
 
+pub mod cursor;
 mod error;
 mod idempotency;
 mod ops;
+pub mod reads;
 pub mod state_machine;
 pub mod validate;
 

@@ -1,0 +1,14 @@
+REVOKE ALL ON work_units, work_unit_attempts, work_unit_events, blocking_questions FROM work_ledger_reader;
+DROP POLICY IF EXISTS fleet_reader ON work_units;
+DROP POLICY IF EXISTS fleet_reader ON work_unit_attempts;
+DROP POLICY IF EXISTS fleet_reader ON work_unit_events;
+DROP POLICY IF EXISTS fleet_reader ON blocking_questions;
+ALTER POLICY fleet_isolation ON work_units TO PUBLIC;
+ALTER POLICY fleet_isolation ON work_unit_attempts TO PUBLIC;
+ALTER POLICY fleet_isolation ON work_unit_events TO PUBLIC;
+ALTER POLICY fleet_isolation ON blocking_questions TO PUBLIC;
+ALTER POLICY fleet_isolation ON api_tokens TO PUBLIC;
+DROP FUNCTION IF EXISTS reader_fleet();
+DROP TABLE IF EXISTS fleet_readers;
+DROP VIEW IF EXISTS v_disposition_detail, v_disposition_summary, v_rework, v_cost_per_unit, v_stall_list, v_queue_depth;
+DROP INDEX IF EXISTS work_units_rework_idx, work_units_disposed_idx, work_units_open_domain_idx;

@@ -1,0 +1,294 @@
+//! SQL of the read path: keyset pages (never OFFSET, never COUNT(*) per page),
+//! the batched loads behind the DataLoaders, and the view queries.
+//! Every statement runs inside `in_fleet`, so RLS applies on top of the
+//! explicit `fleet = $1` that lets the planner use the fleet-leading indexes.
+
+use std::collections::HashMap;
+
+use sea_orm::{ActiveEnum, DatabaseTransaction, DbErr, EntityTrait, FromQueryResult, Value};
+use uuid::Uuid;
+
+use super::entities::{EventType, attempt, event, question, work_unit};
+use super::stmt;
+use super::units::UNIT_COLUMNS;
+use crate::ledger::cursor::Cursor;
+
+/// A statement under construction: SQL text plus its positional values.
+pub struct Query {
+    sql: String,
+    values: Vec<Value>,
+}
+
+impl Query {
+    pub fn new(sql: &str) -> Self {
+        Self { sql: sql.to_owned(), values: Vec::new() }
+    }
+
+    /// Binds a value and returns its placeholder.
+    pub fn bind(&mut self, value: impl Into<Value>) -> String {
+        self.values.push(value.into());
+        format!("${}", self.values.len())
+    }
+
+    /// Appends ` AND <condition>` where `{}` in `condition` is the bound value.
+    pub fn and(&mut self, condition: &str, value: impl Into<Value>) -> &mut Self {
+        let p = self.bind(value);
+        self.sql.push_str(" AND ");
+        self.sql.push_str(&condition.replace("{}", &p));
+        self
+    }
+
+    pub fn push(&mut self, sql: &str) -> &mut Self {
+        self.sql.push_str(sql);
+        self
+    }
+
+    /// Keyset condition and order: rows after `cursor` on `(alias.created_at, alias.id)`.
+    pub fn page(&mut self, alias: &str, cursor: Option<Cursor>, newest_first: bool, limit: i32) -> &mut Self {
+        let (cmp, dir) = if newest_first { ("<", "DESC") } else { (">", "ASC") };
+        if let Some(c) = cursor {
+            let t = self.bind(c.created_at);
+            let i = self.bind(c.id);
+            self.sql.push_str(&format!(" AND ({alias}.created_at, {alias}.id) {cmp} ({t}, {i})"));
+        }
+        let l = self.bind(i64::from(limit));
+        self.sql.push_str(&format!(" ORDER BY {alias}.created_at {dir}, {alias}.id {dir} LIMIT {l}"));
+        self
+    }
+
+    pub async fn units(self, tx: &DatabaseTransaction) -> Result<Vec<work_unit::Model>, DbErr> {
+        work_unit::Entity::find().from_raw_sql(stmt(&self.sql, self.values)).all(tx).await
+    }
+
+    pub async fn rows<T: FromQueryResult>(self, tx: &DatabaseTransaction) -> Result<Vec<T>, DbErr> {
+        T::find_by_statement(stmt(&self.sql, self.values)).all(tx).await
+    }
+}
+
+pub struct UnitFilter {
+    pub state: Option<String>,
+    pub domain: Option<String>,
+    pub disposition: Option<String>,
+    pub claimed_by: Option<String>,
+    pub external_ref_prefix: Option<String>,
+}
+
+/// `units`: oldest first, filtered.
+pub fn units(fleet: &str, filter: &UnitFilter) -> Query {
+    let mut q = Query::new(&format!("SELECT {UNIT_COLUMNS} FROM work_units u WHERE u.fleet = "));
+    let p = q.bind(fleet);
+    q.push(&p);
+    if let Some(state) = &filter.state {
+        q.and("u.state = {}::work_state", state.clone());
+    }
+    if let Some(domain) = &filter.domain {
+        q.and("u.domain = {}", domain.clone());
+    }
+    if let Some(disposition) = &filter.disposition {
+        q.and("u.disposition = {}::disposition", disposition.clone());
+    }
+    if let Some(claimed_by) = &filter.claimed_by {
+        q.and("u.claimed_by = {}", claimed_by.clone());
+    }
+    if let Some(prefix) = &filter.external_ref_prefix {
+        // starts_with, not LIKE: a prefix is data, never a pattern.
+        q.and("starts_with(u.external_ref, {})", prefix.clone());
+    }
+    q
+}
+
+/// Units listed by one of the views (`v_stall_list`, `v_rework`,
+/// `v_disposition_detail`), as whole units.
+pub fn units_in_view(fleet: &str, view: &str) -> Query {
+    let mut q = Query::new(&format!(
+        "SELECT {UNIT_COLUMNS} FROM {view} v JOIN work_units u ON u.id = v.unit_id WHERE v.fleet = "
+    ));
+    let p = q.bind(fleet);
+    q.push(&p);
+    q
+}
+
+pub const EVENT_COLUMNS: &str = "e.id, e.seq, e.fleet, e.unit_id, e.attempt_id, e.event_type::text AS event_type, \
+    e.from_state::text AS from_state, e.to_state::text AS to_state, e.agent_id, e.cost_delta_cents, e.detail, \
+    e.source_event_id, e.request_hash, e.created_at";
+
+/// `events`: newest first, filtered.
+pub fn events(fleet: &str, unit: Option<Uuid>, types: &[EventType], agent: Option<&str>) -> Query {
+    let mut q = Query::new(&format!("SELECT {EVENT_COLUMNS} FROM work_unit_events e WHERE e.fleet = "));
+    let p = q.bind(fleet);
+    q.push(&p);
+    if let Some(unit) = unit {
+        q.and("e.unit_id = {}", unit);
+    }
+    if !types.is_empty() {
+        let names: Vec<String> = types.iter().map(|t| t.to_value()).collect();
+        q.and("e.event_type::text = ANY({}::text[])", names);
+    }
+    if let Some(agent) = agent {
+        q.and("e.agent_id = {}", agent.to_owned());
+    }
+    q
+}
+
+pub async fn events_page(tx: &DatabaseTransaction, q: Query) -> Result<Vec<event::Model>, DbErr> {
+    event::Entity::find().from_raw_sql(stmt(&q.sql, q.values)).all(tx).await
+}
+
+/// `questions`: oldest first.
+pub fn questions(fleet: &str, status: Option<&str>, group: Option<&str>) -> Query {
+    let mut q = Query::new(
+        "SELECT q.id, q.fleet, q.unit_id, q.attempt_id, q.question, q.status::text AS status, q.answer, \
+         q.assignee_group, q.asked_by, q.answered_by, q.created_at, q.answered_at, q.cancelled_at \
+         FROM blocking_questions q WHERE q.fleet = ",
+    );
+    let p = q.bind(fleet);
+    q.push(&p);
+    if let Some(status) = status {
+        q.and("q.status = {}::question_status", status.to_owned());
+    }
+    if let Some(group) = group {
+        q.and("q.assignee_group = {}", group.to_owned());
+    }
+    q
+}
+
+pub async fn questions_page(tx: &DatabaseTransaction, q: Query) -> Result<Vec<question::Model>, DbErr> {
+    question::Entity::find().from_raw_sql(stmt(&q.sql, q.values)).all(tx).await
+}
+
+// --- Batched loads (DataLoaders) -------------------------------------------
+
+pub async fn units_by_ids(tx: &DatabaseTransaction, ids: &[Uuid]) -> Result<Vec<work_unit::Model>, DbErr> {
+    let sql = format!("SELECT {UNIT_COLUMNS} FROM work_units u WHERE u.id = ANY($1)");
+    work_unit::Entity::find().from_raw_sql(stmt(&sql, [ids.to_vec().into()])).all(tx).await
+}
+
+pub async fn attempts_by_ids(tx: &DatabaseTransaction, ids: &[Uuid]) -> Result<Vec<attempt::Model>, DbErr> {
+    let sql = "SELECT a.id, a.fleet, a.unit_id, a.attempt_no, a.agent_id, a.outcome::text AS outcome, a.cost_cents, \
+               a.evidence_url, a.started_at, a.ended_at FROM work_unit_attempts a WHERE a.id = ANY($1)";
+    attempt::Entity::find().from_raw_sql(stmt(sql, [ids.to_vec().into()])).all(tx).await
+}
+
+pub async fn attempts_of_units(tx: &DatabaseTransaction, units: &[Uuid]) -> Result<Vec<attempt::Model>, DbErr> {
+    let sql = "SELECT a.id, a.fleet, a.unit_id, a.attempt_no, a.agent_id, a.outcome::text AS outcome, a.cost_cents, \
+               a.evidence_url, a.started_at, a.ended_at FROM work_unit_attempts a WHERE a.unit_id = ANY($1) \
+               ORDER BY a.unit_id, a.attempt_no";
+    attempt::Entity::find().from_raw_sql(stmt(sql, [units.to_vec().into()])).all(tx).await
+}
+
+pub async fn questions_of_units(tx: &DatabaseTransaction, units: &[Uuid]) -> Result<Vec<question::Model>, DbErr> {
+    let sql = "SELECT q.id, q.fleet, q.unit_id, q.attempt_id, q.question, q.status::text AS status, q.answer, \
+               q.assignee_group, q.asked_by, q.answered_by, q.created_at, q.answered_at, q.cancelled_at \
+               FROM blocking_questions q WHERE q.unit_id = ANY($1) ORDER BY q.created_at DESC, q.id DESC";
+    question::Entity::find().from_raw_sql(stmt(sql, [units.to_vec().into()])).all(tx).await
+}
+
+/// The first `limit` events (newest first, after `cursor`) of each unit, in one statement.
+pub async fn events_of_units(
+    tx: &DatabaseTransaction,
+    units: &[Uuid],
+    cursor: Option<Cursor>,
+    limit: i32,
+) -> Result<Vec<event::Model>, DbErr> {
+    let (t, i) = cursor.map(|c| (Some(c.created_at), Some(c.id))).unwrap_or((None, None));
+    let sql = format!(
+        "SELECT {EVENT_COLUMNS} FROM unnest($1::uuid[]) AS k(unit_id)
+           CROSS JOIN LATERAL (
+               SELECT * FROM work_unit_events x
+                WHERE x.unit_id = k.unit_id AND ($2::timestamptz IS NULL OR (x.created_at, x.id) < ($2, $3::uuid))
+                ORDER BY x.created_at DESC, x.id DESC LIMIT $4
+           ) e
+          ORDER BY e.unit_id, e.created_at DESC, e.id DESC"
+    );
+    event::Entity::find()
+        .from_raw_sql(stmt(&sql, [units.to_vec().into(), t.into(), i.into(), i64::from(limit).into()]))
+        .all(tx)
+        .await
+}
+
+// --- Views -------------------------------------------------------------------
+
+#[derive(Debug, Clone, FromQueryResult)]
+pub struct QueueDepthRow {
+    pub domain: String,
+    pub ready: i64,
+    pub claimed: i64,
+    pub in_progress: i64,
+    pub blocked: i64,
+    pub verified: i64,
+    pub stalled: i64,
+}
+
+pub async fn queue_depth(
+    tx: &DatabaseTransaction,
+    fleet: &str,
+    domain: Option<&str>,
+) -> Result<Vec<QueueDepthRow>, DbErr> {
+    let mut q = Query::new(
+        "SELECT domain, ready, claimed, in_progress, blocked, verified, stalled FROM v_queue_depth WHERE fleet = ",
+    );
+    let p = q.bind(fleet);
+    q.push(&p);
+    if let Some(domain) = domain {
+        q.and("domain = {}", domain.to_owned());
+    }
+    q.push(" ORDER BY domain");
+    q.rows(tx).await
+}
+
+#[derive(Debug, Clone, FromQueryResult)]
+pub struct DispositionRow {
+    pub disposition: String,
+    pub units: i64,
+    pub cost_cents: i64,
+}
+
+/// Count and cost per disposition; every disposition present, zeros included.
+pub async fn disposition_summary(
+    tx: &DatabaseTransaction,
+    fleet: &str,
+    domain: Option<&str>,
+) -> Result<Vec<DispositionRow>, DbErr> {
+    let mut q = Query::new(
+        "SELECT d.disposition::text AS disposition, coalesce(sum(s.units), 0)::bigint AS units, \
+                coalesce(sum(s.cost_cents), 0)::bigint AS cost_cents \
+           FROM unnest(enum_range(NULL::disposition)) AS d(disposition) \
+           LEFT JOIN v_disposition_summary s ON s.disposition = d.disposition AND s.fleet = ",
+    );
+    let p = q.bind(fleet);
+    q.push(&p);
+    if let Some(domain) = domain {
+        q.and("s.domain = {}", domain.to_owned());
+    }
+    q.push(" GROUP BY d.disposition ORDER BY d.disposition");
+    q.rows(tx).await
+}
+
+#[derive(Debug, Clone, FromQueryResult)]
+pub struct CostRow {
+    pub unit_id: Uuid,
+    pub cost_cents: i64,
+    pub attempt_count: i32,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+}
+
+pub fn cost_per_unit(fleet: &str, domain: Option<&str>) -> Query {
+    let mut q = Query::new(
+        "SELECT v.unit_id, v.cost_cents, v.attempt_count, v.created_at FROM v_cost_per_unit v WHERE v.fleet = ",
+    );
+    let p = q.bind(fleet);
+    q.push(&p);
+    if let Some(domain) = domain {
+        q.and("v.domain = {}", domain.to_owned());
+    }
+    q
+}
+
+/// Groups rows by a key, keeping their order.
+pub fn group_by<T, K: std::hash::Hash + Eq>(rows: Vec<T>, key: impl Fn(&T) -> K) -> HashMap<K, Vec<T>> {
+    let mut map: HashMap<K, Vec<T>> = HashMap::new();
+    for row in rows {
+        map.entry(key(&row)).or_default().push(row);
+    }
+    map
+}

@@ -1,0 +1,224 @@
+//! The read path: validated keyset pages and the batched loads behind the
+//! DataLoaders. Every read needs `ledger:read` and runs in the caller's fleet.
+
+use uuid::Uuid;
+
+use super::cursor::{Cursor, List};
+use super::{Ledger, LedgerError, UnitModel, validate};
+use crate::auth::Principal;
+use crate::db::entities::{Disposition, EventType, QuestionStatus, WorkState, attempt, event, question};
+use crate::db::reads::{self, CostRow, DispositionRow, Query, QueueDepthRow, UnitFilter};
+
+/// One page of a keyset list.
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub has_next: bool,
+}
+
+/// Which rows of a list: at most `first` (1..=500, default 100) after a cursor.
+pub struct PageArgs {
+    pub first: Option<i32>,
+    pub after: Option<String>,
+}
+
+pub struct Filter {
+    pub state: Option<WorkState>,
+    pub domain: Option<String>,
+    pub disposition: Option<Disposition>,
+    pub claimed_by: Option<String>,
+    pub external_ref_prefix: Option<String>,
+}
+
+pub struct EventFilter {
+    pub unit_id: Option<Uuid>,
+    pub types: Vec<EventType>,
+    pub agent_id: Option<String>,
+}
+
+fn split<T>(mut rows: Vec<T>, first: i32) -> Page<T> {
+    let has_next = rows.len() > first as usize;
+    rows.truncate(first as usize);
+    Page { items: rows, has_next }
+}
+
+/// Validates paging arguments: `first` within bounds, `after` a cursor of `list`.
+fn page_args(list: List, args: &PageArgs) -> Result<(i32, Option<Cursor>), LedgerError> {
+    Ok((validate::first(args.first)?, Cursor::decode_opt(list, args.after.as_deref())?))
+}
+
+impl Ledger {
+    async fn units_query(
+        &self,
+        who: &Principal,
+        list: List,
+        args: PageArgs,
+        query: Query,
+    ) -> Result<Page<UnitModel>, LedgerError> {
+        let (first, cursor) = page_args(list, &args)?;
+        let mut query = query;
+        query.page("u", cursor, false, first + 1);
+        let rows = self.read(who, move |tx| Box::pin(async move { Ok(query.units(tx).await?) })).await?;
+        Ok(split(rows, first))
+    }
+
+    pub async fn units_page(
+        &self,
+        who: &Principal,
+        args: PageArgs,
+        filter: Filter,
+    ) -> Result<Page<UnitModel>, LedgerError> {
+        if let Some(prefix) = &filter.external_ref_prefix {
+            validate::external_ref("filter.externalRefPrefix", prefix)?;
+        }
+        let filter = UnitFilter {
+            state: filter.state.map(|s| s.as_sql().to_owned()),
+            domain: filter.domain,
+            disposition: filter.disposition.map(|d| d.as_sql().to_owned()),
+            claimed_by: filter.claimed_by,
+            external_ref_prefix: filter.external_ref_prefix,
+        };
+        self.units_query(who, List::Units, args, reads::units(&who.fleet, &filter)).await
+    }
+
+    /// CLAIMED or IN_PROGRESS units whose lease ran out (`v_stall_list`).
+    pub async fn stalls_page(&self, who: &Principal, args: PageArgs) -> Result<Page<UnitModel>, LedgerError> {
+        self.units_query(who, List::Stalls, args, reads::units_in_view(&who.fleet, "v_stall_list")).await
+    }
+
+    /// Units that needed more than one attempt (`v_rework`).
+    pub async fn rework_page(&self, who: &Principal, args: PageArgs) -> Result<Page<UnitModel>, LedgerError> {
+        self.units_query(who, List::Rework, args, reads::units_in_view(&who.fleet, "v_rework")).await
+    }
+
+    /// Disposed units with their evidence (`v_disposition_detail`).
+    pub async fn dispositions_page(
+        &self,
+        who: &Principal,
+        args: PageArgs,
+        disposition: Option<Disposition>,
+        domain: Option<String>,
+    ) -> Result<Page<UnitModel>, LedgerError> {
+        let mut query = reads::units_in_view(&who.fleet, "v_disposition_detail");
+        if let Some(d) = disposition {
+            query.and("v.disposition = {}::disposition", d.as_sql().to_owned());
+        }
+        if let Some(domain) = domain {
+            query.and("v.domain = {}", domain);
+        }
+        self.units_query(who, List::Dispositions, args, query).await
+    }
+
+    pub async fn events_page(
+        &self,
+        who: &Principal,
+        args: PageArgs,
+        filter: EventFilter,
+    ) -> Result<Page<event::Model>, LedgerError> {
+        let (first, cursor) = page_args(List::Events, &args)?;
+        let mut query = reads::events(&who.fleet, filter.unit_id, &filter.types, filter.agent_id.as_deref());
+        query.page("e", cursor, true, first + 1);
+        let rows = self.read(who, move |tx| Box::pin(async move { Ok(reads::events_page(tx, query).await?) })).await?;
+        Ok(split(rows, first))
+    }
+
+    pub async fn questions_page(
+        &self,
+        who: &Principal,
+        args: PageArgs,
+        status: Option<QuestionStatus>,
+        group: Option<String>,
+    ) -> Result<Page<question::Model>, LedgerError> {
+        let (first, cursor) = page_args(List::Questions, &args)?;
+        let status = status.map(|s| match s {
+            QuestionStatus::Open => "open",
+            QuestionStatus::Answered => "answered",
+            QuestionStatus::Cancelled => "cancelled",
+        });
+        let mut query = reads::questions(&who.fleet, status, group.as_deref());
+        query.page("q", cursor, false, first + 1);
+        let rows =
+            self.read(who, move |tx| Box::pin(async move { Ok(reads::questions_page(tx, query).await?) })).await?;
+        Ok(split(rows, first))
+    }
+
+    pub async fn cost_page(
+        &self,
+        who: &Principal,
+        args: PageArgs,
+        domain: Option<String>,
+    ) -> Result<Page<CostRow>, LedgerError> {
+        let (first, cursor) = page_args(List::CostPerUnit, &args)?;
+        let mut query = reads::cost_per_unit(&who.fleet, domain.as_deref());
+        query.page("v", cursor, false, first + 1);
+        let rows = self.read(who, move |tx| Box::pin(async move { Ok(query.rows::<CostRow>(tx).await?) })).await?;
+        Ok(split(rows, first))
+    }
+
+    pub async fn queue_depth(
+        &self,
+        who: &Principal,
+        domain: Option<String>,
+    ) -> Result<Vec<QueueDepthRow>, LedgerError> {
+        let fleet = who.fleet.clone();
+        self.read(who, move |tx| Box::pin(async move { Ok(reads::queue_depth(tx, &fleet, domain.as_deref()).await?) }))
+            .await
+    }
+
+    pub async fn disposition_summary(
+        &self,
+        who: &Principal,
+        domain: Option<String>,
+    ) -> Result<Vec<DispositionRow>, LedgerError> {
+        let fleet = who.fleet.clone();
+        self.read(who, move |tx| {
+            Box::pin(async move { Ok(reads::disposition_summary(tx, &fleet, domain.as_deref()).await?) })
+        })
+        .await
+    }
+
+    // --- Batched loads for the DataLoaders ---------------------------------
+
+    pub async fn units_by_ids(&self, who: &Principal, ids: Vec<Uuid>) -> Result<Vec<UnitModel>, LedgerError> {
+        self.read(who, move |tx| Box::pin(async move { Ok(reads::units_by_ids(tx, &ids).await?) })).await
+    }
+
+    pub async fn attempts_by_ids(&self, who: &Principal, ids: Vec<Uuid>) -> Result<Vec<attempt::Model>, LedgerError> {
+        self.read(who, move |tx| Box::pin(async move { Ok(reads::attempts_by_ids(tx, &ids).await?) })).await
+    }
+
+    pub async fn attempts_of_units(
+        &self,
+        who: &Principal,
+        units: Vec<Uuid>,
+    ) -> Result<Vec<attempt::Model>, LedgerError> {
+        self.read(who, move |tx| Box::pin(async move { Ok(reads::attempts_of_units(tx, &units).await?) })).await
+    }
+
+    pub async fn questions_of_units(
+        &self,
+        who: &Principal,
+        units: Vec<Uuid>,
+    ) -> Result<Vec<question::Model>, LedgerError> {
+        self.read(who, move |tx| Box::pin(async move { Ok(reads::questions_of_units(tx, &units).await?) })).await
+    }
+
+    /// One page of events for each of `units` (`first + 1` fetched to know
+    /// whether there is a next page), in one statement.
+    pub async fn events_of_units(
+        &self,
+        who: &Principal,
+        units: Vec<Uuid>,
+        first: i32,
+        after: Option<Cursor>,
+    ) -> Result<Vec<event::Model>, LedgerError> {
+        self.read(who, move |tx| {
+            Box::pin(async move { Ok(reads::events_of_units(tx, &units, after, first + 1).await?) })
+        })
+        .await
+    }
+
+    /// Validates the arguments of `WorkUnit.events` before they reach a loader.
+    pub fn unit_events_args(&self, args: &PageArgs) -> Result<(i32, Option<Cursor>), LedgerError> {
+        page_args(List::Events, args)
+    }
+}
