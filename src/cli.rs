@@ -7,7 +7,7 @@ use sea_orm::DatabaseConnection;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::auth::{self, Role};
-use crate::config::{Cli, Command, DatabaseArgs, ServeArgs, TokenCommand};
+use crate::config::{Cli, Command, DatabaseArgs, ReaderCommand, ServeArgs, TokenCommand};
 use crate::db;
 use crate::embedded_pg::EmbeddedPostgres;
 use crate::graphql;
@@ -49,6 +49,17 @@ async fn dispatch(command: Command, url: &str) -> Result<(), AnyError> {
         }
         Command::Serve(args) => serve(args, url).await,
         Command::Token(cmd) => token(cmd, &db::connect(url, 1).await?).await,
+        Command::Reader(ReaderCommand::Create { fleet, name, password }) => {
+            let name = name.unwrap_or_else(|| format!("grafana_{}", fleet.to_lowercase().replace(['.', '-'], "_")));
+            let generated = password.is_none();
+            let password = password.unwrap_or_else(|| auth::new_token().0);
+            db::readers::create(&db::connect(url, 1).await?, &name, &fleet, &password).await?;
+            eprintln!("created read-only role `{name}` for fleet `{fleet}`");
+            if generated {
+                println!("{password}");
+            }
+            Ok(())
+        }
         Command::PrintSchema => Ok(()),
     }
 }

@@ -38,6 +38,24 @@ pub enum Command {
     Token(TokenCommand),
     /// Print the GraphQL schema (SDL) to stdout.
     PrintSchema,
+    /// Read-only database roles for Grafana.
+    #[command(subcommand)]
+    Reader(ReaderCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReaderCommand {
+    /// Create a LOGIN role that reads one fleet's views and tables (and nothing else).
+    Create {
+        #[arg(long)]
+        fleet: String,
+        /// Role name (default `grafana_<fleet>`).
+        #[arg(long)]
+        name: Option<String>,
+        /// Password (default: a random one, printed on stdout).
+        #[arg(long, env = "WORK_LEDGER_READER_PASSWORD", hide_env_values = true)]
+        password: Option<String>,
+    },
 }
 
 #[derive(Debug, Args, Clone)]

@@ -2,6 +2,7 @@
 //! request code goes through, and the SQL of each table.
 
 pub mod entities;
+pub mod readers;
 pub mod reads;
 pub mod tokens;
 pub mod units;

@@ -45,14 +45,26 @@ impl Query {
 
     /// Keyset condition and order: rows after `cursor` on `(alias.created_at, alias.id)`.
     pub fn page(&mut self, alias: &str, cursor: Option<Cursor>, newest_first: bool, limit: i32) -> &mut Self {
+        self.page_on(alias, "id", cursor, newest_first, limit)
+    }
+
+    /// Like [`Query::page`], for a relation whose id column has another name.
+    pub fn page_on(
+        &mut self,
+        alias: &str,
+        id: &str,
+        cursor: Option<Cursor>,
+        newest_first: bool,
+        limit: i32,
+    ) -> &mut Self {
         let (cmp, dir) = if newest_first { ("<", "DESC") } else { (">", "ASC") };
         if let Some(c) = cursor {
             let t = self.bind(c.created_at);
             let i = self.bind(c.id);
-            self.sql.push_str(&format!(" AND ({alias}.created_at, {alias}.id) {cmp} ({t}, {i})"));
+            self.sql.push_str(&format!(" AND ({alias}.created_at, {alias}.{id}) {cmp} ({t}, {i})"));
         }
         let l = self.bind(i64::from(limit));
-        self.sql.push_str(&format!(" ORDER BY {alias}.created_at {dir}, {alias}.id {dir} LIMIT {l}"));
+        self.sql.push_str(&format!(" ORDER BY {alias}.created_at {dir}, {alias}.{id} {dir} LIMIT {l}"));
         self
     }
 

@@ -5,7 +5,7 @@ use async_graphql::{Context, InputObject, Object, SimpleObject};
 use uuid::Uuid;
 
 use super::events::WorkUnitEvent;
-use super::loaders::UnitId;
+use super::loaders::{self as unit_cache, UnitId};
 use super::pagination::connection;
 use super::types::{BlockingQuestion, WorkUnit};
 use super::{Result, ledger, loaders, principal};
@@ -117,6 +117,7 @@ impl ReadQuery {
             external_ref_prefix: f.external_ref_prefix,
         };
         let page = ledger(ctx).units_page(principal(ctx)?, PageArgs { first, after }, filter).await?;
+        unit_cache::prefetch(ctx, loaders(ctx)?, &page.items).await?;
         Ok(connection(page, List::Units, unit_cursor, WorkUnit))
     }
 
@@ -164,6 +165,7 @@ impl ReadQuery {
         after: Option<String>,
     ) -> Result<Connection<String, WorkUnit>> {
         let page = ledger(ctx).stalls_page(principal(ctx)?, PageArgs { first, after }).await?;
+        unit_cache::prefetch(ctx, loaders(ctx)?, &page.items).await?;
         Ok(connection(page, List::Stalls, unit_cursor, WorkUnit))
     }
 
@@ -188,6 +190,7 @@ impl ReadQuery {
         after: Option<String>,
     ) -> Result<Connection<String, WorkUnit>> {
         let page = ledger(ctx).rework_page(principal(ctx)?, PageArgs { first, after }).await?;
+        unit_cache::prefetch(ctx, loaders(ctx)?, &page.items).await?;
         Ok(connection(page, List::Rework, unit_cursor, WorkUnit))
     }
 

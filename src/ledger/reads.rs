@@ -149,7 +149,7 @@ impl Ledger {
     ) -> Result<Page<CostRow>, LedgerError> {
         let (first, cursor) = page_args(List::CostPerUnit, &args)?;
         let mut query = reads::cost_per_unit(&who.fleet, domain.as_deref());
-        query.page("v", cursor, false, first + 1);
+        query.page_on("v", "unit_id", cursor, false, first + 1);
         let rows = self.read(who, move |tx| Box::pin(async move { Ok(query.rows::<CostRow>(tx).await?) })).await?;
         Ok(split(rows, first))
     }

@@ -3,8 +3,9 @@
 //! and per test a fresh database cloned from it with the real server on
 //! port 0 in front.
 
+use std::sync::Arc;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 use serde_json::{Value, json};
@@ -98,6 +99,9 @@ async fn drop_stale_databases(cluster: &Cluster) {
 
 pub struct TestApp {
     pub addr: std::net::SocketAddr,
+    pub db_url: String,
+    /// Statements the server has sent to PostgreSQL so far.
+    pub statements: Arc<AtomicUsize>,
     /// A pool as the migrating (owner) role: for setting up fixtures and for
     /// reading what the database recorded, bypassing row-level security.
     pub owner: DatabaseConnection,
@@ -105,16 +109,24 @@ pub struct TestApp {
 }
 
 pub async fn spawn_app() -> TestApp {
+    // Server-side errors (logged with their correlation ids) show in failing tests' output.
+    let _ = tracing_subscriber::fmt().with_env_filter("warn,sqlx=error").with_test_writer().try_init();
     let cluster = Cluster::get();
     let name = format!("wlt_{}_{}", std::process::id(), NEXT_DB.fetch_add(1, Ordering::SeqCst));
     admin(cluster, &format!("CREATE DATABASE {name} TEMPLATE {}", cluster.template)).await;
     let db_url = cluster.url(&name);
-    let pool = db::connect(&db_url, 20).await.expect("connect app pool");
+    let mut pool = db::connect(&db_url, 20).await.expect("connect app pool");
+    // Counts every statement the server sends: the N+1 tests read it.
+    let statements = Arc::new(AtomicUsize::new(0));
+    let counter = statements.clone();
+    pool.set_metric_callback(move |_| {
+        counter.fetch_add(1, Ordering::SeqCst);
+    });
     let app = Application::build(Ledger::new(pool), "127.0.0.1:0").await.expect("bind");
     let addr = app.local_addr().expect("addr");
     tokio::spawn(app.run_until(std::future::pending()));
     let owner = db::connect(&db_url, 5).await.expect("connect owner pool");
-    TestApp { addr, owner, http: reqwest::Client::new() }
+    TestApp { addr, db_url, owner, http: reqwest::Client::new(), statements }
 }
 
 /// A GraphQL response as the client sees it.
