@@ -6,13 +6,18 @@ use sea_orm_migration::sea_orm::{DatabaseConnection, Statement};
 
 mod m20261130_000001_ledger;
 mod m20261130_000002_views;
+mod m20261130_000003_live;
 
 pub struct Migrator;
 
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m20261130_000001_ledger::Migration), Box::new(m20261130_000002_views::Migration)]
+        vec![
+            Box::new(m20261130_000001_ledger::Migration),
+            Box::new(m20261130_000002_views::Migration),
+            Box::new(m20261130_000003_live::Migration),
+        ]
     }
 }
 
