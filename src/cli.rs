@@ -71,8 +71,9 @@ async fn serve(args: ServeArgs, url: &str) -> Result<(), AnyError> {
         eprintln!("first start: minted an operator token for fleet `{}` (shown once):", args.fleet);
         println!("{secret}");
     }
-    let app = Application::build(Ledger::new(pool.clone()), &args.listen).await?;
-    tracing::info!(addr = %app.local_addr()?, "serving GraphQL on /graphql, GraphiQL on /");
+    // The listener and the sweeper run beside the HTTP server and stop with it.
+    let app = Application::build_with(Ledger::new(pool.clone()), &args.listen, args.live.config()).await?;
+    tracing::info!(addr = %app.local_addr()?, "serving GraphQL on /graphql and /graphql/ws, GraphiQL on /");
     app.run_until(shutdown_signal()).await?;
     pool.close().await?;
     tracing::info!("stopped");

@@ -2,11 +2,13 @@
 //! `WORK_LEDGER_*` variable, and defaults that work on a laptop.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use uuid::Uuid;
 
 use crate::auth::Role;
+use crate::live::{ListenerConfig, LiveConfig, SweeperConfig, WsConfig};
 
 #[derive(Debug, Parser)]
 #[command(name = "work-ledger", version, about = "System of record for fleets of AI coding agents")]
@@ -69,6 +71,71 @@ pub struct ServeArgs {
     /// Fleet of the operator token minted on first start.
     #[arg(long, env = "WORK_LEDGER_FLEET", default_value = "default")]
     pub fleet: String,
+    #[command(flatten)]
+    pub live: LiveArgs,
+}
+
+/// Live events: the stall sweeper, WebSockets and the LISTEN connection.
+/// Durations read `5s`, `500ms` or `2m`; a bare number is seconds.
+#[derive(Debug, Args, Clone)]
+pub struct LiveArgs {
+    /// Time between stall sweeps.
+    #[arg(long, env = "WORK_LEDGER_SWEEP_INTERVAL", default_value = "5s", value_parser = duration)]
+    pub sweep_interval: Duration,
+    /// Expired attempts reported per sweep statement.
+    #[arg(long, env = "WORK_LEDGER_SWEEP_BATCH", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
+    pub sweep_batch: u32,
+    /// How long a WebSocket client has to send `connection_init`.
+    #[arg(long, env = "WORK_LEDGER_WS_INIT_TIMEOUT", default_value = "10s", value_parser = duration)]
+    pub ws_init_timeout: Duration,
+    /// Time between the server's WebSocket pings.
+    #[arg(long, env = "WORK_LEDGER_WS_PING_INTERVAL", default_value = "15s", value_parser = duration)]
+    pub ws_ping_interval: Duration,
+    /// Operations one WebSocket connection may run at once.
+    #[arg(long, env = "WORK_LEDGER_WS_MAX_SUBSCRIPTIONS", default_value_t = 64)]
+    pub ws_max_subscriptions: usize,
+    /// Time between health pings of the LISTEN connection; one that does not
+    /// come back within as long gets the connection replaced.
+    #[arg(long, env = "WORK_LEDGER_LISTENER_HEALTH_INTERVAL", default_value = "5s", value_parser = duration)]
+    pub listener_health_interval: Duration,
+}
+
+impl LiveArgs {
+    pub fn config(&self) -> LiveConfig {
+        LiveConfig {
+            sweeper: SweeperConfig { interval: self.sweep_interval, batch_size: self.sweep_batch },
+            listener: ListenerConfig {
+                health_interval: self.listener_health_interval,
+                health_timeout: self.listener_health_interval,
+            },
+            ws: WsConfig {
+                init_timeout: self.ws_init_timeout,
+                ping_interval: self.ws_ping_interval,
+                max_subscriptions: self.ws_max_subscriptions,
+            },
+            ..LiveConfig::default()
+        }
+    }
+}
+
+/// A positive duration: `250ms`, `5s`, `2m`, or a number of seconds.
+fn duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let value: f64 = number.parse().map_err(|_| format!("`{text}` is not a duration like 5s or 500ms"))?;
+    let seconds = match unit.trim() {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        other => return Err(format!("unknown unit `{other}`: use ms, s or m")),
+    };
+    if !(seconds > 0.0 && seconds < 1e9) {
+        return Err(format!("`{text}` must be more than zero"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
 }
 
 #[derive(Debug, Subcommand)]
@@ -87,4 +154,33 @@ pub enum TokenCommand {
     List,
     /// Revoke a token by id; takes effect on its next request.
     Revoke { id: Uuid },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(duration("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(duration("0s").is_err());
+        assert!(duration("5h").is_err());
+        assert!(duration("soon").is_err());
+    }
+
+    #[test]
+    fn live_flags_default_to_the_live_defaults() {
+        let cli = Cli::try_parse_from(["work-ledger", "serve"]).expect("parse");
+        let Command::Serve(args) = cli.command else { panic!("serve") };
+        let (flags, defaults) = (args.live.config(), LiveConfig::default());
+        assert_eq!(flags.sweeper.interval, defaults.sweeper.interval);
+        assert_eq!(flags.sweeper.batch_size, defaults.sweeper.batch_size);
+        assert_eq!(flags.listener.health_interval, defaults.listener.health_interval);
+        assert_eq!(flags.ws.init_timeout, defaults.ws.init_timeout);
+        assert_eq!(flags.ws.ping_interval, defaults.ws.ping_interval);
+        assert_eq!(flags.ws.max_subscriptions, defaults.ws.max_subscriptions);
+    }
 }

@@ -23,7 +23,7 @@ impl WorkUnitEvent {
     async fn id(&self) -> Uuid {
         self.0.id
     }
-    /// Opaque position of this event, for `events(after:)`.
+    /// Opaque position of this event, for `events(after:)` and `ledgerEvents(after:)`.
     async fn cursor(&self) -> String {
         Self::cursor_of(&self.0).encode(List::Events)
     }

@@ -6,16 +6,18 @@ pub mod loaders;
 mod pagination;
 mod query;
 mod reads;
+mod subscription;
 mod types;
 mod units;
 mod work;
 
-use async_graphql::{Context, EmptySubscription, MergedObject, Schema};
+use async_graphql::{Context, MergedObject, Schema};
 
 use crate::auth::Principal;
 use crate::ledger::{Ledger, LedgerError};
 
 pub use error::Result;
+pub use subscription::Subscription;
 
 #[derive(MergedObject, Default)]
 pub struct Query(query::MetaQuery, units::UnitQuery, reads::ReadQuery);
@@ -23,7 +25,7 @@ pub struct Query(query::MetaQuery, units::UnitQuery, reads::ReadQuery);
 #[derive(MergedObject, Default)]
 pub struct Mutation(units::UnitMutation, work::WorkMutation);
 
-pub type LedgerSchema = Schema<Query, Mutation, EmptySubscription>;
+pub type LedgerSchema = Schema<Query, Mutation, Subscription>;
 
 /// SPEC §9: query depth 12 and a complexity budget that lets a page of 500
 /// units with their nested relations through, but not a cartesian explosion.
@@ -31,8 +33,9 @@ pub const MAX_DEPTH: usize = 12;
 pub const MAX_COMPLEXITY: usize = 20_000;
 
 pub fn build_schema(ledger: Ledger) -> LedgerSchema {
-    Schema::build(Query::default(), Mutation::default(), EmptySubscription)
+    Schema::build(Query::default(), Mutation::default(), Subscription)
         .data(ledger)
+        .extension(subscription::LoadersPerPayload)
         .limit_depth(MAX_DEPTH)
         .limit_complexity(MAX_COMPLEXITY)
         .finish()
@@ -40,7 +43,7 @@ pub fn build_schema(ledger: Ledger) -> LedgerSchema {
 
 /// The SDL that `schema.graphql` must equal.
 pub fn sdl() -> String {
-    Schema::build(Query::default(), Mutation::default(), EmptySubscription).finish().sdl()
+    Schema::build(Query::default(), Mutation::default(), Subscription).finish().sdl()
 }
 
 /// The request's principal, put there by the HTTP layer after authentication.

@@ -1,0 +1,297 @@
+//! Subscriptions (SPEC §4, §6), served over `GET /graphql/ws`. Each one is a
+//! [`Tail`] of the caller's fleet's event log, filtered and turned into its
+//! payload type; the first two start with a snapshot of what is open (or
+//! stalled) right now, and drop the live duplicates of what it held.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextExecute};
+use async_graphql::{Context, Data, Object, Response, Subscription as SubscriptionObject};
+use chrono::{DateTime, Utc};
+use futures::stream::{self, Stream, StreamExt};
+use uuid::Uuid;
+
+use super::events::WorkUnitEvent;
+use super::loaders::{self, AttemptId, UnitId};
+use super::types::{Attempt, BlockingQuestion, WorkUnit};
+use super::{Result, ledger, principal};
+use crate::auth::{Permission, Principal};
+use crate::db::entities::{EventType, QuestionStatus, question, work_unit};
+use crate::ledger::cursor::{Cursor, List};
+use crate::ledger::reads::PageArgs;
+use crate::ledger::{Ledger, LedgerError};
+use crate::live::Live;
+use crate::live::store::LiveEvent;
+use crate::live::tail::{self, Tail};
+
+/// Rows per page of the initial snapshots.
+const SNAPSHOT_PAGE: i32 = 500;
+
+#[derive(Default)]
+pub struct Subscription;
+
+#[SubscriptionObject]
+impl Subscription {
+    /// Blocking questions as they open, oldest first. With `includeOpen` (the
+    /// default) the questions open right now come first, so a triage service
+    /// that restarts never misses one. At-least-once: de-duplicate by `id`.
+    async fn blocking_question_opened(
+        &self,
+        ctx: &Context<'_>,
+        assignee_group: Option<String>,
+        #[graphql(default_with = "Some(true)")] include_open: Option<bool>,
+    ) -> Result<impl Stream<Item = Result<BlockingQuestion>> + use<>> {
+        let (live, ledger, who) = parts(ctx)?;
+        let tail = Tail::from_now(&live, &ledger, &who).await?;
+        let open = if include_open.unwrap_or(true) {
+            open_questions(&ledger, &who, assignee_group.clone()).await?
+        } else {
+            vec![]
+        };
+        let seen: Arc<HashSet<Uuid>> = Arc::new(open.iter().map(|q| q.id).collect());
+        let live_ones = follow(tail, move |event| {
+            let (ledger, who, group, seen) = (ledger.clone(), who.clone(), assignee_group.clone(), seen.clone());
+            async move {
+                if event.event.event_type != EventType::Blocked {
+                    return Ok(None);
+                }
+                let Some(id) = tail::question_of(&event) else { return Ok(None) };
+                let group_of_event = event.event.detail.get("assignee_group").and_then(|g| g.as_str());
+                if seen.contains(&id) || group.as_deref().is_some_and(|g| group_of_event != Some(g)) {
+                    return Ok(None);
+                }
+                let questions = ledger.questions_of_units(&who, vec![event.event.unit_id]).await?;
+                Ok(questions.into_iter().find(|q| q.id == id).map(BlockingQuestion))
+            }
+        });
+        Ok(stream::iter(open.into_iter().map(|q| Ok(BlockingQuestion(q)))).chain(live_ones))
+    }
+
+    /// Units whose lease expired, as the sweeper reports them (one event per
+    /// attempt). With `includeCurrent` (the default) the units stalled right
+    /// now come first. De-duplicate by `attempt { id }`.
+    async fn unit_stalled(
+        &self,
+        ctx: &Context<'_>,
+        domain: Option<String>,
+        #[graphql(default_with = "Some(true)")] include_current: Option<bool>,
+    ) -> Result<impl Stream<Item = Result<StallEvent>> + use<>> {
+        let (live, ledger, who) = parts(ctx)?;
+        let tail = Tail::from_now(&live, &ledger, &who).await?;
+        let current = if include_current.unwrap_or(true) {
+            stalled_units(&ledger, &who, domain.as_deref()).await?
+        } else {
+            vec![]
+        };
+        let seen: Arc<HashSet<Uuid>> = Arc::new(current.iter().map(|s| s.attempt_id).collect());
+        let live_ones = follow(tail, move |event| {
+            let (domain, seen) = (domain.clone(), seen.clone());
+            async move {
+                if event.event.event_type != EventType::Stalled {
+                    return Ok(None);
+                }
+                let domain_of_event = event.event.detail.get("domain").and_then(|d| d.as_str());
+                if domain.as_deref().is_some_and(|d| domain_of_event != Some(d)) {
+                    return Ok(None);
+                }
+                Ok(StallEvent::from_event(&event).filter(|s| !seen.contains(&s.attempt_id)))
+            }
+        });
+        Ok(stream::iter(current.into_iter().map(Ok)).chain(live_ones))
+    }
+
+    /// Every event of the caller's fleet in delivery order, exactly once.
+    /// Without `after` it starts with what commits after the subscription
+    /// began; with the `cursor` of an event it replays everything after that
+    /// event, then goes on live, with no gap and no duplicate at the seam
+    /// (also when transactions commit out of order).
+    async fn ledger_events(
+        &self,
+        ctx: &Context<'_>,
+        after: Option<String>,
+        unit_id: Option<Uuid>,
+        types: Option<Vec<EventType>>,
+    ) -> Result<impl Stream<Item = Result<WorkUnitEvent>> + use<>> {
+        let (live, ledger, who) = parts(ctx)?;
+        let tail = match after {
+            Some(cursor) => Tail::after(&live, &ledger, &who, &cursor).await?,
+            None => Tail::from_now(&live, &ledger, &who).await?,
+        };
+        let types: Option<Arc<HashSet<EventType>>> = types.map(|t| Arc::new(t.into_iter().collect()));
+        Ok(follow(tail, move |event| {
+            let types = types.clone();
+            async move {
+                let e = &event.event;
+                let wanted =
+                    unit_id.is_none_or(|u| e.unit_id == u) && types.as_ref().is_none_or(|t| t.contains(&e.event_type));
+                Ok(wanted.then(|| WorkUnitEvent(e.clone())))
+            }
+        }))
+    }
+}
+
+/// The subscription's context: it needs `ledger:read` like any read.
+fn parts(ctx: &Context<'_>) -> std::result::Result<(Live, Ledger, Principal), LedgerError> {
+    let who = principal(ctx)?;
+    who.require(Permission::LedgerRead)?;
+    let live = ctx
+        .data_opt::<Live>()
+        .ok_or_else(|| LedgerError::invalid("operation", "subscriptions are served over WebSocket at /graphql/ws"))?;
+    Ok((live.clone(), ledger(ctx).clone(), who.clone()))
+}
+
+/// The tail's events mapped by `pick` (`None` skips one); ends after an
+/// error, which the client sees, and from which it can resume.
+fn follow<T, F, Fut>(tail: Tail, pick: F) -> impl Stream<Item = Result<T>>
+where
+    T: Send + 'static,
+    F: Fn(Arc<LiveEvent>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = std::result::Result<Option<T>, LedgerError>> + Send,
+{
+    stream::unfold(Some((tail, pick)), |state| async move {
+        let (mut tail, pick) = state?;
+        loop {
+            let picked = match tail.next().await {
+                Ok(Some(event)) => pick(event).await,
+                Ok(None) => return None,
+                Err(err) => Err(err),
+            };
+            match picked {
+                Ok(Some(item)) => return Some((Ok(item), Some((tail, pick)))),
+                Ok(None) => continue,
+                Err(err) => return Some((Err(err.into()), None)),
+            }
+        }
+    })
+}
+
+async fn open_questions(
+    ledger: &Ledger,
+    who: &Principal,
+    group: Option<String>,
+) -> std::result::Result<Vec<question::Model>, LedgerError> {
+    let mut all = Vec::new();
+    let mut after = None;
+    loop {
+        let args = PageArgs { first: Some(SNAPSHOT_PAGE), after };
+        let page = ledger.questions_page(who, args, Some(QuestionStatus::Open), group.clone()).await?;
+        after = page.items.last().map(|q| Cursor { created_at: q.created_at, id: q.id }.encode(List::Questions));
+        all.extend(page.items);
+        if !page.has_next {
+            return Ok(all);
+        }
+    }
+}
+
+async fn stalled_units(
+    ledger: &Ledger,
+    who: &Principal,
+    domain: Option<&str>,
+) -> std::result::Result<Vec<StallEvent>, LedgerError> {
+    let mut all = Vec::new();
+    let mut after = None;
+    loop {
+        let page = ledger.stalls_page(who, PageArgs { first: Some(SNAPSHOT_PAGE), after }).await?;
+        after = page.items.last().map(|u| Cursor { created_at: u.created_at, id: u.id }.encode(List::Stalls));
+        let wanted = page.items.into_iter().filter(|u| domain.is_none_or(|d| u.domain == d));
+        all.extend(wanted.filter_map(StallEvent::from_unit));
+        if !page.has_next {
+            return Ok(all);
+        }
+    }
+}
+
+/// A unit whose lease expired while CLAIMED or IN_PROGRESS: its holder went
+/// silent. The unit is reclaimable by `claimNext`.
+pub struct StallEvent {
+    unit_id: Uuid,
+    attempt_id: Uuid,
+    agent_id: String,
+    last_heartbeat_at: Option<DateTime<Utc>>,
+    lease_expired_at: DateTime<Utc>,
+}
+
+impl StallEvent {
+    /// A stalled unit as it is now (a CHECK constraint guarantees holder,
+    /// attempt and lease on a CLAIMED or IN_PROGRESS unit).
+    fn from_unit(unit: work_unit::Model) -> Option<Self> {
+        Some(Self {
+            unit_id: unit.id,
+            attempt_id: unit.current_attempt_id?,
+            agent_id: unit.claimed_by?,
+            last_heartbeat_at: unit.last_heartbeat_at,
+            lease_expired_at: unit.lease_expires_at?,
+        })
+    }
+
+    /// From a `stalled` event (the sweeper records the lease in its detail).
+    fn from_event(event: &LiveEvent) -> Option<Self> {
+        let e = &event.event;
+        let time = |field: &str| {
+            e.detail.get(field)?.as_str().and_then(|t| DateTime::parse_from_rfc3339(t).ok()).map(|t| t.to_utc())
+        };
+        Some(Self {
+            unit_id: e.unit_id,
+            attempt_id: e.attempt_id?,
+            agent_id: e.agent_id.clone()?,
+            last_heartbeat_at: time("last_heartbeat_at"),
+            lease_expired_at: time("lease_expired_at")?,
+        })
+    }
+}
+
+#[Object]
+impl StallEvent {
+    async fn unit(&self, ctx: &Context<'_>) -> Result<WorkUnit> {
+        let unit = super::loaders(ctx)?.load_one(UnitId(self.unit_id)).await?;
+        Ok(WorkUnit(unit.ok_or_else(|| LedgerError::not_found("unit", self.unit_id))?))
+    }
+    /// The attempt whose lease expired (one stall per attempt: its id de-duplicates).
+    async fn attempt(&self, ctx: &Context<'_>) -> Result<Attempt> {
+        let attempt = super::loaders(ctx)?.load_one(AttemptId(self.attempt_id)).await?;
+        Ok(Attempt(attempt.ok_or_else(|| LedgerError::not_found("attempt", self.attempt_id))?))
+    }
+    /// The agent that held the unit and went silent.
+    async fn agent_id(&self) -> &str {
+        &self.agent_id
+    }
+    async fn last_heartbeat_at(&self) -> Option<DateTime<Utc>> {
+        self.last_heartbeat_at
+    }
+    async fn lease_expired_at(&self) -> DateTime<Utc> {
+        self.lease_expired_at
+    }
+}
+
+/// Gives each subscription payload a DataLoader of its own. Over HTTP the
+/// HTTP layer puts one in every request; a subscription runs for hours, and
+/// one loader per connection would cache what it loaded (and serve stale
+/// units) for as long. Requests that come with a loader are left alone.
+pub struct LoadersPerPayload;
+
+impl ExtensionFactory for LoadersPerPayload {
+    fn create(&self) -> Arc<dyn Extension> {
+        Arc::new(LoadersPerPayload)
+    }
+}
+
+#[async_graphql::async_trait::async_trait]
+impl Extension for LoadersPerPayload {
+    async fn execute(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        operation_name: Option<&str>,
+        next: NextExecute<'_>,
+    ) -> Response {
+        if ctx.data_opt::<loaders::Loaders>().is_some() {
+            return next.run(ctx, operation_name).await;
+        }
+        let (Some(who), Some(ledger)) = (ctx.data_opt::<Principal>(), ctx.data_opt::<Ledger>()) else {
+            return next.run(ctx, operation_name).await;
+        };
+        let mut data = Data::default();
+        data.insert(loaders::for_request(ledger.clone(), who.clone()));
+        next.run_with_data(ctx, operation_name, data).await
+    }
+}

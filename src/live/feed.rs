@@ -1,0 +1,168 @@
+//! Fan-out: one feed per fleet that has subscribers in this process. The
+//! listener only says "fleet F has news"; the feed then reads the fleet's new
+//! events once, in delivery order and under the fleet's row-level security
+//! (`db::in_fleet`), and broadcasts them to that fleet's subscribers alone.
+//! One read per fleet and wake-up, however many subscribers it has.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use sea_orm::DatabaseConnection;
+use tokio::sync::{Notify, broadcast};
+use tokio_util::sync::CancellationToken;
+
+use super::store::{self, Key, LiveEvent};
+use crate::db;
+
+/// Events a feed reads per statement.
+const BATCH: usize = 500;
+/// How soon a feed whose events wait for an older transaction looks again
+/// when no notification wakes it first; doubled up to the maximum.
+const RECHECK_MIN: Duration = Duration::from_millis(5);
+const RECHECK_MAX: Duration = Duration::from_secs(1);
+
+/// What subscribers of one fleet hold: the broadcast of its events, in
+/// delivery order.
+pub struct Feed {
+    events: broadcast::Sender<Arc<LiveEvent>>,
+    wake: Arc<Notify>,
+}
+
+impl Feed {
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<LiveEvent>> {
+        self.events.subscribe()
+    }
+}
+
+impl Drop for Feed {
+    /// The last subscriber left: let the task notice and stop.
+    fn drop(&mut self) {
+        self.wake.notify_one();
+    }
+}
+
+struct Entry {
+    feed: Weak<Feed>,
+    wake: Arc<Notify>,
+    held: Arc<AtomicBool>,
+}
+
+pub struct Feeds {
+    db: DatabaseConnection,
+    capacity: usize,
+    stop: CancellationToken,
+    entries: Mutex<HashMap<String, Entry>>,
+}
+
+impl Feeds {
+    pub fn new(db: DatabaseConnection, capacity: usize, stop: CancellationToken) -> Self {
+        Self { db, capacity, stop, entries: Mutex::new(HashMap::new()) }
+    }
+
+    /// The fleet's feed, started on first use.
+    pub fn feed(&self, fleet: &str) -> Arc<Feed> {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(feed) = entries.get(fleet).and_then(|e| e.feed.upgrade()) {
+            return feed;
+        }
+        entries.retain(|_, e| e.feed.strong_count() > 0);
+        let wake = Arc::new(Notify::new());
+        let held = Arc::new(AtomicBool::new(false));
+        let feed = Arc::new(Feed { events: broadcast::channel(self.capacity).0, wake: wake.clone() });
+        entries.insert(fleet.to_owned(), Entry { feed: Arc::downgrade(&feed), wake: wake.clone(), held: held.clone() });
+        let task = FeedTask {
+            db: self.db.clone(),
+            fleet: fleet.to_owned(),
+            feed: Arc::downgrade(&feed),
+            wake,
+            held,
+            stop: self.stop.clone(),
+        };
+        tokio::spawn(task.run());
+        feed
+    }
+
+    /// Fleet `fleet` committed events. Feeds whose events wait for an older
+    /// transaction are woken too: any commit may be the one they wait for.
+    pub fn wake(&self, fleet: &str) {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        for (name, entry) in entries.iter() {
+            if name == fleet || entry.held.load(Ordering::Relaxed) {
+                entry.wake.notify_one();
+            }
+        }
+    }
+
+    /// Every feed reads again: after a reconnect (notifications were lost)
+    /// and, while the listener is down, as a polling fallback.
+    pub fn wake_all(&self) {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        for entry in entries.values() {
+            entry.wake.notify_one();
+        }
+    }
+}
+
+struct FeedTask {
+    db: DatabaseConnection,
+    fleet: String,
+    feed: Weak<Feed>,
+    wake: Arc<Notify>,
+    held: Arc<AtomicBool>,
+    stop: CancellationToken,
+}
+
+impl FeedTask {
+    async fn run(self) {
+        // Where the feed starts does not matter for correctness: each
+        // subscriber reads up to the present itself before it listens.
+        let mut after: Option<Key> = None;
+        let mut recheck = RECHECK_MIN;
+        loop {
+            let Some(feed) = self.feed.upgrade() else { return };
+            let held = self.drain(&feed, &mut after).await;
+            self.held.store(held, Ordering::Relaxed);
+            drop(feed);
+            tokio::select! {
+                _ = self.stop.cancelled() => return,
+                _ = self.wake.notified() => recheck = RECHECK_MIN,
+                _ = tokio::time::sleep(recheck), if held => recheck = (recheck * 2).min(RECHECK_MAX),
+            }
+        }
+    }
+
+    /// Reads and broadcasts everything deliverable; true when some committed
+    /// events wait for an older transaction (or a read failed) and the feed
+    /// must look again without a notification.
+    async fn drain(&self, feed: &Feed, after: &mut Option<Key>) -> bool {
+        loop {
+            let fleet = self.fleet.clone();
+            let from = *after;
+            let read = db::in_fleet(&self.db, &self.fleet, move |tx| {
+                Box::pin(async move {
+                    let from = match from {
+                        Some(key) => key,
+                        None => store::start(tx).await?.key(),
+                    };
+                    Ok((from, store::events_after(tx, &fleet, from, BATCH).await?))
+                })
+            })
+            .await;
+            let (from, batch) = match read {
+                Ok(read) => read,
+                // Logged by LedgerError::internal; retried on the recheck timer.
+                Err(_) => return true,
+            };
+            for event in &batch.events {
+                // No receiver is not an error: a subscriber may be leaving.
+                let _ = feed.events.send(Arc::new(event.clone()));
+            }
+            *after = Some(batch.next_after(from, BATCH));
+            if batch.events.len() < BATCH {
+                return batch.held;
+            }
+        }
+    }
+}

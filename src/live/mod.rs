@@ -1,0 +1,228 @@
+//! Live events (SPEC §6): the LISTEN connection, the per-fleet fan-out, the
+//! exactly-once subscriber tail, the stall sweeper and the WebSocket endpoint.
+//!
+//! Data flow: a write commits its event rows and their `pg_notify` (a
+//! trigger); the process's one [`listener`] hears "fleet F has news" and wakes
+//! F's [`feed`], which reads F's new events once under F's row-level security
+//! and broadcasts them; each subscription's [`tail`] takes them in delivery
+//! order exactly once and its resolver turns them into GraphQL payloads sent
+//! over [`ws`]. The [`sweeper`] appends `stalled` events, which travel the
+//! same way. The event table is the truth and notifications are only hints,
+//! which is what makes reconnects, replicas and resumed streams exact.
+
+pub mod feed;
+pub mod listener;
+pub mod store;
+pub mod sweeper;
+pub mod tail;
+pub mod ws;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sea_orm::sqlx::postgres::PgPoolOptions;
+use sea_orm::{DatabaseConnection, DbErr, SqlxPostgresConnector};
+use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
+
+pub use listener::ListenerConfig;
+pub use sweeper::SweeperConfig;
+pub use ws::WsConfig;
+
+use feed::Feeds;
+use sweeper::Sweeper;
+
+#[derive(Debug, Clone)]
+pub struct LiveConfig {
+    pub sweeper: SweeperConfig,
+    pub listener: ListenerConfig,
+    pub ws: WsConfig,
+    /// Connections of the pool the feeds, the sweeper and the health pings
+    /// use, apart from the request pool so that live traffic never starves
+    /// mutations (and the other way round).
+    pub pool_size: u32,
+    /// Events a fleet's broadcast holds for a slow subscriber before that
+    /// subscriber has to read the table to catch up.
+    pub broadcast_capacity: usize,
+}
+
+impl Default for LiveConfig {
+    fn default() -> Self {
+        Self {
+            sweeper: SweeperConfig::default(),
+            listener: ListenerConfig::default(),
+            ws: WsConfig::default(),
+            pool_size: 4,
+            broadcast_capacity: 1024,
+        }
+    }
+}
+
+/// The live subsystem of one server process. Cheap to clone.
+#[derive(Clone)]
+pub struct Live(Arc<Inner>);
+
+struct Inner {
+    config: LiveConfig,
+    db: DatabaseConnection,
+    feeds: Feeds,
+    sweeper: Sweeper,
+    listening: watch::Sender<bool>,
+    revoked: broadcast::Sender<Uuid>,
+    /// Tokens of the open WebSocket connections, with their counts: checked
+    /// again after a reconnect, when revocation notices may have been lost.
+    tokens: Mutex<HashMap<Uuid, usize>>,
+    connections: TaskTracker,
+    stop: CancellationToken,
+}
+
+impl Live {
+    /// Prepares the subsystem over the database `requests` connects to (with
+    /// a pool of its own); nothing runs until [`Live::run`].
+    pub fn new(requests: &DatabaseConnection, config: LiveConfig) -> Self {
+        let options = (*requests.get_postgres_connection_pool().connect_options()).clone();
+        let pool = PgPoolOptions::new()
+            .max_connections(config.pool_size.max(1))
+            .min_connections(0)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_lazy_with(options.application_name("work-ledger-live"));
+        let db = SqlxPostgresConnector::from_sqlx_postgres_pool(pool);
+        let stop = CancellationToken::new();
+        Self(Arc::new(Inner {
+            feeds: Feeds::new(db.clone(), config.broadcast_capacity, stop.clone()),
+            sweeper: Sweeper::new(db.clone(), config.sweeper.clone()),
+            listening: watch::channel(false).0,
+            revoked: broadcast::channel(256).0,
+            tokens: Mutex::new(HashMap::new()),
+            connections: TaskTracker::new(),
+            config,
+            db,
+            stop,
+        }))
+    }
+
+    /// The listener until [`Live::stop`].
+    pub async fn run_listener(&self) {
+        let options = (*self.0.db.get_postgres_connection_pool().connect_options()).clone();
+        listener::run(self.clone(), options).await
+    }
+
+    /// The sweeper until [`Live::stop`].
+    pub async fn run_sweeper(&self) {
+        self.0.sweeper.run(self.0.stop.clone()).await
+    }
+
+    /// Stops the listener, the sweeper, the feeds and closes every WebSocket
+    /// (1001, going away).
+    pub fn stop(&self) {
+        self.0.stop.cancel();
+    }
+
+    /// Waits (at most `limit`) for the WebSocket connections to close.
+    pub async fn connections_closed(&self, limit: Duration) {
+        self.0.connections.close();
+        let _ = tokio::time::timeout(limit, self.0.connections.wait()).await;
+    }
+
+    /// True while the LISTEN connection is up (`/readyz`).
+    pub fn is_listening(&self) -> bool {
+        *self.0.listening.borrow()
+    }
+
+    /// Whether the LISTEN connection is up, as it changes.
+    pub fn listener_status(&self) -> watch::Receiver<bool> {
+        self.0.listening.subscribe()
+    }
+
+    /// One sweep now, beside the background passes; returns the stalls it
+    /// reported.
+    pub async fn sweep_now(&self) -> Result<u64, DbErr> {
+        self.0.sweeper.run_once().await
+    }
+
+    /// Completed background sweeper passes (a test waits for the next one).
+    pub fn sweeper_passes(&self) -> watch::Receiver<u64> {
+        self.0.sweeper.passes()
+    }
+
+    fn stopping(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
+        self.0.stop.cancelled()
+    }
+
+    /// Resolves once [`Live::stop`] was called (the HTTP server's graceful shutdown).
+    pub fn stopping_owned(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
+        self.0.stop.clone().cancelled_owned()
+    }
+
+    fn db(&self) -> &DatabaseConnection {
+        &self.0.db
+    }
+
+    fn feeds(&self) -> &Feeds {
+        &self.0.feeds
+    }
+
+    fn ws_config(&self) -> &WsConfig {
+        &self.0.config.ws
+    }
+
+    fn listener_config(&self) -> &ListenerConfig {
+        &self.0.config.listener
+    }
+
+    fn connections(&self) -> TaskTracker {
+        self.0.connections.clone()
+    }
+
+    fn set_listening(&self, up: bool) {
+        self.0.listening.send_replace(up);
+    }
+
+    fn revocations(&self) -> broadcast::Receiver<Uuid> {
+        self.0.revoked.subscribe()
+    }
+
+    fn token_revoked(&self, token: Uuid) {
+        let _ = self.0.revoked.send(token);
+    }
+
+    fn track_token(&self, token: Uuid) -> TrackedToken {
+        *self.0.tokens.lock().unwrap_or_else(|e| e.into_inner()).entry(token).or_default() += 1;
+        TrackedToken { live: self.clone(), token }
+    }
+
+    /// After (re)connecting: every feed reads what it missed, and the tokens
+    /// of open connections are checked for revocations missed meanwhile.
+    async fn catch_up(&self) {
+        self.0.feeds.wake_all();
+        let tokens: Vec<Uuid> = self.0.tokens.lock().unwrap_or_else(|e| e.into_inner()).keys().copied().collect();
+        if tokens.is_empty() {
+            return;
+        }
+        match store::revoked_among(&self.0.db, tokens).await {
+            Ok(revoked) => revoked.into_iter().for_each(|t| self.token_revoked(t)),
+            Err(err) => tracing::warn!(error = %err, "cannot re-check the tokens of open subscriptions"),
+        }
+    }
+}
+
+/// A WebSocket connection's token, counted while the connection is open.
+struct TrackedToken {
+    live: Live,
+    token: Uuid,
+}
+
+impl Drop for TrackedToken {
+    fn drop(&mut self) {
+        let mut tokens = self.live.0.tokens.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = tokens.get_mut(&self.token) {
+            *n -= 1;
+            if *n == 0 {
+                tokens.remove(&self.token);
+            }
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! One subscriber's exactly-once view of its fleet's event log.
+//!
+//! A tail joins its fleet's broadcast first, then fixes its position (a
+//! cursor's event, or a snapshot of "now"), then reads the table from that
+//! position up to the present before it takes live events. Everything the
+//! feed broadcasts from the moment the tail joined is in its receiver, and
+//! everything before is in reach of its own reads, so the two overlap and
+//! never leave a gap; the position (strictly increasing in delivery order)
+//! drops the overlap. A tail that falls behind the broadcast reads the table
+//! again from its position, so a slow subscriber loses nothing either.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use tokio::sync::broadcast::{self, error::RecvError};
+use uuid::Uuid;
+
+use super::Live;
+use super::feed::Feed;
+use super::store::{self, Key, LiveEvent, Start};
+use crate::auth::Principal;
+use crate::ledger::cursor::{Cursor, List};
+use crate::ledger::{Ledger, LedgerError};
+
+/// Events per read of the table when catching up.
+const PAGE: usize = 500;
+
+pub struct Tail {
+    ledger: Ledger,
+    who: Principal,
+    _feed: Arc<Feed>,
+    live: broadcast::Receiver<Arc<LiveEvent>>,
+    /// Everything at or before it has been delivered or skipped.
+    position: Key,
+    /// Without a cursor: events that had committed when the subscription
+    /// began are skipped although they sort after `position`.
+    start: Option<Start>,
+    /// Read the table before taking live events.
+    catching_up: bool,
+    pending: VecDeque<Arc<LiveEvent>>,
+}
+
+impl Tail {
+    /// Starts with what commits after this call.
+    pub async fn from_now(live: &Live, ledger: &Ledger, who: &Principal) -> Result<Self, LedgerError> {
+        let (feed, receiver) = join(live, who);
+        let start = ledger.read(who, |tx| Box::pin(async move { Ok(store::start(tx).await?) })).await?;
+        Ok(Self::new(ledger, who, feed, receiver, start.key(), Some(start)))
+    }
+
+    /// Starts right after the event `cursor` names (a `WorkUnitEvent.cursor`).
+    pub async fn after(live: &Live, ledger: &Ledger, who: &Principal, cursor: &str) -> Result<Self, LedgerError> {
+        let Cursor { id, .. } = Cursor::decode(List::Events, cursor).map_err(|_| foreign_cursor())?;
+        let (feed, receiver) = join(live, who);
+        let key = ledger.read(who, move |tx| Box::pin(async move { Ok(store::key_of(tx, id).await?) })).await?;
+        let key = key.ok_or_else(foreign_cursor)?;
+        Ok(Self::new(ledger, who, feed, receiver, key, None))
+    }
+
+    fn new(
+        ledger: &Ledger,
+        who: &Principal,
+        feed: Arc<Feed>,
+        live: broadcast::Receiver<Arc<LiveEvent>>,
+        position: Key,
+        start: Option<Start>,
+    ) -> Self {
+        Self {
+            ledger: ledger.clone(),
+            who: who.clone(),
+            _feed: feed,
+            live,
+            position,
+            start,
+            catching_up: true,
+            pending: VecDeque::new(),
+        }
+    }
+
+    /// The next event in delivery order; `None` once the server stops.
+    pub async fn next(&mut self) -> Result<Option<Arc<LiveEvent>>, LedgerError> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                if !self.before_start(&event) {
+                    return Ok(Some(event));
+                }
+                continue;
+            }
+            if self.catching_up {
+                self.catch_up().await?;
+                continue;
+            }
+            match self.live.recv().await {
+                Ok(event) => {
+                    if event.key <= self.position {
+                        continue;
+                    }
+                    self.position = event.key;
+                    if !self.before_start(&event) {
+                        return Ok(Some(event));
+                    }
+                }
+                // The broadcast dropped events this tail had not taken yet.
+                Err(RecvError::Lagged(_)) => self.catching_up = true,
+                Err(RecvError::Closed) => return Ok(None),
+            }
+        }
+    }
+
+    fn before_start(&self, event: &LiveEvent) -> bool {
+        self.start.as_ref().is_some_and(|s| s.committed_before(event.key))
+    }
+
+    /// One page of the table after `position`; catching up ends with the
+    /// first page that is not full.
+    async fn catch_up(&mut self) -> Result<(), LedgerError> {
+        let (fleet, from) = (self.who.fleet.clone(), self.position);
+        let batch = self
+            .ledger
+            .read(&self.who, move |tx| Box::pin(async move { Ok(store::events_after(tx, &fleet, from, PAGE).await?) }))
+            .await?;
+        self.position = batch.next_after(from, PAGE);
+        self.catching_up = batch.events.len() >= PAGE;
+        self.pending.extend(batch.events.into_iter().map(Arc::new));
+        Ok(())
+    }
+}
+
+/// Joins the fleet's broadcast (before the position is fixed: see above).
+fn join(live: &Live, who: &Principal) -> (Arc<Feed>, broadcast::Receiver<Arc<LiveEvent>>) {
+    let feed = live.feeds().feed(&who.fleet);
+    let receiver = feed.subscribe();
+    (feed, receiver)
+}
+
+fn foreign_cursor() -> LedgerError {
+    LedgerError::invalid(
+        "after",
+        "not an event cursor of your fleet: pass the `cursor` of a WorkUnitEvent (from `ledgerEvents` or `events`)",
+    )
+}
+
+/// The question id a `blocked` event opened.
+pub fn question_of(event: &LiveEvent) -> Option<Uuid> {
+    event.event.detail.get("question_id")?.as_str()?.parse().ok()
+}
