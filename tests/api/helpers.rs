@@ -15,6 +15,7 @@ use work_ledger::db;
 use work_ledger::embedded_pg::EmbeddedPostgres;
 use work_ledger::http::Application;
 use work_ledger::ledger::Ledger;
+use work_ledger::live::{Live, LiveConfig, SweeperConfig};
 
 struct Cluster {
     /// URL of any database of the cluster, with `{db}` where the name goes.
@@ -106,15 +107,49 @@ pub struct TestApp {
     /// reading what the database recorded, bypassing row-level security.
     pub owner: DatabaseConnection,
     pub http: reqwest::Client,
+    /// The server's live subsystem (listener, sweeper): tests wait on it
+    /// instead of sleeping.
+    pub live: Live,
 }
 
 pub async fn spawn_app() -> TestApp {
+    spawn_app_with(test_live_config()).await
+}
+
+/// The live subsystem as tests run it: the sweeper runs, but an hour apart,
+/// so that a test that expires a lease decides itself when a sweep happens
+/// (`app.live.sweep_now()`, or a config with a short interval).
+pub fn test_live_config() -> LiveConfig {
+    LiveConfig {
+        sweeper: SweeperConfig { interval: std::time::Duration::from_secs(3600), ..SweeperConfig::default() },
+        ..LiveConfig::default()
+    }
+}
+
+pub async fn spawn_app_with(live: LiveConfig) -> TestApp {
     // Server-side errors (logged with their correlation ids) show in failing tests' output.
     let _ = tracing_subscriber::fmt().with_env_filter("warn,sqlx=error").with_test_writer().try_init();
     let cluster = Cluster::get();
     let name = format!("wlt_{}_{}", std::process::id(), NEXT_DB.fetch_add(1, Ordering::SeqCst));
     admin(cluster, &format!("CREATE DATABASE {name} TEMPLATE {}", cluster.template)).await;
-    let db_url = cluster.url(&name);
+    start_server(cluster.url(&name), live).await
+}
+
+impl TestApp {
+    /// Another server process on the same database (its own pools, listener
+    /// and sweeper), as a replica behind a load balancer would be.
+    pub async fn spawn_replica(&self) -> TestApp {
+        self.spawn_replica_with(test_live_config()).await
+    }
+
+    pub async fn spawn_replica_with(&self, live: LiveConfig) -> TestApp {
+        start_server(self.db_url.clone(), live).await
+    }
+}
+
+/// Starts the server as `serve` does (HTTP, listener, sweeper) and returns
+/// once its LISTEN connection is up.
+async fn start_server(db_url: String, live: LiveConfig) -> TestApp {
     let mut pool = db::connect(&db_url, 20).await.expect("connect app pool");
     // Counts every statement the server sends: the N+1 tests read it.
     let statements = Arc::new(AtomicUsize::new(0));
@@ -122,11 +157,17 @@ pub async fn spawn_app() -> TestApp {
     pool.set_metric_callback(move |_| {
         counter.fetch_add(1, Ordering::SeqCst);
     });
-    let app = Application::build(Ledger::new(pool), "127.0.0.1:0").await.expect("bind");
+    let app = Application::build_with(Ledger::new(pool), "127.0.0.1:0", live).await.expect("bind");
     let addr = app.local_addr().expect("addr");
+    let live = app.live().clone();
     tokio::spawn(app.run_until(std::future::pending()));
     let owner = db::connect(&db_url, 5).await.expect("connect owner pool");
-    TestApp { addr, db_url, owner, http: reqwest::Client::new(), statements }
+    let mut listening = live.listener_status();
+    tokio::time::timeout(std::time::Duration::from_secs(30), listening.wait_for(|up| *up))
+        .await
+        .expect("the LISTEN connection within 30 s")
+        .expect("listener status");
+    TestApp { addr, db_url, owner, http: reqwest::Client::new(), statements, live }
 }
 
 /// A GraphQL response as the client sees it.

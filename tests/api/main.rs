@@ -1,6 +1,7 @@
 //! Integration tests: real PostgreSQL, the real server, over HTTP.
 
 mod helpers;
+mod ws_client;
 
 mod auth;
 mod claims;
@@ -12,6 +13,8 @@ mod isolation;
 mod lease;
 mod lifecycle;
 mod limits;
+mod live;
+mod live_ws;
 mod reads;
 mod register;
 mod schema;

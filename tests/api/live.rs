@@ -1,0 +1,451 @@
+//! Live events (SPEC §6) through real server processes over WebSocket:
+//! replicas behaving as one service, the sweeper reporting each stall once,
+//! a killed LISTEN connection, resumed streams, transactions committing out
+//! of order, and fleet isolation. Assertions are on delivered messages and
+//! on what the database recorded; the only timeouts are failure guards.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use futures::future::join_all;
+use sea_orm::{ConnectionTrait, TransactionTrait};
+use serde_json::{Value, json};
+use work_ledger::auth::Role;
+use work_ledger::ledger::Ledger;
+use work_ledger::live::store::{self, Key};
+use work_ledger::live::tail::Tail;
+
+use crate::helpers::{Agent, TestApp, spawn_app, spawn_app_with, test_live_config};
+use crate::ws_client::{GUARD, Ws};
+
+const QUESTIONS: &str = "subscription($group: String) { blockingQuestionOpened(assigneeGroup: $group) { id unitId question status assigneeGroup } }";
+const STALLS: &str = "subscription($domain: String) { unitStalled(domain: $domain) { unit { id externalRef } attempt { id attemptNo } agentId leaseExpiredAt } }";
+const EVENTS: &str = "subscription($after: String, $unit: UUID, $types: [EventType!]) {
+    ledgerEvents(after: $after, unitId: $unit, types: $types) { id cursor unitId eventType agentId detail unit { externalRef state } } }";
+
+/// The cursor of the fleet's newest event, from the read path's `events`.
+async fn newest_cursor(app: &TestApp, token: &str) -> String {
+    let resp = app.gql(token, "{ events(first: 1) { edges { cursor } } }", json!({})).await;
+    resp.data()["events"]["edges"][0]["cursor"].as_str().expect("an event").to_owned()
+}
+
+async fn next_event(ws: &mut Ws) -> Value {
+    ws.next_data().await["ledgerEvents"].clone()
+}
+
+async fn registered_unit(ws: &mut Ws) -> String {
+    let event = next_event(ws).await;
+    assert_eq!(event["eventType"], "REGISTERED", "{event:#}");
+    event["unit"]["externalRef"].as_str().expect("externalRef").to_owned()
+}
+
+/// Claims, starts and blocks one unit as `agent`; returns the question id.
+async fn raise_question(agent: &Agent<'_>, question: &str, group: Option<&str>) -> String {
+    let unit = agent.claim_next(json!({})).await.str("id");
+    agent.transition(&unit, "IN_PROGRESS", json!({})).await.data();
+    let blocked = agent.block(&unit, question, json!({ "group": group })).await;
+    blocked.unit()["openQuestion"]["id"].as_str().expect("open question").to_owned()
+}
+
+#[tokio::test]
+async fn a_triage_on_one_replica_receives_every_question_raised_through_two_others() {
+    let a = spawn_app().await;
+    let b = a.spawn_replica().await;
+    let c = a.spawn_replica().await;
+    let op = a.token("f", "op", Role::Operator).await;
+    let refs: Vec<String> = (0..8).map(|i| format!("unit-{i}")).collect();
+    a.register(&op, &refs.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let triage = a.token("f", "triage", Role::Triage).await;
+    let mut ws = Ws::subscription(&a, &triage, QUESTIONS, json!({})).await;
+
+    let raised: HashSet<String> = join_all((0..8).map(|i| {
+        let (b, c) = (&b, &c);
+        async move {
+            let server = if i % 2 == 0 { b } else { c };
+            let agent = Agent::new(server, "f", &format!("agent-{i}"), Role::Agent).await;
+            raise_question(&agent, &format!("question {i}"), None).await
+        }
+    }))
+    .await
+    .into_iter()
+    .collect();
+
+    let mut received = Vec::new();
+    while received.len() < raised.len() {
+        let q = ws.next_data().await["blockingQuestionOpened"].clone();
+        assert_eq!(q["status"], "OPEN");
+        received.push(q["id"].as_str().expect("id").to_owned());
+    }
+    let distinct: HashSet<String> = received.iter().cloned().collect();
+    assert_eq!(distinct.len(), received.len(), "no question twice: {received:?}");
+    assert_eq!(distinct, raised);
+    let recorded: HashSet<String> = a
+        .sql_json("SELECT id::text AS id FROM blocking_questions WHERE status = 'open'")
+        .await
+        .iter()
+        .map(|r| r["id"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(recorded, raised);
+}
+
+#[tokio::test]
+async fn a_stall_is_reported_once_although_three_sweepers_run() {
+    let mut live = test_live_config();
+    live.sweeper.interval = Duration::from_millis(50);
+    let a = spawn_app_with(live.clone()).await;
+    let b = a.spawn_replica_with(live.clone()).await;
+    let c = a.spawn_replica_with(live).await;
+    let op = a.token("f", "op", Role::Operator).await;
+    let registered = a.register(&op, &["s1", "s2", "s3", "s4"]).await;
+    let s4 = registered[3]["id"].as_str().expect("id").to_owned();
+    let mut attempts = HashSet::new();
+    let mut units = Vec::new();
+    for i in 0..3 {
+        let agent = Agent::new(&a, "f", &format!("agent-{i}"), Role::Agent).await;
+        let claimed = agent.claim_next(json!({})).await;
+        attempts.insert(claimed.str("currentAttemptId"));
+        units.push(claimed.str("id"));
+    }
+    let reader = a.token("f", "monitor", Role::Reader).await;
+    let mut ws = Ws::subscription(&b, &reader, STALLS, json!({})).await;
+
+    for unit in &units {
+        a.expire_lease(unit).await;
+    }
+    // Every background sweeper completes two passes after the expiry, and
+    // each replica sweeps once more by hand, all at the same time.
+    let passes = |app: &TestApp| {
+        let mut rx = app.live.sweeper_passes();
+        async move {
+            let from = *rx.borrow();
+            tokio::time::timeout(GUARD, rx.wait_for(|n| *n >= from + 2)).await.expect("two passes").expect("sweeper");
+        }
+    };
+    tokio::join!(passes(&a), passes(&b), passes(&c));
+    let (ra, rb, rc) = tokio::join!(a.live.sweep_now(), b.live.sweep_now(), c.live.sweep_now());
+    assert_eq!((ra.expect("sweep"), rb.expect("sweep"), rc.expect("sweep")), (0, 0, 0), "already reported");
+
+    let recorded = a
+        .sql_json(
+            "SELECT attempt_id::text AS attempt, count(*) AS n FROM work_unit_events
+              WHERE event_type = 'stalled' GROUP BY attempt_id",
+        )
+        .await;
+    assert_eq!(recorded.len(), 3, "{recorded:?}");
+    assert!(recorded.iter().all(|r| r["n"] == 1), "{recorded:?}");
+
+    let mut delivered = HashSet::new();
+    for _ in 0..3 {
+        let stall = ws.next_data().await["unitStalled"].clone();
+        assert!(stall["agentId"].as_str().is_some_and(|a| a.starts_with("agent-")), "{stall:#}");
+        assert!(delivered.insert(stall["attempt"]["id"].as_str().expect("attempt").to_owned()), "twice: {stall:#}");
+    }
+    assert_eq!(delivered, attempts);
+
+    // The next stall is the next message: nothing was delivered twice.
+    let late = Agent::new(&a, "f", "late", Role::Agent).await;
+    let unit = late.claim_unit(&s4, json!({})).await.str("id");
+    a.expire_lease(&unit).await;
+    let stall = ws.next_data().await["unitStalled"].clone();
+    assert_eq!(stall["unit"]["externalRef"], "s4");
+    assert_eq!(stall["agentId"], "late");
+    let lease = a.sql_json(&format!("SELECT lease_expires_at FROM work_units WHERE id = '{unit}'")).await;
+    let (sent, stored) = (stall["leaseExpiredAt"].as_str(), lease[0]["lease_expires_at"].as_str());
+    let parse = |t: Option<&str>| t.and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+    assert_eq!(parse(sent), parse(stored));
+}
+
+#[tokio::test]
+async fn every_subscriber_gets_every_event_once_although_the_listen_connection_is_killed() {
+    let a = spawn_app().await;
+    let b = a.spawn_replica().await;
+    let op = a.token("f", "op", Role::Operator).await;
+    a.register(&op, &["origin"]).await;
+    let origin = newest_cursor(&a, &op).await;
+    let vars = json!({ "after": origin, "types": ["REGISTERED"] });
+    let reader = a.token("f", "reader", Role::Reader).await;
+    let mut subscribers = [
+        Ws::subscription(&a, &reader, EVENTS, vars.clone()).await,
+        Ws::subscription(&a, &reader, EVENTS, vars.clone()).await,
+        Ws::subscription(&b, &reader, EVENTS, vars).await,
+    ];
+
+    const N: usize = 40;
+    let produce = async {
+        for i in 0..N {
+            let server = if i % 2 == 0 { &a } else { &b };
+            server.register(&op, &[&format!("e{i:02}")]).await;
+        }
+    };
+    let killed = async {
+        // Once the first subscriber has seen a quarter of the events, kill
+        // every LISTEN backend of the database while the rest are produced.
+        let mut first = Vec::new();
+        for _ in 0..N / 4 {
+            first.push(registered_unit(&mut subscribers[0]).await);
+        }
+        let killed = a
+            .sql_json(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) AS n FROM pg_stat_activity
+                  WHERE datname = current_database() AND application_name = 'work-ledger-listener'",
+            )
+            .await;
+        assert_eq!(killed[0]["n"], 2, "both replicas' listeners");
+        first
+    };
+    let ((), first) = tokio::join!(produce, killed);
+    a.register(&op, &["marker"]).await;
+
+    let expected: Vec<String> = a
+        .sql_json(
+            "SELECT u.external_ref AS r FROM work_unit_events e JOIN work_units u ON u.id = e.unit_id
+              WHERE e.event_type = 'registered' AND u.external_ref <> 'origin' ORDER BY e.tx_id, e.seq",
+        )
+        .await
+        .iter()
+        .map(|r| r["r"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(expected.len(), N + 1);
+    assert_eq!(expected.last().map(String::as_str), Some("marker"));
+    for (i, ws) in subscribers.iter_mut().enumerate() {
+        let mut got = if i == 0 { first.clone() } else { Vec::new() };
+        while got.len() < expected.len() {
+            got.push(registered_unit(ws).await);
+        }
+        assert_eq!(got, expected, "subscriber {i}: every event exactly once, in delivery order");
+    }
+    for app in [&a, &b] {
+        tokio::time::timeout(GUARD, app.live.listener_status().wait_for(|up| *up))
+            .await
+            .expect("listening again")
+            .expect("status");
+    }
+}
+
+#[tokio::test]
+async fn a_stream_resumed_from_a_cursor_delivers_exactly_the_missing_events() {
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    app.register(&op, &["origin"]).await;
+    let origin = newest_cursor(&app, &op).await;
+    let reader = app.token("f", "reader", Role::Reader).await;
+
+    let mut first = Ws::subscription(&app, &reader, EVENTS, json!({ "after": origin, "types": ["REGISTERED"] })).await;
+    for i in 1..=5 {
+        app.register(&op, &[&format!("u{i}")]).await;
+    }
+    let mut seen = Vec::new();
+    for _ in 1..=5 {
+        seen.push(next_event(&mut first).await);
+    }
+    let refs: Vec<&str> = seen.iter().map(|e| e["unit"]["externalRef"].as_str().unwrap_or_default()).collect();
+    assert_eq!(refs, ["u1", "u2", "u3", "u4", "u5"]);
+    // The client goes away after handling u3; more happens meanwhile.
+    drop(first);
+    for i in 6..=8 {
+        app.register(&op, &[&format!("u{i}")]).await;
+    }
+
+    let resume_at = seen[2]["cursor"].as_str().expect("cursor");
+    let mut resumed =
+        Ws::subscription(&app, &reader, EVENTS, json!({ "after": resume_at, "types": ["REGISTERED"] })).await;
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        got.push(registered_unit(&mut resumed).await);
+    }
+    assert_eq!(got, ["u4", "u5", "u6", "u7", "u8"]);
+    // Then live, without a duplicate at the seam.
+    app.register(&op, &["u9"]).await;
+    assert_eq!(registered_unit(&mut resumed).await, "u9");
+}
+
+#[tokio::test]
+async fn transactions_committing_in_reverse_order_leave_no_gap() {
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    let unit = app.register(&op, &["target"]).await[0]["id"].as_str().expect("id").to_owned();
+    let origin = newest_cursor(&app, &op).await;
+    let reader = app.token("f", "reader", Role::Reader).await;
+    let vars = json!({ "after": origin, "unit": unit });
+    let mut early = Ws::subscription(&app, &reader, EVENTS, vars.clone()).await;
+
+    let insert = |tag: &str| {
+        format!(
+            "INSERT INTO work_unit_events (fleet, unit_id, event_type, agent_id, detail)
+             VALUES ('f', '{unit}', 'heartbeat', 'writer', '{{\"tx\": \"{tag}\"}}')"
+        )
+    };
+    // A writes first (the lower seq) but commits last.
+    let tx_a = app.owner.begin().await.expect("begin A");
+    tx_a.execute_unprepared(&insert("A")).await.expect("insert A");
+    let tx_b = app.owner.begin().await.expect("begin B");
+    tx_b.execute_unprepared(&insert("B")).await.expect("insert B");
+    tx_b.commit().await.expect("commit B");
+    // What any reader of the log can take now: not B, which would put a
+    // cursor past A; B waits for A.
+    let tags = |batch: &store::Batch| -> Vec<String> {
+        batch.events.iter().filter_map(|e| e.event.detail["tx"].as_str().map(str::to_owned)).collect()
+    };
+    let now = store::events_after(&app.owner, "f", Key::before_tx(0), 100).await.expect("read");
+    assert_eq!(tags(&now), Vec::<String>::new(), "B is not deliverable before A ends");
+    assert!(now.held, "B is committed and held back");
+    // A subscriber that starts while B is committed and A is not.
+    let mut late = Ws::subscription(&app, &reader, EVENTS, vars).await;
+    tx_a.commit().await.expect("commit A");
+    let now = store::events_after(&app.owner, "f", Key::before_tx(0), 100).await.expect("read");
+    assert_eq!(tags(&now), ["A", "B"]);
+    let seqs = app
+        .sql_json(&format!("SELECT detail->>'tx' AS tx FROM work_unit_events WHERE unit_id = '{unit}' ORDER BY seq"))
+        .await;
+    assert_eq!(seqs, vec![json!({ "tx": null }), json!({ "tx": "A" }), json!({ "tx": "B" })], "A holds the lower seq");
+
+    let mut cursors = Vec::new();
+    for ws in [&mut early, &mut late] {
+        let (first, second) = (next_event(ws).await, next_event(ws).await);
+        assert_eq!((first["detail"]["tx"].as_str(), second["detail"]["tx"].as_str()), (Some("A"), Some("B")));
+        cursors = vec![first["cursor"].clone(), second["cursor"].clone()];
+    }
+    app.sql(&insert("C")).await;
+    for ws in [&mut early, &mut late] {
+        assert_eq!(next_event(ws).await["detail"]["tx"], "C", "nothing twice");
+    }
+    // Resuming after either delivers exactly what followed it.
+    let mut after_a = Ws::subscription(&app, &reader, EVENTS, json!({ "after": cursors[0], "unit": unit })).await;
+    assert_eq!(next_event(&mut after_a).await["detail"]["tx"], "B");
+    assert_eq!(next_event(&mut after_a).await["detail"]["tx"], "C");
+    let mut after_b = Ws::subscription(&app, &reader, EVENTS, json!({ "after": cursors[1], "unit": unit })).await;
+    assert_eq!(next_event(&mut after_b).await["detail"]["tx"], "C");
+}
+
+#[tokio::test]
+async fn a_stream_without_a_cursor_starts_with_what_commits_after_it_began() {
+    let app = spawn_app().await;
+    let unit = app.raw_unit("f", "target").await;
+    let insert = |tag: &str| {
+        format!(
+            "INSERT INTO work_unit_events (fleet, unit_id, event_type, agent_id, detail)
+             VALUES ('f', '{unit}', 'heartbeat', 'writer', '{{\"tx\": \"{tag}\"}}')"
+        )
+    };
+    // X is running when the subscription begins; Y started after X but
+    // committed before the subscription: although Y's transaction id is not
+    // below the oldest running one, Y is "before".
+    let tx_x = app.owner.begin().await.expect("begin X");
+    tx_x.execute_unprepared(&insert("X")).await.expect("insert X");
+    app.sql(&insert("Y")).await;
+    let principal = work_ledger::auth::Principal {
+        token_id: uuid::Uuid::new_v4(),
+        fleet: "f".into(),
+        name: "reader".into(),
+        permissions: Role::Reader.permissions(),
+    };
+    let ledger = Ledger::new(app.owner.clone());
+    let mut tail = Tail::from_now(&app.live, &ledger, &principal).await.expect("tail");
+    tx_x.commit().await.expect("commit X");
+    app.sql(&insert("Z")).await;
+
+    assert_eq!(next_tag(&mut tail).await, "X", "committed after the start");
+    assert_eq!(next_tag(&mut tail).await, "Z");
+}
+
+async fn next_tag(tail: &mut Tail) -> String {
+    let event = tokio::time::timeout(GUARD, tail.next()).await.expect("guard").expect("read").expect("event");
+    event.event.detail["tx"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test]
+async fn a_subscriber_sees_only_its_own_fleet() {
+    let app = spawn_app().await;
+    let op_a = app.token("a", "op", Role::Operator).await;
+    let op_b = app.token("b", "op", Role::Operator).await;
+    app.register(&op_a, &["a-origin"]).await;
+    app.register(&op_b, &["b-origin"]).await;
+    let origin_a = newest_cursor(&app, &op_a).await;
+    let origin_b = newest_cursor(&app, &op_b).await;
+    let triage_a = app.token("a", "triage", Role::Triage).await;
+
+    let mut events = Ws::subscription(&app, &triage_a, EVENTS, json!({ "after": origin_a })).await;
+    let mut questions = Ws::subscription(&app, &triage_a, QUESTIONS, json!({})).await;
+    let mut stalls = Ws::subscription(&app, &triage_a, STALLS, json!({})).await;
+
+    // Fleet b: units, claims, a question and a stall.
+    app.register(&op_b, &["b1", "b2"]).await;
+    let agent_b = Agent::new(&app, "b", "agent", Role::Agent).await;
+    raise_question(&agent_b, "b's question", None).await;
+    let stalled_b = Agent::new(&app, "b", "stalled", Role::Agent).await.claim_next(json!({})).await.str("id");
+    app.expire_lease(&stalled_b).await;
+    app.live.sweep_now().await.expect("sweep");
+    // Then fleet a.
+    app.register(&op_a, &["a1", "a2"]).await;
+    let agent_a = Agent::new(&app, "a", "agent", Role::Agent).await;
+    raise_question(&agent_a, "a's question", None).await;
+    let stalled_a = Agent::new(&app, "a", "stalled", Role::Agent).await.claim_next(json!({})).await.str("id");
+    app.expire_lease(&stalled_a).await;
+    app.live.sweep_now().await.expect("sweep");
+
+    assert_eq!(registered_unit(&mut events).await, "a1", "b's events never arrive");
+    assert_eq!(questions.next_data().await["blockingQuestionOpened"]["question"], "a's question");
+    assert_eq!(stalls.next_data().await["unitStalled"]["unit"]["id"], stalled_a.as_str());
+
+    // Another fleet's cursor names nothing here.
+    let mut foreign = Ws::subscription(&app, &triage_a, EVENTS, json!({ "after": origin_b })).await;
+    let refused = foreign.expect_type("next").await;
+    assert_eq!(refused["payload"]["errors"][0]["extensions"]["code"], "INVALID_INPUT", "{refused:#}");
+    foreign.expect_type("complete").await;
+    let mut garbage = Ws::subscription(&app, &triage_a, EVENTS, json!({ "after": "not-a-cursor" })).await;
+    let refused = garbage.expect_type("next").await;
+    assert_eq!(refused["payload"]["errors"][0]["extensions"]["code"], "INVALID_INPUT", "{refused:#}");
+}
+
+#[tokio::test]
+async fn open_questions_and_current_stalls_come_first_then_new_ones_filtered() {
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    app.register(&op, &["q1", "q2", "q3"]).await;
+    let first = raise_question(&Agent::new(&app, "f", "a1", Role::Agent).await, "first", Some("schemas")).await;
+    let triage = app.token("f", "triage", Role::Triage).await;
+    let mut ws = Ws::subscription(&app, &triage, QUESTIONS, json!({ "group": "schemas" })).await;
+    assert_eq!(ws.next_data().await["blockingQuestionOpened"]["id"], first.as_str(), "the open one first");
+    raise_question(&Agent::new(&app, "f", "a2", Role::Agent).await, "elsewhere", Some("other")).await;
+    raise_question(&Agent::new(&app, "f", "a3", Role::Agent).await, "second", Some("schemas")).await;
+    let q = ws.next_data().await["blockingQuestionOpened"].clone();
+    assert_eq!((q["question"].as_str(), q["assigneeGroup"].as_str()), (Some("second"), Some("schemas")));
+
+    // Stalls: one current in each domain; the subscription for `d1` gets
+    // its current one, then a new `d1` stall, never `d2`'s.
+    app.sql(
+        "INSERT INTO work_units (fleet, external_ref, domain) VALUES ('f', 'd1-a', 'd1'), ('f', 'd2-a', 'd2'), ('f', 'd1-b', 'd1')",
+    )
+    .await;
+    let claim = |agent: &'static str, domain: &'static str| {
+        let app = &app;
+        async move { Agent::new(app, "f", agent, Role::Agent).await.claim_next(json!({ "domain": domain })).await.str("id") }
+    };
+    let (d1a, d2a, d1b) = (claim("s1", "d1").await, claim("s2", "d2").await, claim("s3", "d1").await);
+    app.expire_lease(&d1a).await;
+    app.expire_lease(&d2a).await;
+    let mut stalls = Ws::subscription(&app, &triage, STALLS, json!({ "domain": "d1" })).await;
+    assert_eq!(stalls.next_data().await["unitStalled"]["unit"]["externalRef"], "d1-a");
+    app.live.sweep_now().await.expect("sweep");
+    app.expire_lease(&d1b).await;
+    app.live.sweep_now().await.expect("sweep");
+    assert_eq!(stalls.next_data().await["unitStalled"]["unit"]["externalRef"], "d1-b", "d1-a once, d2-a never");
+}
+
+#[tokio::test]
+async fn each_payload_reads_the_unit_as_it_is_then() {
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    let unit = app.register(&op, &["u"]).await[0]["id"].as_str().expect("id").to_owned();
+    let origin = newest_cursor(&app, &op).await;
+    let reader = app.token("f", "reader", Role::Reader).await;
+    let mut ws = Ws::subscription(&app, &reader, EVENTS, json!({ "after": origin, "unit": unit })).await;
+    let agent = Agent::new(&app, "f", "agent", Role::Agent).await;
+    agent.claim_next(json!({})).await.data();
+    let claimed = next_event(&mut ws).await;
+    assert_eq!((claimed["eventType"].as_str(), claimed["unit"]["state"].as_str()), (Some("CLAIMED"), Some("CLAIMED")));
+    assert_eq!(claimed["agentId"], "agent");
+    agent.transition(&unit, "IN_PROGRESS", json!({})).await.data();
+    let started = next_event(&mut ws).await;
+    assert_eq!(started["unit"]["state"], "IN_PROGRESS", "no stale cache across payloads");
+}
