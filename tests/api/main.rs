@@ -15,6 +15,7 @@ mod lifecycle;
 mod limits;
 mod live;
 mod live_ws;
+mod node_client;
 mod reads;
 mod register;
 mod schema;
