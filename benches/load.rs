@@ -16,11 +16,12 @@ use serde_json::{Value, json};
 use work_ledger::auth::{self, Role};
 use work_ledger::db::writes::{self, Writer};
 use work_ledger::db::{self, stmt};
-use work_ledger::embedded_pg::EmbeddedPostgres;
 use work_ledger::http::Application;
 use work_ledger::ledger::Ledger;
 
-type AnyError = Box<dyn std::error::Error + Send + Sync>;
+mod support;
+
+use support::{AnyError, Samples, scratch_database, timed};
 
 struct Args {
     agents: usize,
@@ -38,22 +39,6 @@ fn args() -> Args {
         }
     }
     args
-}
-
-/// Latencies of one operation.
-#[derive(Default, Clone)]
-struct Samples(Vec<Duration>);
-
-impl Samples {
-    fn pct(&self, p: f64) -> f64 {
-        let mut v = self.0.clone();
-        v.sort();
-        if v.is_empty() {
-            return 0.0;
-        }
-        let i = ((v.len() as f64 - 1.0) * p).round() as usize;
-        v[i].as_secs_f64() * 1000.0
-    }
 }
 
 struct Report {
@@ -90,13 +75,6 @@ where
     let elapsed = start.elapsed();
     let ops = merged.first().map(|(_, s)| s.0.len()).unwrap_or(0);
     Report { name: name.to_owned(), ops, elapsed, samples: merged }
-}
-
-async fn timed<T>(samples: &mut Samples, fut: impl std::future::Future<Output = T>) -> T {
-    let t = Instant::now();
-    let out = fut.await;
-    samples.0.push(t.elapsed());
-    out
 }
 
 /// Inserts `n` READY units for `fleet` in one statement (setup, not measured).
@@ -141,26 +119,8 @@ async fn gql(client: &reqwest::Client, url: &str, token: &str, query: &str, vars
 #[tokio::main]
 async fn main() -> Result<(), AnyError> {
     let args = args();
-    let (base_url, embedded) = match std::env::var("DATABASE_URL") {
-        Ok(url) if !url.is_empty() => (url, None),
-        _ => {
-            let dir = tempfile::Builder::new().prefix("wl-bench-").tempdir()?.keep();
-            let pg = EmbeddedPostgres::start(&dir).await?;
-            (pg.url().to_owned(), Some(pg))
-        }
-    };
-    let mut url = url::Url::parse(&base_url)?;
-    let name = format!("wl_bench_{}", std::process::id());
-    {
-        let mut admin_url = url.clone();
-        admin_url.set_path("/postgres");
-        let admin = db::connect(admin_url.as_str(), 1).await?;
-        admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await?;
-        admin.close().await?;
-    }
-    url.set_path(&format!("/{name}"));
-    let url = url.to_string();
-    db::migrate(&url).await?;
+    let scratch = scratch_database("wl_bench").await?;
+    let url = scratch.url.clone();
     let owner = db::connect(&url, (args.agents + 4) as u32).await?;
 
     let per_agent = 1000;
@@ -371,7 +331,7 @@ async fn main() -> Result<(), AnyError> {
     print_report(&args, &[&raw, &rls, &api, &life, &rawlife, &paced], events, &owner).await?;
 
     owner.close().await?;
-    if let Some(pg) = embedded {
+    if let Some(pg) = scratch.embedded {
         pg.stop().await;
     }
     Ok(())
@@ -443,36 +403,8 @@ async fn raw_lifecycle(db: &DatabaseConnection, agent: &str, n: usize) -> bool {
 }
 
 async fn print_report(args: &Args, reports: &[&Report], events: i64, db: &DatabaseConnection) -> Result<(), AnyError> {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
-        })
-        .unwrap_or_default();
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
-    let mem = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| s.lines().next().map(|l| l.split_whitespace().nth(1).unwrap_or("0").to_owned()))
-        .and_then(|kb| kb.parse::<u64>().ok())
-        .map(|kb| kb / 1024 / 1024)
-        .unwrap_or(0);
-    let version = db.query_one_raw(stmt("SELECT version() AS v", [])).await?;
-    let version: String = version.map(|r| r.try_get("", "v")).transpose()?.unwrap_or_default();
-    let settings = db
-        .query_one_raw(stmt(
-            "SELECT current_setting('fsync') AS fsync, current_setting('synchronous_commit') AS sc, current_setting('shared_buffers') AS sb",
-            [],
-        ))
-        .await?;
-    let (fsync, sc, sb): (String, String, String) = match settings {
-        Some(r) => (r.try_get("", "fsync")?, r.try_get("", "sc")?, r.try_get("", "sb")?),
-        None => Default::default(),
-    };
-    println!("Machine: {cores} cores ({cpu}), {mem} GiB RAM; {}", version.split(" on ").next().unwrap_or(&version));
-    println!(
-        "PostgreSQL: fsync={fsync}, synchronous_commit={sc}, shared_buffers={sb}; agents={}, {} s per phase",
-        args.agents, args.seconds
-    );
+    println!("Machine: {}", support::machine(db).await?);
+    println!("Agents: {}, {} s per phase", args.agents, args.seconds);
     println!();
     println!("| phase | ops | ops/s | p50 ms | p95 ms | p99 ms |");
     println!("| --- | ---: | ---: | ---: | ---: | ---: |");

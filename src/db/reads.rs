@@ -220,7 +220,9 @@ pub async fn events_of_units(
 
 // --- Views -------------------------------------------------------------------
 
-#[derive(Debug, Clone, FromQueryResult)]
+/// Open work of one domain (`v_queue_depth`).
+#[derive(Debug, Clone, FromQueryResult, async_graphql::SimpleObject)]
+#[graphql(name = "QueueDepth")]
 pub struct QueueDepthRow {
     pub domain: String,
     pub ready: i64,
@@ -228,6 +230,7 @@ pub struct QueueDepthRow {
     pub in_progress: i64,
     pub blocked: i64,
     pub verified: i64,
+    /// CLAIMED or IN_PROGRESS with an expired lease.
     pub stalled: i64,
 }
 

@@ -94,31 +94,3 @@ pub async fn latest_attempt_of(
         .one(tx)
         .await
 }
-
-pub async fn attempts_of(
-    tx: &DatabaseTransaction,
-    unit_id: Uuid,
-) -> Result<Vec<super::entities::attempt::Model>, DbErr> {
-    use super::entities::attempt;
-    use sea_orm::{ColumnTrait, QueryFilter, QueryOrder};
-    attempt::Entity::find()
-        .filter(attempt::Column::UnitId.eq(unit_id))
-        .order_by_asc(attempt::Column::AttemptNo)
-        .all(tx)
-        .await
-}
-
-/// Every question of a unit, newest first (answers stay for the next worker).
-pub async fn questions_of(
-    tx: &DatabaseTransaction,
-    unit_id: Uuid,
-) -> Result<Vec<super::entities::question::Model>, DbErr> {
-    use super::entities::question;
-    use sea_orm::{ColumnTrait, QueryFilter, QueryOrder};
-    question::Entity::find()
-        .filter(question::Column::UnitId.eq(unit_id))
-        .order_by_desc(question::Column::CreatedAt)
-        .order_by_desc(question::Column::Id)
-        .all(tx)
-        .await
-}

@@ -35,33 +35,6 @@ pub struct EventFilter {
     pub agent_id: Option<String>,
 }
 
-/// Open work of one domain (`v_queue_depth`).
-#[derive(SimpleObject)]
-pub struct QueueDepth {
-    pub domain: String,
-    pub ready: i64,
-    pub claimed: i64,
-    pub in_progress: i64,
-    pub blocked: i64,
-    pub verified: i64,
-    /// CLAIMED or IN_PROGRESS with an expired lease.
-    pub stalled: i64,
-}
-
-impl From<QueueDepthRow> for QueueDepth {
-    fn from(r: QueueDepthRow) -> Self {
-        Self {
-            domain: r.domain,
-            ready: r.ready,
-            claimed: r.claimed,
-            in_progress: r.in_progress,
-            blocked: r.blocked,
-            verified: r.verified,
-            stalled: r.stalled,
-        }
-    }
-}
-
 /// Units and their cost per disposition (`v_disposition_summary`).
 #[derive(SimpleObject)]
 pub struct DispositionCount {
@@ -152,9 +125,8 @@ impl ReadQuery {
     }
 
     /// Open work per domain (`v_queue_depth`); an empty fleet gives an empty list.
-    async fn queue_depth(&self, ctx: &Context<'_>, domain: Option<String>) -> Result<Vec<QueueDepth>> {
-        let rows = ledger(ctx).queue_depth(principal(ctx)?, domain).await?;
-        Ok(rows.into_iter().map(QueueDepth::from).collect())
+    async fn queue_depth(&self, ctx: &Context<'_>, domain: Option<String>) -> Result<Vec<QueueDepthRow>> {
+        Ok(ledger(ctx).queue_depth(principal(ctx)?, domain).await?)
     }
 
     /// CLAIMED or IN_PROGRESS units whose lease expired (`v_stall_list`), oldest first.

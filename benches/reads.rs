@@ -1,0 +1,192 @@
+//! Read-path benchmark on a large ledger (100,000 units, 500,000 events):
+//! p50/p99 over HTTP of a nested `units(first: 500)` page, of `events(first: 500)`
+//! a hundred pages deep, and of `dispositionSummary`, with the EXPLAIN plans
+//! of their statements.
+//!
+//!   cargo bench --bench reads -- [--runs 40]
+
+mod support;
+
+use std::time::Instant;
+
+use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
+use serde_json::{Value, json};
+use support::{AnyError, Samples, scratch_database, timed};
+use work_ledger::auth::{self, Role};
+use work_ledger::db::{self, stmt};
+use work_ledger::http::Application;
+use work_ledger::ledger::Ledger;
+
+const UNITS: i64 = 100_000;
+const EVENTS_PER_UNIT: i64 = 5;
+
+/// The ledger, built in bulk SQL through legal state steps (the triggers check each).
+const SEED: &[&str] = &[
+    "INSERT INTO work_units (fleet, external_ref, domain, created_at)
+     SELECT 'bench', 'u' || lpad(g::text, 6, '0'), (ARRAY['cobol', 'jcl', 'pl1', 'asm'])[1 + g % 4],
+            now() - interval '30 days' + g * interval '10 ms'
+       FROM generate_series(1, 100000) g",
+    "WITH a AS (
+         INSERT INTO work_unit_attempts (fleet, unit_id, attempt_no, agent_id)
+         SELECT fleet, id, 1, 'agent-' || external_ref FROM work_units
+          WHERE fleet = 'bench' AND substr(external_ref, 2)::int % 10 < 5
+         RETURNING id, unit_id, agent_id)
+     UPDATE work_units u SET state = 'claimed', claimed_by = a.agent_id, current_attempt_id = a.id, attempt_count = 1,
+            lease_expires_at = now() + interval '1 hour'
+       FROM a WHERE u.id = a.unit_id",
+    "UPDATE work_units SET state = 'in_progress' WHERE fleet = 'bench' AND state = 'claimed' AND substr(external_ref, 2)::int % 10 BETWEEN 1 AND 4",
+    "UPDATE work_units SET state = 'blocked', lease_expires_at = NULL WHERE fleet = 'bench' AND state = 'in_progress' AND substr(external_ref, 2)::int % 10 = 2",
+    "INSERT INTO blocking_questions (fleet, unit_id, attempt_id, question, asked_by)
+     SELECT fleet, id, current_attempt_id, 'which layout?', claimed_by FROM work_units WHERE fleet = 'bench' AND state = 'blocked'",
+    "UPDATE work_unit_attempts a SET cost_cents = 100 + substr(u.external_ref, 2)::int % 500
+       FROM work_units u WHERE u.id = a.unit_id AND u.fleet = 'bench'",
+    "UPDATE work_units SET state = 'verified', lease_expires_at = NULL, evidence_urls = ARRAY['https://ci.example/' || external_ref]
+      WHERE fleet = 'bench' AND state = 'in_progress' AND substr(external_ref, 2)::int % 10 IN (3, 4)",
+    "UPDATE work_unit_attempts a SET outcome = 'verified', ended_at = now(), evidence_url = u.evidence_urls[1]
+       FROM work_units u WHERE u.id = a.unit_id AND u.state = 'verified'",
+    "UPDATE work_units SET state = 'done', disposition = 'MIGRATED', disposed_at = now()
+      WHERE fleet = 'bench' AND state = 'verified' AND substr(external_ref, 2)::int % 10 = 4",
+    "UPDATE work_units SET state = 'abandoned', disposition = (ARRAY['DROPPED', 'DEFERRED', 'DEAD'])[1 + substr(external_ref, 2)::int % 3]::disposition,
+            disposed_at = now(), evidence_urls = ARRAY['https://wiki.example/' || external_ref]
+      WHERE fleet = 'bench' AND state = 'ready' AND substr(external_ref, 2)::int % 10 IN (5, 6)",
+    // Bulk history: no listener needs these notifications.
+    "ALTER TABLE work_unit_events DISABLE TRIGGER work_unit_events_notify",
+    "INSERT INTO work_unit_events (fleet, unit_id, event_type, agent_id, created_at)
+     SELECT u.fleet, u.id, (ARRAY['registered', 'claimed', 'heartbeat', 'transitioned', 'cost_recorded'])[k]::event_type,
+            'seed', u.created_at + k * interval '1 ms'
+       FROM work_units u, generate_series(1, 5) k WHERE u.fleet = 'bench'",
+    "ALTER TABLE work_unit_events ENABLE TRIGGER work_unit_events_notify",
+    "VACUUM ANALYZE",
+];
+
+const NESTED: &str = "query($after: String) { units(first: 500, after: $after) {
+    edges { node { id externalRef state attempts { attemptNo agentId outcome costCents } openQuestion { id question } } }
+    pageInfo { hasNextPage endCursor } } }";
+const EVENTS: &str = "query($after: String) { events(first: 500, after: $after) {
+    edges { node { id eventType createdAt } } pageInfo { hasNextPage endCursor } } }";
+const SUMMARY: &str = "{ dispositionSummary { disposition count costCents } }";
+
+async fn gql(client: &reqwest::Client, url: &str, token: &str, query: &str, vars: Value) -> Value {
+    let resp = client.post(url).bearer_auth(token).json(&json!({ "query": query, "variables": vars })).send().await;
+    let body: Value = match resp {
+        Ok(r) => r.json().await.unwrap_or(Value::Null),
+        Err(_) => Value::Null,
+    };
+    if body.get("errors").is_some() || body.is_null() {
+        eprintln!("request failed: {body}");
+    }
+    body
+}
+
+async fn explain(db: &DatabaseConnection, title: &str, sql: &str) -> Result<(), AnyError> {
+    let tx = db.begin().await?;
+    tx.execute_unprepared(
+        "SELECT set_config('role', 'work_ledger_app', true), set_config('work_ledger.fleet', 'bench', true)",
+    )
+    .await?;
+    let rows = tx.query_all_raw(stmt(&format!("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) {sql}"), [])).await?;
+    tx.rollback().await?;
+    println!("\n`{title}`:\n\n```");
+    for row in rows {
+        let line: String = row.try_get_by_index(0)?;
+        println!("{line}");
+    }
+    println!("```");
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), AnyError> {
+    let argv: Vec<String> = std::env::args().collect();
+    let runs: usize = argv.windows(2).find(|w| w[0] == "--runs").and_then(|w| w[1].parse().ok()).unwrap_or(40);
+    let scratch = scratch_database("wl_reads").await?;
+    let owner = db::connect(&scratch.url, 4).await?;
+    eprintln!("seeding {UNITS} units and {} events...", UNITS * EVENTS_PER_UNIT);
+    let seeding = Instant::now();
+    for sql in SEED {
+        owner.execute_unprepared(sql).await?;
+    }
+    let counts = owner
+        .query_one_raw(stmt(
+            "SELECT (SELECT count(*) FROM work_units) AS units, (SELECT count(*) FROM work_unit_events) AS events",
+            [],
+        ))
+        .await?
+        .ok_or("no counts")?;
+    let (units, events): (i64, i64) = (counts.try_get("", "units")?, counts.try_get("", "events")?);
+    eprintln!("seeded {units} units, {events} events in {:.1} s", seeding.elapsed().as_secs_f64());
+
+    let (secret, hash) = auth::new_token();
+    db::tokens::insert(&owner, "bench", "reader", &Role::Reader.permissions(), &hash).await?;
+    let app = Application::build(Ledger::new(db::connect(&scratch.url, 16).await?), "127.0.0.1:0").await?;
+    let url = format!("http://{}/graphql", app.local_addr()?);
+    tokio::spawn(app.run_until(std::future::pending()));
+    let client = reqwest::Client::new();
+
+    // Nested units pages, walking forward from the start.
+    let mut nested = Samples::default();
+    let mut after = Value::Null;
+    for _ in 0..runs {
+        let page = timed(&mut nested, gql(&client, &url, &secret, NESTED, json!({ "after": after }))).await;
+        after = page["data"]["units"]["pageInfo"]["endCursor"].clone();
+    }
+
+    // Walk to page 100 of the events, then time that page.
+    let mut cursor = Value::Null;
+    for _ in 0..99 {
+        let page = gql(&client, &url, &secret, EVENTS, json!({ "after": cursor })).await;
+        cursor = page["data"]["events"]["pageInfo"]["endCursor"].clone();
+    }
+    let mut deep = Samples::default();
+    for _ in 0..runs {
+        let page = timed(&mut deep, gql(&client, &url, &secret, EVENTS, json!({ "after": cursor }))).await;
+        assert_eq!(page["data"]["events"]["edges"].as_array().map(Vec::len), Some(500));
+    }
+
+    let mut summary = Samples::default();
+    for _ in 0..runs {
+        timed(&mut summary, gql(&client, &url, &secret, SUMMARY, json!({}))).await;
+    }
+
+    println!("Machine: {}", support::machine(&owner).await?);
+    println!("Ledger: {units} units, {events} events; {runs} requests per query, sequential, over HTTP\n");
+    println!("| query | p50 ms | p99 ms |");
+    println!("| --- | ---: | ---: |");
+    for (name, s) in [
+        ("units(first: 500) with attempts and openQuestion", &nested),
+        ("events(first: 500), page 100", &deep),
+        ("dispositionSummary", &summary),
+    ] {
+        println!("| {name} | {:.1} | {:.1} |", s.pct(0.5), s.pct(0.99));
+    }
+
+    let deep_cursor = cursor
+        .as_str()
+        .and_then(|c| work_ledger::ledger::cursor::Cursor::decode(work_ledger::ledger::cursor::List::Events, c).ok());
+    let (t, i) = deep_cursor.map(|c| (c.created_at.to_rfc3339(), c.id.to_string())).unwrap_or_default();
+    explain(
+        &owner,
+        "units page",
+        "SELECT u.* FROM work_units u WHERE u.fleet = 'bench' ORDER BY u.created_at, u.id LIMIT 501",
+    )
+    .await?;
+    explain(&owner, "attempts of the page's units (DataLoader)", "SELECT a.* FROM work_unit_attempts a WHERE a.unit_id = ANY(ARRAY(SELECT id FROM work_units WHERE fleet = 'bench' ORDER BY created_at, id LIMIT 500))").await?;
+    explain(
+        &owner,
+        "events page 100",
+        &format!("SELECT e.* FROM work_unit_events e WHERE e.fleet = 'bench' AND (e.created_at, e.id) < ('{t}', '{i}') ORDER BY e.created_at DESC, e.id DESC LIMIT 501"),
+    )
+    .await?;
+    explain(
+        &owner,
+        "dispositionSummary",
+        "SELECT d.disposition, coalesce(sum(s.units), 0), coalesce(sum(s.cost_cents), 0) FROM unnest(enum_range(NULL::disposition)) AS d(disposition) LEFT JOIN v_disposition_summary s ON s.disposition = d.disposition AND s.fleet = 'bench' GROUP BY d.disposition",
+    )
+    .await?;
+
+    owner.close().await?;
+    if let Some(pg) = scratch.embedded {
+        pg.stop().await;
+    }
+    Ok(())
+}

@@ -1,0 +1,95 @@
+//! What the load generators share: a scratch database beside DATABASE_URL (or
+//! in an embedded PostgreSQL), latency samples, and the machine description.
+
+#![allow(dead_code)] // each bench uses a different part
+
+use std::time::{Duration, Instant};
+
+use sea_orm::{ConnectionTrait, DatabaseConnection};
+use work_ledger::db::{self, stmt};
+use work_ledger::embedded_pg::EmbeddedPostgres;
+
+pub type AnyError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A freshly migrated database for one benchmark run.
+pub struct Scratch {
+    pub url: String,
+    pub embedded: Option<EmbeddedPostgres>,
+}
+
+pub async fn scratch_database(prefix: &str) -> Result<Scratch, AnyError> {
+    let (base_url, embedded) = match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => (url, None),
+        _ => {
+            let dir = tempfile::Builder::new().prefix("wl-bench-").tempdir()?.keep();
+            let pg = EmbeddedPostgres::start(&dir).await?;
+            (pg.url().to_owned(), Some(pg))
+        }
+    };
+    let mut url = url::Url::parse(&base_url)?;
+    let name = format!("{prefix}_{}", std::process::id());
+    let mut admin_url = url.clone();
+    admin_url.set_path("/postgres");
+    let admin = db::connect(admin_url.as_str(), 1).await?;
+    admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await?;
+    admin.close().await?;
+    url.set_path(&format!("/{name}"));
+    let url = url.to_string();
+    db::migrate(&url).await?;
+    Ok(Scratch { url, embedded })
+}
+
+/// Latencies of one operation.
+#[derive(Default, Clone)]
+pub struct Samples(pub Vec<Duration>);
+
+impl Samples {
+    pub fn pct(&self, p: f64) -> f64 {
+        let mut v = self.0.clone();
+        v.sort();
+        if v.is_empty() {
+            return 0.0;
+        }
+        let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+        v[i].as_secs_f64() * 1000.0
+    }
+}
+
+pub async fn timed<T>(samples: &mut Samples, fut: impl std::future::Future<Output = T>) -> T {
+    let t = Instant::now();
+    let out = fut.await;
+    samples.0.push(t.elapsed());
+    out
+}
+
+/// One line naming the machine and the PostgreSQL it measured.
+pub async fn machine(db: &DatabaseConnection) -> Result<String, AnyError> {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let mem_gib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| s.lines().next().and_then(|l| l.split_whitespace().nth(1)).and_then(|kb| kb.parse::<u64>().ok()))
+        .map(|kb| kb / 1024 / 1024)
+        .unwrap_or(0);
+    let row = db
+        .query_one_raw(stmt(
+            "SELECT split_part(version(), ' on ', 1) AS v, current_setting('fsync') AS fsync,
+                    current_setting('synchronous_commit') AS sc, current_setting('shared_buffers') AS sb",
+            [],
+        ))
+        .await?
+        .ok_or("no version row")?;
+    let (v, fsync, sc, sb): (String, String, String, String) =
+        (row.try_get("", "v")?, row.try_get("", "fsync")?, row.try_get("", "sc")?, row.try_get("", "sb")?);
+    Ok(format!(
+        "{cores} cores ({cpu}), {mem_gib} GiB RAM; {v} (fsync={fsync}, synchronous_commit={sc}, shared_buffers={sb})"
+    ))
+}
