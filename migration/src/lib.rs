@@ -4,9 +4,39 @@
 pub use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::{DatabaseConnection, Statement};
 
-mod m20261130_000001_ledger;
-mod m20261130_000002_views;
-mod m20261130_000003_live;
+/// A migration that is a pair of SQL files: `sql/<file>.up.sql` and `.down.sql`.
+struct SqlMigration {
+    name: &'static str,
+    up: &'static str,
+    down: &'static str,
+}
+
+macro_rules! sql_migration {
+    ($name:literal, $file:literal) => {
+        Box::new(SqlMigration {
+            name: $name,
+            up: include_str!(concat!("sql/", $file, ".up.sql")),
+            down: include_str!(concat!("sql/", $file, ".down.sql")),
+        })
+    };
+}
+
+impl MigrationName for SqlMigration {
+    fn name(&self) -> &str {
+        self.name
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for SqlMigration {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager.get_connection().execute_unprepared(self.up).await.map(|_| ())
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager.get_connection().execute_unprepared(self.down).await.map(|_| ())
+    }
+}
 
 pub struct Migrator;
 
@@ -14,9 +44,12 @@ pub struct Migrator;
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         vec![
-            Box::new(m20261130_000001_ledger::Migration),
-            Box::new(m20261130_000002_views::Migration),
-            Box::new(m20261130_000003_live::Migration),
+            // The five tables of SPEC §2, their invariants, and row-level security.
+            sql_migration!("m20261130_000001_ledger", "0001_ledger"),
+            // The read views of SPEC §7 and the per-fleet Grafana reader roles.
+            sql_migration!("m20261130_000002_views", "0002_views"),
+            // Live events: each event's transaction id (exact resume cursors), revocation notices.
+            sql_migration!("m20261130_000003_live", "0003_live"),
         ]
     }
 }
