@@ -166,13 +166,11 @@ async fn listen(live: &Live, mut listener: PgListener) -> Ended {
                 }
                 ping_no += 1;
                 let payload = format!("{instance}:{ping_no}");
-                let sent = live
-                    .db()
-                    .execute_raw(stmt("SELECT pg_notify($1, $2)", [PING_CHANNEL.into(), payload.clone().into()]))
-                    .await;
+                let ping = stmt("SELECT pg_notify($1, $2)", [PING_CHANNEL.into(), payload.clone().into()]);
+                let sent = tokio::time::timeout(config.health_timeout, live.db().execute_raw(ping)).await;
                 // If the database cannot be reached at all, the LISTEN
                 // connection will report that itself.
-                if sent.is_ok() {
+                if matches!(sent, Ok(Ok(_))) {
                     awaiting = Some((payload, Instant::now()));
                 }
             }

@@ -71,6 +71,8 @@ struct Inner {
     feeds: Feeds,
     sweeper: Sweeper,
     listening: watch::Sender<bool>,
+    /// LISTEN connections opened so far (a reconnect counts one more).
+    connects: watch::Sender<u64>,
     revoked: broadcast::Sender<Uuid>,
     /// Tokens of the open WebSocket connections, with their counts: checked
     /// again after a reconnect, when revocation notices may have been lost.
@@ -95,6 +97,7 @@ impl Live {
             feeds: Feeds::new(db.clone(), config.broadcast_capacity, stop.clone()),
             sweeper: Sweeper::new(db.clone(), config.sweeper.clone()),
             listening: watch::channel(false).0,
+            connects: watch::channel(0).0,
             revoked: broadcast::channel(256).0,
             tokens: Mutex::new(HashMap::new()),
             connections: TaskTracker::new(),
@@ -135,6 +138,11 @@ impl Live {
     /// Whether the LISTEN connection is up, as it changes.
     pub fn listener_status(&self) -> watch::Receiver<bool> {
         self.0.listening.subscribe()
+    }
+
+    /// How many LISTEN connections were opened so far (tests wait for a reconnect).
+    pub fn listener_connects(&self) -> watch::Receiver<u64> {
+        self.0.connects.subscribe()
     }
 
     /// One sweep now, beside the background passes; returns the stalls it
@@ -178,6 +186,9 @@ impl Live {
     }
 
     fn set_listening(&self, up: bool) {
+        if up {
+            self.0.connects.send_modify(|n| *n += 1);
+        }
         self.0.listening.send_replace(up);
     }
 

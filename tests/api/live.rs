@@ -222,6 +222,56 @@ async fn every_subscriber_gets_every_event_once_although_the_listen_connection_i
     }
 }
 
+/// Thaws a frozen backend, also when the test fails.
+struct Thaw(i64);
+
+impl Drop for Thaw {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill").args(["-CONT", &self.0.to_string()]).status();
+    }
+}
+
+#[tokio::test]
+async fn a_silent_listen_connection_is_replaced_and_nothing_is_lost() {
+    let mut live = test_live_config();
+    live.listener.health_interval = Duration::from_millis(200);
+    live.listener.health_timeout = Duration::from_millis(200);
+    let app = spawn_app_with(live).await;
+    let pid = app
+        .sql_i64(
+            "SELECT pid FROM pg_stat_activity
+              WHERE datname = current_database() AND application_name = 'work-ledger-listener'",
+        )
+        .await;
+    if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        eprintln!("SKIPPED: PostgreSQL runs on another host; its backend cannot be frozen from here");
+        return;
+    }
+    let op = app.token("f", "op", Role::Operator).await;
+    app.register(&op, &["origin"]).await;
+    let origin = newest_cursor(&app, &op).await;
+    let reader = app.token("f", "reader", Role::Reader).await;
+    let mut ws = Ws::subscription(&app, &reader, EVENTS, json!({ "after": origin, "types": ["REGISTERED"] })).await;
+    app.register(&op, &["before"]).await;
+    assert_eq!(registered_unit(&mut ws).await, "before");
+
+    // A stopped backend keeps its socket open and says nothing, like the far
+    // end of a half-open TCP connection: no error ever reaches the listener.
+    let mut connects = app.live.listener_connects();
+    let opened = *connects.borrow();
+    let frozen = std::process::Command::new("kill").args(["-STOP", &pid.to_string()]).status().expect("kill");
+    assert!(frozen.success());
+    let _thaw = Thaw(pid);
+    app.register(&op, &["while-deaf"]).await;
+    tokio::time::timeout(GUARD, connects.wait_for(|n| *n > opened))
+        .await
+        .expect("the silent connection replaced within the guard")
+        .expect("connects");
+    assert_eq!(registered_unit(&mut ws).await, "while-deaf", "caught up from the table");
+    app.register(&op, &["after"]).await;
+    assert_eq!(registered_unit(&mut ws).await, "after");
+}
+
 #[tokio::test]
 async fn a_stream_resumed_from_a_cursor_delivers_exactly_the_missing_events() {
     let app = spawn_app().await;
@@ -440,6 +490,8 @@ async fn each_payload_reads_the_unit_as_it_is_then() {
     let origin = newest_cursor(&app, &op).await;
     let reader = app.token("f", "reader", Role::Reader).await;
     let mut ws = Ws::subscription(&app, &reader, EVENTS, json!({ "after": origin, "unit": unit })).await;
+    let vars = json!({ "after": origin, "types": ["TRANSITIONED"] });
+    let mut transitions = Ws::subscription(&app, &reader, EVENTS, vars).await;
     let agent = Agent::new(&app, "f", "agent", Role::Agent).await;
     agent.claim_next(json!({})).await.data();
     let claimed = next_event(&mut ws).await;
@@ -448,4 +500,6 @@ async fn each_payload_reads_the_unit_as_it_is_then() {
     agent.transition(&unit, "IN_PROGRESS", json!({})).await.data();
     let started = next_event(&mut ws).await;
     assert_eq!(started["unit"]["state"], "IN_PROGRESS", "no stale cache across payloads");
+    let only = next_event(&mut transitions).await;
+    assert_eq!((only["eventType"].as_str(), only["id"].as_str()), (Some("TRANSITIONED"), started["id"].as_str()));
 }
