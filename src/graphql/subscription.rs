@@ -23,7 +23,7 @@ use crate::ledger::reads::PageArgs;
 use crate::ledger::{Ledger, LedgerError};
 use crate::live::Live;
 use crate::live::store::LiveEvent;
-use crate::live::tail::{self, Tail};
+use crate::live::tail::Tail;
 
 /// Rows per page of the initial snapshots.
 const SNAPSHOT_PAGE: i32 = 500;
@@ -56,7 +56,7 @@ impl Subscription {
                 if event.event.event_type != EventType::Blocked {
                     return Ok(None);
                 }
-                let Some(id) = tail::question_of(&event) else { return Ok(None) };
+                let Some(id) = question_of(&event) else { return Ok(None) };
                 let group_of_event = event.event.detail.get("assignee_group").and_then(|g| g.as_str());
                 if seen.contains(&id) || group.as_deref().is_some_and(|g| group_of_event != Some(g)) {
                     return Ok(None);
@@ -164,6 +164,11 @@ where
             }
         }
     })
+}
+
+/// The question a `blocked` event opened (the write path records its id).
+fn question_of(event: &LiveEvent) -> Option<Uuid> {
+    event.event.detail.get("question_id")?.as_str()?.parse().ok()
 }
 
 async fn open_questions(

@@ -83,7 +83,8 @@ struct Inner {
 
 impl Live {
     /// Prepares the subsystem over the database `requests` connects to (with
-    /// a pool of its own); nothing runs until [`Live::run`].
+    /// a pool of its own); nothing runs until [`Live::run_listener`] and
+    /// [`Live::run_sweeper`] (`Application::run_until` runs both).
     pub fn new(requests: &DatabaseConnection, config: LiveConfig) -> Self {
         let options = (*requests.get_postgres_connection_pool().connect_options()).clone();
         let pool = PgPoolOptions::new()

@@ -13,7 +13,6 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use tokio::sync::broadcast::{self, error::RecvError};
-use uuid::Uuid;
 
 use super::Live;
 use super::feed::Feed;
@@ -138,9 +137,4 @@ fn foreign_cursor() -> LedgerError {
         "after",
         "not an event cursor of your fleet: pass the `cursor` of a WorkUnitEvent (from `ledgerEvents` or `events`)",
     )
-}
-
-/// The question id a `blocked` event opened.
-pub fn question_of(event: &LiveEvent) -> Option<Uuid> {
-    event.event.detail.get("question_id")?.as_str()?.parse().ok()
 }
