@@ -123,7 +123,7 @@ async fn main() -> Result<(), AnyError> {
     let url = scratch.url.clone();
     let owner = db::connect(&url, (args.agents + 4) as u32).await?;
 
-    let per_agent = 1000;
+    let per_agent = 250;
     let claims_needed = args.agents * per_agent;
     let pool = db::connect(&url, 32).await?;
     let app = Application::build(Ledger::new(pool), "127.0.0.1:0").await?;
@@ -132,12 +132,41 @@ async fn main() -> Result<(), AnyError> {
     let client = reqwest::Client::builder().pool_max_idle_per_host(args.agents).build()?;
 
     eprintln!("seeding {claims_needed} units and tokens per phase...");
-    for fleet in ["raw", "rls", "api", "life", "rawlife"] {
+    for fleet in ["warm", "raw", "rls", "api", "life", "rawlife"] {
         seed_units(&owner, fleet, claims_needed).await?;
     }
     let api_tokens = Arc::new(seed_tokens(&owner, "api", "agent", claims_needed).await?);
     let life_tokens = Arc::new(seed_tokens(&owner, "life", "agent", args.agents).await?);
     owner.execute_unprepared("VACUUM ANALYZE").await?;
+
+    // Warm-up (not reported): caches, plans, and the first autovacuum after seeding.
+    eprintln!("warm-up...");
+    {
+        let owner = owner.clone();
+        drive(args.agents, 3, "warm-up", move |i, deadline| {
+            let owner = owner.clone();
+            async move {
+                let mut n = 0;
+                while Instant::now() < deadline && n < per_agent {
+                    let agent = format!("warm-{i}-{n}");
+                    let w = Writer { fleet: "warm", agent: &agent, key: None, hash: "" };
+                    if writes::claim_next(&owner, &w, 900, None).await.ok().flatten().is_none() {
+                        break;
+                    }
+                    n += 1;
+                }
+                Vec::new()
+            }
+        })
+        .await;
+    }
+
+    // Every phase starts from a vacuumed table: on two cores an autovacuum of
+    // work_units triggered by the previous phase's updates would otherwise
+    // run inside the next phase and be charged to it.
+    let settle =
+        || async { owner.execute_unprepared("VACUUM ANALYZE work_units, work_unit_attempts, work_unit_events").await };
+    settle().await?;
 
     // Phase 1: the ceiling: the claim CTE as one autocommit statement, as the owner (no RLS, no role switch).
     eprintln!("raw SQL claim...");
@@ -163,6 +192,8 @@ async fn main() -> Result<(), AnyError> {
         })
         .await
     };
+
+    settle().await?;
 
     // Phase 2: the same statement in the service's transaction shape: role + fleet setting, RLS on.
     eprintln!("raw SQL claim under RLS...");
@@ -199,6 +230,8 @@ async fn main() -> Result<(), AnyError> {
         .await
     };
 
+    settle().await?;
+
     // Phase 3: claimNext through the server: HTTP, auth, GraphQL, RLS. A fresh
     // agent (token) per claim, so every call is a new claim.
     eprintln!("claimNext over HTTP...");
@@ -224,11 +257,14 @@ async fn main() -> Result<(), AnyError> {
         .await
     };
 
+    settle().await?;
+
     // Phase 3b: the same 64 agents below saturation: each claims at a fixed
     // pace so that the offered load is half of what phase 3 sustained.
     eprintln!("paced claimNext over HTTP...");
     let paced_tokens = Arc::new(seed_tokens(&owner, "paced", "agent", claims_needed).await?);
     seed_units(&owner, "paced", claims_needed).await?;
+    settle().await?;
     let offered = (api.rate() / 2.0).max(1.0);
     let interval = Duration::from_secs_f64(args.agents as f64 / offered);
     let next_paced = Arc::new(AtomicUsize::new(0));
@@ -260,6 +296,8 @@ async fn main() -> Result<(), AnyError> {
         )
         .await
     };
+
+    settle().await?;
 
     // Phase 4: full lifecycles over HTTP: claim, start, cost, verify, dispose.
     eprintln!("lifecycles over HTTP...");
@@ -302,6 +340,8 @@ async fn main() -> Result<(), AnyError> {
         })
         .await
     };
+
+    settle().await?;
 
     // Phase 5: the same lifecycle as raw SQL in the service's transaction shape.
     eprintln!("lifecycles as raw SQL...");

@@ -11,4 +11,4 @@ ALTER POLICY fleet_isolation ON api_tokens TO PUBLIC;
 DROP FUNCTION IF EXISTS reader_fleet();
 DROP TABLE IF EXISTS fleet_readers;
 DROP VIEW IF EXISTS v_disposition_detail, v_disposition_summary, v_rework, v_cost_per_unit, v_stall_list, v_queue_depth;
-DROP INDEX IF EXISTS work_units_rework_idx, work_units_disposed_idx, work_units_open_domain_idx;
+DROP INDEX IF EXISTS work_units_rework_idx, work_units_disposed_idx;
