@@ -146,15 +146,7 @@ async fn main() -> Result<(), AnyError> {
         drive(args.agents, 3, "warm-up", move |i, deadline| {
             let owner = owner.clone();
             async move {
-                let mut n = 0;
-                while Instant::now() < deadline && n < per_agent {
-                    let agent = format!("warm-{i}-{n}");
-                    let w = Writer { fleet: "warm", agent: &agent, key: None, hash: "" };
-                    if writes::claim_next(&owner, &w, 900, None).await.ok().flatten().is_none() {
-                        break;
-                    }
-                    n += 1;
-                }
+                raw_claims(&owner, "warm", i, deadline, per_agent).await;
                 Vec::new()
             }
         })
@@ -175,18 +167,7 @@ async fn main() -> Result<(), AnyError> {
         drive(args.agents, args.seconds, "raw SQL claim (autocommit, owner)", move |i, deadline| {
             let owner = owner.clone();
             async move {
-                let mut s = Samples::default();
-                let mut n = 0;
-                while Instant::now() < deadline && n < per_agent {
-                    let agent = format!("raw-{i}-{n}");
-                    let w = Writer { fleet: "raw", agent: &agent, key: None, hash: "" };
-                    let claimed =
-                        timed(&mut s, async { writes::claim_next(&owner, &w, 900, None).await.ok().flatten() }).await;
-                    if claimed.is_none() {
-                        break;
-                    }
-                    n += 1;
-                }
+                let s = raw_claims(&owner, "raw", i, deadline, per_agent).await;
                 vec![("claim", s)]
             }
         })
@@ -375,6 +356,23 @@ async fn main() -> Result<(), AnyError> {
         pg.stop().await;
     }
     Ok(())
+}
+
+/// One agent's loop of the bare claim statement, one autocommit round trip
+/// each, as the owner; a fresh agent name per claim.
+async fn raw_claims(owner: &DatabaseConnection, fleet: &str, i: usize, deadline: Instant, limit: usize) -> Samples {
+    let mut s = Samples::default();
+    for n in 0..limit {
+        if Instant::now() >= deadline {
+            break;
+        }
+        let agent = format!("{fleet}-{i}-{n}");
+        let w = Writer { fleet, agent: &agent, key: None, hash: "" };
+        if timed(&mut s, async { writes::claim_next(owner, &w, 900, None).await.ok().flatten() }).await.is_none() {
+            break;
+        }
+    }
+    s
 }
 
 async fn raw_lifecycle(db: &DatabaseConnection, agent: &str, n: usize) -> bool {

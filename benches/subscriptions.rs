@@ -29,9 +29,10 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 use work_ledger::auth::{self, Role};
 use work_ledger::db::{self, stmt};
-use work_ledger::embedded_pg::EmbeddedPostgres;
 
-type AnyError = Box<dyn std::error::Error + Send + Sync>;
+mod support;
+
+use support::AnyError;
 
 struct Args {
     subscribers: usize,
@@ -76,7 +77,7 @@ fn pct(sorted: &[Duration], p: f64) -> f64 {
 #[tokio::main]
 async fn main() -> Result<(), AnyError> {
     let args = args();
-    let (url, embedded) = scratch_database().await?;
+    let support::Scratch { url, embedded } = support::scratch_database("wl_subs").await?;
     let owner = db::connect(&url, 4).await?;
 
     // Tokens first: `serve` mints none when live tokens exist.
@@ -279,29 +280,6 @@ async fn main() -> Result<(), AnyError> {
         pg.stop().await;
     }
     Ok(())
-}
-
-/// A migrated database for this run, beside DATABASE_URL or embedded.
-async fn scratch_database() -> Result<(String, Option<EmbeddedPostgres>), AnyError> {
-    let (base_url, embedded) = match std::env::var("DATABASE_URL") {
-        Ok(url) if !url.is_empty() => (url, None),
-        _ => {
-            let dir = tempfile::Builder::new().prefix("wl-bench-").tempdir()?.keep();
-            let pg = EmbeddedPostgres::start(&dir).await?;
-            (pg.url().to_owned(), Some(pg))
-        }
-    };
-    let mut url = url::Url::parse(&base_url)?;
-    let name = format!("wl_subs_{}", std::process::id());
-    let mut admin_url = url.clone();
-    admin_url.set_path("/postgres");
-    let admin = db::connect(admin_url.as_str(), 1).await?;
-    admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await?;
-    admin.close().await?;
-    url.set_path(&format!("/{name}"));
-    let url = url.to_string();
-    db::migrate(&url).await?;
-    Ok((url, embedded))
 }
 
 async fn mint(db: &DatabaseConnection, fleet: &str, name: &str) -> Result<String, AnyError> {
