@@ -98,12 +98,20 @@ async fn an_agent_holds_one_unit_claim_next_returns_it_and_claim_unit_is_busy() 
     assert_eq!(app.events_of(other).await, vec!["registered"]);
     assert_eq!(app.events_of(&held).await, vec!["registered", "claimed", "heartbeat"]);
 
-    // Two claimNext at once by one agent still yield one unit.
+    // Concurrent claimNext calls by one agent never yield two units. (A call
+    // that runs while the other's claim is uncommitted may find every other
+    // unit locked and return null: nothing was claimable for it at that moment.)
+    app.register(&op, &["c", "d", "e"]).await;
     let twin = Agent::new(&app, "f", "agent-2", Role::Agent).await;
-    let both = join_all([twin.claim_next(json!({})), twin.claim_next(json!({}))]).await;
-    let ids: HashSet<String> = both.iter().map(|r| r.str("id")).collect();
-    assert_eq!(ids.len(), 1, "{both:?}");
+    let calls = join_all((0..4).map(|_| twin.claim_next(json!({})))).await;
+    let ids: HashSet<String> = calls.iter().filter_map(|r| r.unit()["id"].as_str().map(str::to_owned)).collect();
+    assert_eq!(ids.len(), 1, "{calls:?}");
     assert_eq!(app.sql_i64("SELECT count(*) FROM work_units WHERE claimed_by = 'agent-2'").await, 1);
+    assert_eq!(
+        app.sql_i64("SELECT count(*) FROM work_unit_events WHERE event_type = 'claimed' AND agent_id = 'agent-2'")
+            .await,
+        1
+    );
 }
 
 #[tokio::test]
