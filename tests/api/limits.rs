@@ -51,3 +51,32 @@ async fn queries_deeper_than_twelve_are_refused() {
     let message = resp.body["errors"][0]["message"].as_str().unwrap_or_default();
     assert!(message.contains("nested too deep"), "{:#}", resp.body);
 }
+
+#[tokio::test]
+async fn queries_over_the_complexity_budget_are_refused_before_running() {
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    // A small document that fans out tenfold per level through fragments:
+    // about 120,000 fields, far over the budget, well under depth 12.
+    let mut doc = String::from("fragment L0 on WorkUnit {");
+    for i in 0..10 {
+        doc.push_str(&format!(" a{i}: id"));
+    }
+    doc.push_str(" }\n");
+    for level in 1..=4 {
+        doc.push_str(&format!("fragment L{level} on WorkUnit {{"));
+        for i in 0..10 {
+            doc.push_str(&format!(" b{i}: currentAttempt {{ unit {{ ...L{} }} }}", level - 1));
+        }
+        doc.push_str(" }\n");
+    }
+    doc.push_str("query($id: UUID!) { unit(id: $id) { ...L4 } }");
+    let before = app.statements.load(std::sync::atomic::Ordering::SeqCst);
+    let resp = app.gql(&op, &doc, json!({ "id": uuid::Uuid::new_v4() })).await;
+    assert_eq!(resp.status, 200);
+    let message = resp.body["errors"][0]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("too complex"), "{:#}", resp.body);
+    assert!(resp.body["data"].is_null(), "nothing executed: {:#}", resp.body);
+    // Only the token lookup reached the database.
+    assert_eq!(app.statements.load(std::sync::atomic::Ordering::SeqCst) - before, 1);
+}
