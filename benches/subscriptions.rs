@@ -236,7 +236,7 @@ async fn main() -> Result<(), AnyError> {
     let cpu_pct = 100.0 * cpu_used as f64 / clock_ticks / steady.as_secs_f64();
     let deliveries_per_s = latencies.len() as f64 / steady.as_secs_f64();
 
-    println!("{}", machine(&owner).await?);
+    println!("Machine: {}; server, subscribers and PostgreSQL share it", support::machine(&owner).await?);
     println!(
         "{} subscribers over {} fleets (ledgerEvents), {} events/s for {} s ({} events, {:.0} deliveries/s); \
          server: release build, defaults but a sweep every {}",
@@ -380,27 +380,4 @@ fn cpu_ticks(pid: u32) -> u64 {
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let field = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
     field(11) + field(12)
-}
-
-async fn machine(db: &DatabaseConnection) -> Result<String, AnyError> {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_owned())
-        })
-        .unwrap_or_default();
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
-    let mem_gib = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| s.lines().next().and_then(|l| l.split_whitespace().nth(1)).and_then(|kb| kb.parse::<u64>().ok()))
-        .map(|kb| kb / 1024 / 1024)
-        .unwrap_or(0);
-    let version = db.query_one_raw(stmt("SELECT split_part(version(), ' on ', 1) AS v", [])).await?;
-    let version: String = version.map(|r| r.try_get("", "v")).transpose()?.unwrap_or_default();
-    Ok(format!(
-        "Machine: {cores} cores ({cpu}), {mem_gib} GiB RAM; {version}; server, subscribers and PostgreSQL share it"
-    ))
 }
