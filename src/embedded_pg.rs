@@ -47,7 +47,13 @@ pub struct EmbeddedPostgres {
 }
 
 /// Folders searched after PATH, newest major version first.
+/// `WORK_LEDGER_PG_BIN_DIR`, when set, is the only folder searched (to pick
+/// one of several installed versions).
 fn find_bin_dir() -> Option<PathBuf> {
+    let has_server = |dir: &PathBuf| dir.join("initdb").is_file() && dir.join("postgres").is_file();
+    if let Some(dir) = std::env::var_os(BIN_DIR_ENV).filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(dir)).filter(has_server);
+    }
     let on_path = std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).unwrap_or_default();
     let mut versioned: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
         .map(|entries| entries.filter_map(|e| e.ok()).map(|e| e.path().join("bin")).collect())
@@ -57,12 +63,10 @@ fn find_bin_dir() -> Option<PathBuf> {
         std::cmp::Reverse(major.unwrap_or(0))
     });
     let fixed = ["/usr/local/pgsql/bin", "/opt/homebrew/bin", "/usr/pgsql/bin"].map(PathBuf::from);
-    on_path
-        .into_iter()
-        .chain(versioned)
-        .chain(fixed)
-        .find(|dir| dir.join("initdb").is_file() && dir.join("postgres").is_file())
+    on_path.into_iter().chain(versioned).chain(fixed).find(has_server)
 }
+
+pub const BIN_DIR_ENV: &str = "WORK_LEDGER_PG_BIN_DIR";
 
 /// uid and gid of the `postgres` user, when we are root and must drop to it.
 fn run_as() -> Result<Option<(u32, u32)>, EmbeddedError> {

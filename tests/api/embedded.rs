@@ -96,3 +96,23 @@ async fn embedded_postgres_survives_a_restart_and_stops_with_the_process() {
     assert_eq!(found["data"]["unitByRef"]["id"], id.as_str());
     terminate(second).await;
 }
+
+#[tokio::test]
+async fn without_postgres_binaries_serve_names_the_three_ways_out() {
+    let empty = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(env!("CARGO_BIN_EXE_work-ledger"))
+        .arg("serve")
+        .env_remove("DATABASE_URL")
+        .env(work_ledger::embedded_pg::BIN_DIR_ENV, empty.path())
+        .env("WORK_LEDGER_DATA_DIR", empty.path().join("state"))
+        .env("WORK_LEDGER_LISTEN", "127.0.0.1:0")
+        .output()
+        .await
+        .expect("run work-ledger serve");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for way_out in ["install PostgreSQL", "DATABASE_URL", "docker compose up"] {
+        assert!(stderr.contains(way_out), "{way_out} missing from: {stderr}");
+    }
+    assert!(out.stdout.is_empty(), "no token printed");
+}
