@@ -79,3 +79,39 @@ async fn roles_are_presets_of_explicit_permissions() {
         assert_eq!(resp.data()["me"]["permissions"], json!(permissions), "{role:?}");
     }
 }
+
+/// Runs the CLI against the test's database.
+fn cli(app: &crate::helpers::TestApp, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_work-ledger"))
+        .args(args)
+        .env("DATABASE_URL", &app.db_url)
+        .output()
+        .expect("run work-ledger")
+}
+
+#[tokio::test]
+async fn the_token_cli_prints_the_secret_alone_lists_and_revokes() {
+    let app = spawn_app().await;
+    let out = cli(&app, &["token", "create", "--fleet", "cli-fleet", "--name", "agent-7", "--role", "agent"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).expect("utf8");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "the token alone on stdout: {stdout:?}");
+    let token = lines[0];
+    let me = app.gql(token, "{ me { fleet name permissions } }", json!({})).await;
+    assert_eq!(
+        me.data()["me"],
+        json!({ "fleet": "cli-fleet", "name": "agent-7", "permissions": ["ledger:read", "units:claim"] })
+    );
+
+    let list = String::from_utf8(cli(&app, &["token", "list"]).stdout).expect("utf8");
+    let row = list.lines().find(|l| l.contains("agent-7")).expect("listed");
+    assert!(row.contains("live") && !list.contains(token), "{list}");
+    let id = row.split_whitespace().next().expect("id");
+
+    assert!(cli(&app, &["token", "revoke", id]).status.success());
+    app.gql(token, "{ me { name } }", json!({})).await.assert_code("UNAUTHENTICATED");
+    assert!(!cli(&app, &["token", "revoke", id]).status.success(), "a second revoke reports the token is not live");
+    let bad = cli(&app, &["token", "create", "--fleet", "bad fleet!", "--name", "x", "--role", "agent"]);
+    assert!(!bad.status.success() && bad.stdout.is_empty());
+}
