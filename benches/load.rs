@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 use serde_json::{Value, json};
 use work_ledger::auth::{self, Role};
-use work_ledger::db::writes::{self, Writer};
+use work_ledger::db::writes::{self, Key, Writer};
 use work_ledger::db::{self, stmt};
 use work_ledger::http::Application;
 use work_ledger::ledger::Ledger;
@@ -191,7 +191,7 @@ async fn main() -> Result<(), AnyError> {
                         let agent = agent.clone();
                         db::in_fleet(&owner, "rls", move |tx| {
                             Box::pin(async move {
-                                let w = Writer { fleet: "rls", agent: &agent, key: None, hash: "" };
+                                let w = Writer { fleet: "rls", agent: &agent, key: None };
                                 Ok(writes::claim_next(tx, &w, 900, None).await?)
                             })
                         })
@@ -367,7 +367,7 @@ async fn raw_claims(owner: &DatabaseConnection, fleet: &str, i: usize, deadline:
             break;
         }
         let agent = format!("{fleet}-{i}-{n}");
-        let w = Writer { fleet, agent: &agent, key: None, hash: "" };
+        let w = Writer { fleet, agent: &agent, key: None };
         if timed(&mut s, async { writes::claim_next(owner, &w, 900, None).await.ok().flatten() }).await.is_none() {
             break;
         }
@@ -381,7 +381,8 @@ async fn raw_lifecycle(db: &DatabaseConnection, agent: &str, n: usize) -> bool {
         async move {
             db::in_fleet(db, "rawlife", move |tx| {
                 Box::pin(async move {
-                    let w = Writer { fleet: "rawlife", agent: &agent, key: key.as_deref(), hash: "h" };
+                    let w =
+                        Writer { fleet: "rawlife", agent: &agent, key: key.as_deref().map(|id| Key { id, hash: "h" }) };
                     let unit = match sql {
                         "claim" => writes::claim_next(tx, &w, 900, None).await?,
                         _ => writes::held_by(tx, "rawlife", &agent).await?,
@@ -398,7 +399,7 @@ async fn raw_lifecycle(db: &DatabaseConnection, agent: &str, n: usize) -> bool {
     let agent_owned = agent.to_owned();
     let result = db::in_fleet(db, "rawlife", move |tx| {
         Box::pin(async move {
-            let w = Writer { fleet: "rawlife", agent: &agent_owned, key: None, hash: "h" };
+            let w = Writer { fleet: "rawlife", agent: &agent_owned, key: None };
             writes::start(tx, &w, unit.id).await?;
             Ok(unit)
         })
@@ -409,7 +410,7 @@ async fn raw_lifecycle(db: &DatabaseConnection, agent: &str, n: usize) -> bool {
     let attempt = unit.current_attempt_id.unwrap_or_default();
     let cost = db::in_fleet(db, "rawlife", move |tx| {
         Box::pin(async move {
-            let w = Writer { fleet: "rawlife", agent: &agent_owned, key: Some(&key), hash: "h" };
+            let w = Writer { fleet: "rawlife", agent: &agent_owned, key: Some(Key { id: &key, hash: "h" }) };
             Ok(writes::record_cost(tx, &w, attempt, 250, false).await?)
         })
     })
@@ -420,7 +421,7 @@ async fn raw_lifecycle(db: &DatabaseConnection, agent: &str, n: usize) -> bool {
     let agent_owned = agent.to_owned();
     let verified = db::in_fleet(db, "rawlife", move |tx| {
         Box::pin(async move {
-            let w = Writer { fleet: "rawlife", agent: &agent_owned, key: None, hash: "h" };
+            let w = Writer { fleet: "rawlife", agent: &agent_owned, key: None };
             Ok(writes::verify(tx, &w, unit.id, "https://ci.example/raw").await?)
         })
     })
@@ -431,7 +432,7 @@ async fn raw_lifecycle(db: &DatabaseConnection, agent: &str, n: usize) -> bool {
     let agent_owned = agent.to_owned();
     let disposed = db::in_fleet(db, "rawlife", move |tx| {
         Box::pin(async move {
-            let w = Writer { fleet: "rawlife", agent: &agent_owned, key: None, hash: "h" };
+            let w = Writer { fleet: "rawlife", agent: &agent_owned, key: None };
             Ok(writes::dispose(tx, &w, unit.id, "MIGRATED", "done", None, None, vec!["verified".into()], vec![])
                 .await?)
         })

@@ -7,30 +7,22 @@
 use std::fmt;
 use std::str::FromStr;
 
-use async_graphql::Enum;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use rand::RngCore;
-use serde::Serialize;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::ledger::LedgerError;
 
 /// An explicit permission. Code checks these, never role names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Enum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Permission {
-    #[graphql(name = "LEDGER_READ")]
     LedgerRead,
-    #[graphql(name = "UNITS_REGISTER")]
     UnitsRegister,
-    #[graphql(name = "UNITS_CLAIM")]
     UnitsClaim,
-    #[graphql(name = "QUESTIONS_ANSWER")]
     QuestionsAnswer,
-    #[graphql(name = "UNITS_DISPOSE_ANY")]
     UnitsDisposeAny,
-    #[graphql(name = "TOKENS_MANAGE")]
     TokensManage,
 }
 

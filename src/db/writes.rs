@@ -14,15 +14,29 @@ use super::units::UNIT_COLUMNS;
 pub struct Writer<'a> {
     pub fleet: &'a str,
     pub agent: &'a str,
-    pub key: Option<&'a str>,
+    pub key: Option<Key<'a>>,
+}
+
+/// An idempotency key and the fingerprint of the request that used it.
+#[derive(Clone, Copy)]
+pub struct Key<'a> {
+    pub id: &'a str,
     pub hash: &'a str,
 }
+
+/// The column list every write appends its events with; `$3`/`$4` fill the
+/// last two (NULL unless the write carries an idempotency key).
+const INSERT_EVENT: &str = "INSERT INTO work_unit_events
+                    (fleet, unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail, source_event_id, request_hash)";
 
 impl Writer<'_> {
     /// `$1` fleet, `$2` agent, `$3` key, `$4` request hash; operation values follow.
     fn values(&self, rest: impl IntoIterator<Item = Value>) -> Vec<Value> {
-        let mut values: Vec<Value> =
-            vec![self.fleet.into(), self.agent.into(), self.key.map(str::to_owned).into(), self.hash.into()];
+        let (key, hash) = match self.key {
+            Some(k) => (Some(k.id.to_owned()), Some(k.hash.to_owned())),
+            None => (None, None),
+        };
+        let mut values: Vec<Value> = vec![self.fleet.into(), self.agent.into(), key.into(), hash.into()];
         values.extend(rest);
         values
     }
@@ -59,8 +73,7 @@ fn claim_sql(pick: &str) -> String {
                FROM attempt WHERE u.id = attempt.unit_id
              RETURNING u.*
          ), events AS (
-             INSERT INTO work_unit_events
-                    (fleet, unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail, source_event_id, request_hash)
+             {INSERT_EVENT}
              SELECT $1, p.id, p.current_attempt_id, 'stale_reclaimed'::event_type, p.state, 'claimed'::work_state, $2,
                     jsonb_build_object('previous_agent', p.claimed_by, 'previous_attempt_id', p.current_attempt_id),
                     NULL::text, NULL::text
@@ -139,8 +152,7 @@ pub async fn heartbeat(
                 AND ($6::uuid IS NULL OR current_attempt_id = $6)
              RETURNING *
          ), ev AS (
-             INSERT INTO work_unit_events
-                    (fleet, unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail, source_event_id, request_hash)
+             {INSERT_EVENT}
              SELECT $1, id, current_attempt_id, 'heartbeat', state, state, $2,
                     jsonb_build_object('lease_seconds', $5::int, 'via', $7::text), $3, $4
                FROM u
@@ -171,9 +183,8 @@ pub async fn start(
               WHERE fleet = $1 AND id = $5 AND claimed_by = $2 AND state = 'claimed'
              RETURNING *
          ), ev AS (
-             INSERT INTO work_unit_events
-                    (fleet, unit_id, attempt_id, event_type, from_state, to_state, agent_id, source_event_id, request_hash)
-             SELECT $1, id, current_attempt_id, 'transitioned', 'claimed', 'in_progress', $2, $3, $4 FROM u
+             {INSERT_EVENT}
+             SELECT $1, id, current_attempt_id, 'transitioned', 'claimed', 'in_progress', $2, '{{}}', $3, $4 FROM u
          )
          SELECT {UNIT_COLUMNS} FROM u"
     );
@@ -199,8 +210,7 @@ pub async fn verify(
              UPDATE work_unit_attempts a SET outcome = 'verified', evidence_url = $6, ended_at = now()
                FROM u WHERE a.id = u.current_attempt_id
          ), ev AS (
-             INSERT INTO work_unit_events
-                    (fleet, unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail, source_event_id, request_hash)
+             {INSERT_EVENT}
              SELECT $1, id, current_attempt_id, 'transitioned', 'in_progress', 'verified', $2,
                     jsonb_build_object('evidence_url', $6::text), $3, $4
                FROM u
@@ -229,8 +239,7 @@ pub async fn block(
              SELECT $1, id, current_attempt_id, $6, $7, $2 FROM u
              RETURNING id, unit_id, attempt_id
          ), ev AS (
-             INSERT INTO work_unit_events
-                    (fleet, unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail, source_event_id, request_hash)
+             {INSERT_EVENT}
              SELECT $1, unit_id, attempt_id, 'blocked', 'in_progress', 'blocked', $2,
                     jsonb_build_object('question_id', id, 'assignee_group', $7::text), $3, $4
                FROM q
@@ -264,8 +273,7 @@ pub async fn unblock(
                FROM u WHERE q.unit_id = u.id AND q.status = 'open'
              RETURNING q.id
          ), ev AS (
-             INSERT INTO work_unit_events
-                    (fleet, unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail, source_event_id, request_hash)
+             {INSERT_EVENT}
              SELECT $1, u.id, u.current_attempt_id, 'unblocked', 'blocked', u.state, $2,
                     jsonb_build_object('question_id', (SELECT id FROM q)), $3, $4
                FROM u
@@ -303,8 +311,7 @@ pub async fn release(
                FROM prev WHERE a.id = prev.current_attempt_id
              RETURNING a.outcome
          ), ev AS (
-             INSERT INTO work_unit_events
-                    (fleet, unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail, source_event_id, request_hash)
+             {INSERT_EVENT}
              SELECT $1, prev.id, prev.current_attempt_id, 'released', prev.state, u.state, $2,
                     jsonb_build_object('outcome', (SELECT outcome FROM a), 'reason', $7::text), $3, $4
                FROM prev JOIN u ON u.id = prev.id
@@ -380,8 +387,7 @@ pub async fn dispose(
              UPDATE blocking_questions q SET status = 'cancelled', cancelled_at = now()
                FROM prev WHERE q.unit_id = prev.id AND q.status = 'open'
          ), ev AS (
-             INSERT INTO work_unit_events
-                    (fleet, unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail, source_event_id, request_hash)
+             {INSERT_EVENT}
              SELECT $1, prev.id, prev.current_attempt_id, 'disposed', prev.state, $7::work_state, $2,
                     jsonb_build_object('disposition', $6::text, 'evidence_url', coalesce($8, u.evidence_urls[cardinality(u.evidence_urls)]),
                                        'reason', $9::text),

@@ -12,10 +12,20 @@ use super::{Result, ledger, loaders, principal};
 use crate::db::entities::{Disposition, EventType, QuestionStatus, WorkState, question, work_unit};
 use crate::db::reads::{CostRow, DispositionRow, QueueDepthRow};
 use crate::ledger::cursor::{Cursor, List};
-use crate::ledger::reads::{self as ledger_reads, Filter, PageArgs};
+use crate::ledger::reads::{self as ledger_reads, Filter, Page, PageArgs};
 
 fn unit_cursor(u: &work_unit::Model) -> Cursor {
     Cursor { created_at: u.created_at, id: u.id }
+}
+
+/// A page of units as a connection, its nested relations prefetched.
+async fn unit_connection(
+    ctx: &Context<'_>,
+    page: Page<work_unit::Model>,
+    list: List,
+) -> Result<Connection<String, WorkUnit>> {
+    unit_cache::prefetch(ctx, loaders(ctx)?, &page.items).await?;
+    Ok(connection(page, list, unit_cursor, WorkUnit))
 }
 
 #[derive(InputObject, Default)]
@@ -90,8 +100,7 @@ impl ReadQuery {
             external_ref_prefix: f.external_ref_prefix,
         };
         let page = ledger(ctx).units_page(principal(ctx)?, PageArgs { first, after }, filter).await?;
-        unit_cache::prefetch(ctx, loaders(ctx)?, &page.items).await?;
-        Ok(connection(page, List::Units, unit_cursor, WorkUnit))
+        unit_connection(ctx, page, List::Units).await
     }
 
     /// The ledger's events, newest first.
@@ -137,8 +146,7 @@ impl ReadQuery {
         after: Option<String>,
     ) -> Result<Connection<String, WorkUnit>> {
         let page = ledger(ctx).stalls_page(principal(ctx)?, PageArgs { first, after }).await?;
-        unit_cache::prefetch(ctx, loaders(ctx)?, &page.items).await?;
-        Ok(connection(page, List::Stalls, unit_cursor, WorkUnit))
+        unit_connection(ctx, page, List::Stalls).await
     }
 
     /// Cost and attempts of every unit (`v_cost_per_unit`), oldest first.
@@ -162,8 +170,7 @@ impl ReadQuery {
         after: Option<String>,
     ) -> Result<Connection<String, WorkUnit>> {
         let page = ledger(ctx).rework_page(principal(ctx)?, PageArgs { first, after }).await?;
-        unit_cache::prefetch(ctx, loaders(ctx)?, &page.items).await?;
-        Ok(connection(page, List::Rework, unit_cursor, WorkUnit))
+        unit_connection(ctx, page, List::Rework).await
     }
 
     /// Count and cost per disposition (`v_disposition_summary`); every disposition
@@ -191,6 +198,6 @@ impl ReadQuery {
     ) -> Result<Connection<String, WorkUnit>> {
         let page =
             ledger(ctx).dispositions_page(principal(ctx)?, PageArgs { first, after }, disposition, domain).await?;
-        Ok(connection(page, List::Dispositions, unit_cursor, WorkUnit))
+        unit_connection(ctx, page, List::Dispositions).await
     }
 }

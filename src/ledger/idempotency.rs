@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use super::LedgerError;
-use crate::db::writes;
+use crate::db::writes::{self, Key};
 
 /// SHA-256 over the operation name and its canonical JSON arguments.
 pub fn fingerprint(operation: &str, args: &Value) -> String {
@@ -24,13 +24,12 @@ pub fn fingerprint(operation: &str, args: &Value) -> String {
 pub async fn replayed(
     tx: &DatabaseTransaction,
     fleet: &str,
-    key: Option<&str>,
-    hash: &str,
+    key: Option<Key<'_>>,
 ) -> Result<Option<Uuid>, LedgerError> {
     let Some(key) = key else { return Ok(None) };
-    match writes::find_key(tx, fleet, key).await? {
+    match writes::find_key(tx, fleet, key.id).await? {
         None => Ok(None),
-        Some((unit, recorded)) if recorded == hash => Ok(Some(unit)),
-        Some(_) => Err(LedgerError::IdempotencyKeyReused { key: key.to_owned() }),
+        Some((unit, recorded)) if recorded == key.hash => Ok(Some(unit)),
+        Some(_) => Err(LedgerError::IdempotencyKeyReused { key: key.id.to_owned() }),
     }
 }

@@ -89,15 +89,10 @@ impl Ledger {
     }
 
     pub async fn unit(&self, who: &Principal, id: Uuid) -> Result<Option<UnitModel>, LedgerError> {
-        who.require(Permission::LedgerRead)?;
-        db::in_fleet(&self.db, &who.fleet, move |tx| Box::pin(async move { Ok(units::by_id(tx, id).await?) })).await
+        self.read(who, move |tx| Box::pin(async move { Ok(units::by_id(tx, id).await?) })).await
     }
 
     pub async fn unit_by_ref(&self, who: &Principal, external_ref: String) -> Result<Option<UnitModel>, LedgerError> {
-        who.require(Permission::LedgerRead)?;
-        db::in_fleet(&self.db, &who.fleet, move |tx| {
-            Box::pin(async move { Ok(units::by_ref(tx, &external_ref).await?) })
-        })
-        .await
+        self.read(who, move |tx| Box::pin(async move { Ok(units::by_ref(tx, &external_ref).await?) })).await
     }
 }

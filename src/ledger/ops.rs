@@ -13,7 +13,7 @@ use super::state_machine::{self, legal_actions};
 use super::{Ledger, LedgerError, UnitModel, idempotency, validate};
 use crate::auth::{Permission, Principal};
 use crate::db::entities::{AttemptOutcome, Disposition, WorkState, attempt};
-use crate::db::writes::{self, Writer};
+use crate::db::writes::{self, Key, Writer};
 use crate::db::{self, BoxFuture, units};
 
 const RETRIES: usize = 4;
@@ -22,13 +22,14 @@ const DEFAULT_ASSIGNEE_GROUP: &str = "agent-questions";
 /// The caller of a write, owned so the operation can be retried.
 pub struct WriteCtx {
     pub who: Principal,
-    key: Option<String>,
-    hash: String,
+    /// The idempotency key and the request's fingerprint, when the caller sent a key.
+    key: Option<(String, String)>,
 }
 
 impl WriteCtx {
     fn writer(&self) -> Writer<'_> {
-        Writer { fleet: &self.who.fleet, agent: &self.who.name, key: self.key.as_deref(), hash: &self.hash }
+        let key = self.key.as_ref().map(|(id, hash)| Key { id, hash });
+        Writer { fleet: &self.who.fleet, agent: &self.who.name, key }
     }
 }
 
@@ -81,15 +82,15 @@ impl Ledger {
             + 'static,
     {
         validate::idempotency_key(key.as_deref())?;
-        let hash = idempotency::fingerprint(operation, &args);
-        let ctx = Arc::new(WriteCtx { who: who.clone(), key, hash });
+        // Only a keyed request needs its fingerprint.
+        let key = key.map(|key| (key, idempotency::fingerprint(operation, &args)));
+        let ctx = Arc::new(WriteCtx { who: who.clone(), key });
         let op = Arc::new(op);
         for _ in 0..RETRIES {
             let (ctx, op) = (ctx.clone(), op.clone());
             let result = db::in_fleet(&self.db, &who.fleet, move |tx| {
                 Box::pin(async move {
-                    if let Some(unit) = idempotency::replayed(tx, &ctx.who.fleet, ctx.key.as_deref(), &ctx.hash).await?
-                    {
+                    if let Some(unit) = idempotency::replayed(tx, &ctx.who.fleet, ctx.writer().key).await? {
                         let unit = units::by_id(tx, unit)
                             .await?
                             .ok_or_else(|| LedgerError::internal("replayed unit vanished"))?;

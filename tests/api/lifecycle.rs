@@ -118,8 +118,8 @@ async fn release_returns_the_unit_and_a_released_blocked_unit_waits_for_its_answ
     assert_eq!(let_go.unit()["claimedBy"], json!(null));
     let outcome = app.sql_json(&format!("SELECT outcome::text FROM work_unit_attempts WHERE id = '{attempt}'")).await;
     assert_eq!(outcome[0]["outcome"], "blocked");
-    // Free to take other work meanwhile.
-    assert!(w.agent.claim_next(json!({})).await.body.get("errors").is_none());
+    // Free to take other work meanwhile: the released unit is claimable again.
+    assert_eq!(w.agent.claim_next(json!({})).await.str("externalRef"), "released");
     let answered = w.triage.unblock(&blocked, "yes, drop it", json!({})).await;
     assert_eq!(answered.str("state"), "READY");
     assert_eq!(w.other.claim_unit(&blocked, json!({})).await.unit()["attemptCount"], 2);
