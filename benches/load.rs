@@ -11,10 +11,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use sea_orm::{ConnectionTrait, DatabaseConnection};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr};
 use serde_json::{Value, json};
 use work_ledger::auth::{self, Role};
-use work_ledger::db::writes::{self, Key, Writer};
+use work_ledger::db::claims;
+use work_ledger::db::entities::{Disposition, WorkState};
+use work_ledger::db::events::{Actor, IdempotencyKey};
+use work_ledger::db::transitions::{self, Disposal};
 use work_ledger::db::{self, stmt};
 use work_ledger::http::Application;
 use work_ledger::ledger::Ledger;
@@ -189,10 +192,10 @@ async fn main() -> Result<(), AnyError> {
                     let agent = format!("rls-{i}-{n}");
                     let claimed = timed(&mut s, async {
                         let agent = agent.clone();
-                        db::in_fleet(&owner, "rls", move |tx| {
+                        db::in_fleet::<_, DbErr, _>(&owner, "rls", move |tx| {
                             Box::pin(async move {
-                                let w = Writer { fleet: "rls", agent: &agent, key: None };
-                                Ok(writes::claim_next(tx, &w, 900, None).await?)
+                                let w = Actor { fleet: "rls", agent: &agent, key: None };
+                                claims::claim_next(tx, &w, 900, None).await
                             })
                         })
                         .await
@@ -367,8 +370,8 @@ async fn raw_claims(owner: &DatabaseConnection, fleet: &str, i: usize, deadline:
             break;
         }
         let agent = format!("{fleet}-{i}-{n}");
-        let w = Writer { fleet, agent: &agent, key: None };
-        if timed(&mut s, async { writes::claim_next(owner, &w, 900, None).await.ok().flatten() }).await.is_none() {
+        let w = Actor { fleet, agent: &agent, key: None };
+        if timed(&mut s, async { claims::claim_next(owner, &w, 900, None).await.ok().flatten() }).await.is_none() {
             break;
         }
     }
@@ -379,13 +382,16 @@ async fn raw_lifecycle(db: &DatabaseConnection, agent: &str, n: usize) -> bool {
     let step = |sql: &'static str, key: Option<String>| {
         let agent = agent.to_owned();
         async move {
-            db::in_fleet(db, "rawlife", move |tx| {
+            db::in_fleet::<_, DbErr, _>(db, "rawlife", move |tx| {
                 Box::pin(async move {
-                    let w =
-                        Writer { fleet: "rawlife", agent: &agent, key: key.as_deref().map(|id| Key { id, hash: "h" }) };
+                    let w = Actor {
+                        fleet: "rawlife",
+                        agent: &agent,
+                        key: key.as_deref().map(|id| IdempotencyKey { id, hash: "h" }),
+                    };
                     let unit = match sql {
-                        "claim" => writes::claim_next(tx, &w, 900, None).await?,
-                        _ => writes::held_by(tx, "rawlife", &agent).await?,
+                        "claim" => claims::claim_next(tx, &w, 900, None).await?,
+                        _ => claims::held_by(tx, "rawlife", &agent).await?,
                     };
                     Ok(unit)
                 })
@@ -397,10 +403,10 @@ async fn raw_lifecycle(db: &DatabaseConnection, agent: &str, n: usize) -> bool {
     };
     let Some(unit) = step("claim", None).await else { return false };
     let agent_owned = agent.to_owned();
-    let result = db::in_fleet(db, "rawlife", move |tx| {
+    let result = db::in_fleet::<_, DbErr, _>(db, "rawlife", move |tx| {
         Box::pin(async move {
-            let w = Writer { fleet: "rawlife", agent: &agent_owned, key: None };
-            writes::start(tx, &w, unit.id).await?;
+            let w = Actor { fleet: "rawlife", agent: &agent_owned, key: None };
+            transitions::start(tx, &w, unit.id).await?;
             Ok(unit)
         })
     })
@@ -408,10 +414,10 @@ async fn raw_lifecycle(db: &DatabaseConnection, agent: &str, n: usize) -> bool {
     let Ok(unit) = result else { return false };
     let (agent_owned, key) = (agent.to_owned(), format!("bill-{agent}-{n}"));
     let attempt = unit.current_attempt_id.unwrap_or_default();
-    let cost = db::in_fleet(db, "rawlife", move |tx| {
+    let cost = db::in_fleet::<_, DbErr, _>(db, "rawlife", move |tx| {
         Box::pin(async move {
-            let w = Writer { fleet: "rawlife", agent: &agent_owned, key: Some(Key { id: &key, hash: "h" }) };
-            Ok(writes::record_cost(tx, &w, attempt, 250, false).await?)
+            let w = Actor { fleet: "rawlife", agent: &agent_owned, key: Some(IdempotencyKey { id: &key, hash: "h" }) };
+            transitions::record_cost(tx, &w, attempt, 250, false).await
         })
     })
     .await;
@@ -419,10 +425,10 @@ async fn raw_lifecycle(db: &DatabaseConnection, agent: &str, n: usize) -> bool {
         return false;
     }
     let agent_owned = agent.to_owned();
-    let verified = db::in_fleet(db, "rawlife", move |tx| {
+    let verified = db::in_fleet::<_, DbErr, _>(db, "rawlife", move |tx| {
         Box::pin(async move {
-            let w = Writer { fleet: "rawlife", agent: &agent_owned, key: None };
-            Ok(writes::verify(tx, &w, unit.id, "https://ci.example/raw").await?)
+            let w = Actor { fleet: "rawlife", agent: &agent_owned, key: None };
+            transitions::verify(tx, &w, unit.id, "https://ci.example/raw").await
         })
     })
     .await;
@@ -430,11 +436,19 @@ async fn raw_lifecycle(db: &DatabaseConnection, agent: &str, n: usize) -> bool {
         return false;
     }
     let agent_owned = agent.to_owned();
-    let disposed = db::in_fleet(db, "rawlife", move |tx| {
+    let disposed = db::in_fleet::<_, DbErr, _>(db, "rawlife", move |tx| {
         Box::pin(async move {
-            let w = Writer { fleet: "rawlife", agent: &agent_owned, key: None };
-            Ok(writes::dispose(tx, &w, unit.id, "MIGRATED", "done", None, None, vec!["verified".into()], vec![])
-                .await?)
+            let w = Actor { fleet: "rawlife", agent: &agent_owned, key: None };
+            let disposal = Disposal {
+                unit_id: unit.id,
+                disposition: Disposition::Migrated,
+                terminal_state: WorkState::Done,
+                evidence_url: None,
+                reason: None,
+                holder_states: &[WorkState::Verified],
+                operator_states: &[],
+            };
+            transitions::dispose(tx, &w, &disposal).await
         })
     })
     .await;

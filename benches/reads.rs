@@ -160,9 +160,13 @@ async fn main() -> Result<(), AnyError> {
         println!("| {name} | {:.1} | {:.1} |", s.pct(0.5), s.pct(0.99));
     }
 
-    let deep_cursor = cursor
-        .as_str()
-        .and_then(|c| work_ledger::ledger::cursor::Cursor::decode(work_ledger::ledger::cursor::List::Events, c).ok());
+    let deep_cursor = cursor.as_str().and_then(|c| {
+        <work_ledger::ledger::cursor::Cursor as work_ledger::ledger::cursor::CursorText>::decode(
+            work_ledger::ledger::cursor::List::Events,
+            c,
+        )
+        .ok()
+    });
     let (t, i) = deep_cursor.map(|c| (c.created_at.to_rfc3339(), c.id.to_string())).unwrap_or_default();
     explain(
         &owner,

@@ -1,4 +1,6 @@
-//! Bearer tokens, permissions and the request principal (SPEC §8).
+//! Bearer tokens, permissions and the request principal (SPEC §8), and the
+//! one place a bearer token is turned into a principal ([`authenticate`]),
+//! for HTTP requests and WebSocket `connection_init` alike.
 //!
 //! Tokens are 32 random bytes shown once as `wl_<base64url>`; the database
 //! keeps only their SHA-256. A high-entropy secret needs no slow hash: the
@@ -10,10 +12,11 @@ use std::str::FromStr;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use rand::RngCore;
+use sea_orm::{ConnectionTrait, DbErr};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::ledger::LedgerError;
+use crate::db;
 
 /// An explicit permission. Code checks these, never role names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -45,6 +48,12 @@ impl Permission {
             Self::UnitsDisposeAny => "units:dispose-any",
             Self::TokensManage => "tokens:manage",
         }
+    }
+}
+
+impl AsRef<str> for Permission {
+    fn as_ref(&self) -> &str {
+        self.as_str()
     }
 }
 
@@ -99,15 +108,57 @@ impl Principal {
         self.permissions.contains(&permission)
     }
 
-    pub fn require(&self, permission: Permission) -> Result<(), LedgerError> {
-        if self.has(permission) { Ok(()) } else { Err(LedgerError::Forbidden(permission)) }
+    pub fn require(&self, permission: Permission) -> Result<(), Forbidden> {
+        if self.has(permission) { Ok(()) } else { Err(Forbidden(permission)) }
     }
+}
+
+/// The principal lacks a permission (FORBIDDEN).
+#[derive(Debug, Clone, Copy)]
+pub struct Forbidden(pub Permission);
+
+/// Why a request could not be authenticated.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// No token, a malformed header, or an unknown or revoked token
+    /// (UNAUTHENTICATED); the text is the client's message.
+    #[error("{0}")]
+    Unauthenticated(&'static str),
+    /// The database could not be asked.
+    #[error("cannot check the token: {0}")]
+    Database(#[from] DbErr),
+}
+
+/// The SHA-256 of a token's secret, which is all the database keeps.
+pub type TokenHash = [u8; 32];
+
+/// Authenticates the value of an `Authorization` header (or of the
+/// `connection_init` payload's `Authorization` field): the principal and
+/// the hash its token is known by.
+pub async fn authenticate(
+    db: &impl ConnectionTrait,
+    authorization: Option<&str>,
+) -> Result<(Principal, TokenHash), AuthError> {
+    let hash = hash_token(parse_bearer(authorization)?);
+    let principal = principal_of(db, &hash).await?.ok_or(AuthError::Unauthenticated(UNKNOWN_TOKEN))?;
+    Ok((principal, hash))
+}
+
+/// The principal of a live token, `None` when it is unknown or revoked.
+pub async fn principal_of(db: &impl ConnectionTrait, hash: &TokenHash) -> Result<Option<Principal>, DbErr> {
+    Ok(db::tokens::authenticate(db, hash).await?.map(|token| Principal {
+        token_id: token.id,
+        fleet: token.fleet,
+        name: token.name,
+        // Unknown names (from a newer release) grant nothing.
+        permissions: token.permissions.iter().filter_map(|p| p.parse().ok()).collect(),
+    }))
 }
 
 const TOKEN_PREFIX: &str = "wl_";
 
 /// A fresh secret and its hash. The secret is shown once and never stored.
-pub fn new_token() -> (String, [u8; 32]) {
+pub fn new_token() -> (String, TokenHash) {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
     let secret = format!("{TOKEN_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes));
@@ -115,33 +166,26 @@ pub fn new_token() -> (String, [u8; 32]) {
     (secret, hash)
 }
 
-pub fn hash_token(secret: &str) -> [u8; 32] {
+pub fn hash_token(secret: &str) -> TokenHash {
     Sha256::digest(secret.as_bytes()).into()
 }
 
 /// Extracts the secret from an `Authorization` header value
 /// (`Bearer <token>`, scheme case-insensitive).
-pub fn parse_bearer(header: Option<&str>) -> Result<&str, LedgerError> {
-    let header = header.ok_or(LedgerError::Unauthenticated(
-        "missing token: send `Authorization: Bearer <token>`; an operator mints tokens with `work-ledger token create`",
-    ))?;
-    let malformed = LedgerError::Unauthenticated(
-        "malformed Authorization header: expected `Bearer <token>` with a token minted by `work-ledger token create`",
-    );
+fn parse_bearer(header: Option<&str>) -> Result<&str, AuthError> {
+    let header = header.ok_or(AuthError::Unauthenticated(MISSING_TOKEN))?;
+    let malformed = AuthError::Unauthenticated(MALFORMED_TOKEN);
     let (scheme, token) = header.trim().split_once(' ').ok_or(malformed)?;
     let token = token.trim();
     let well_formed = scheme.eq_ignore_ascii_case("bearer")
         && token.starts_with(TOKEN_PREFIX)
         && token.len() == TOKEN_PREFIX.len() + 43
         && URL_SAFE_NO_PAD.decode(&token[TOKEN_PREFIX.len()..]).is_ok();
-    if well_formed {
-        Ok(token)
-    } else {
-        Err(LedgerError::Unauthenticated(
-            "malformed Authorization header: expected `Bearer <token>` with a token minted by `work-ledger token create`",
-        ))
-    }
+    if well_formed { Ok(token) } else { Err(AuthError::Unauthenticated(MALFORMED_TOKEN)) }
 }
 
-pub const UNKNOWN_TOKEN: LedgerError =
-    LedgerError::Unauthenticated("unknown or revoked token: ask an operator for a valid one");
+pub const MISSING_TOKEN: &str =
+    "missing token: send `Authorization: Bearer <token>`; an operator mints tokens with `work-ledger token create`";
+const MALFORMED_TOKEN: &str =
+    "malformed Authorization header: expected `Bearer <token>` with a token minted by `work-ledger token create`";
+const UNKNOWN_TOKEN: &str = "unknown or revoked token: ask an operator for a valid one";

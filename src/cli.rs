@@ -53,7 +53,7 @@ async fn dispatch(command: Command, url: &str) -> Result<(), AnyError> {
             let name = name.unwrap_or_else(|| format!("grafana_{}", fleet.to_lowercase().replace(['.', '-'], "_")));
             let generated = password.is_none();
             let password = password.unwrap_or_else(|| auth::new_token().0);
-            db::readers::create(&db::connect(url, 1).await?, &name, &fleet, &password).await?;
+            db::reader_logins::create(&db::connect(url, 1).await?, &name, &fleet, &password).await?;
             eprintln!("created read-only role `{name}` for fleet `{fleet}`");
             if generated {
                 println!("{password}");

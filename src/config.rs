@@ -8,7 +8,8 @@ use clap::{Args, Parser, Subcommand};
 use uuid::Uuid;
 
 use crate::auth::Role;
-use crate::live::{ListenerConfig, LiveConfig, SweeperConfig, WsConfig};
+use crate::http::{ServerConfig, WsConfig};
+use crate::live::{ListenerConfig, LiveConfig, SweeperConfig};
 
 #[derive(Debug, Parser)]
 #[command(name = "work-ledger", version, about = "System of record for fleets of AI coding agents")]
@@ -101,19 +102,21 @@ pub struct LiveArgs {
 }
 
 impl LiveArgs {
-    pub fn config(&self) -> LiveConfig {
-        LiveConfig {
-            sweeper: SweeperConfig { interval: self.sweep_interval, batch_size: self.sweep_batch },
-            listener: ListenerConfig {
-                health_interval: self.listener_health_interval,
-                health_timeout: self.listener_health_interval,
+    pub fn config(&self) -> ServerConfig {
+        ServerConfig {
+            live: LiveConfig {
+                sweeper: SweeperConfig { interval: self.sweep_interval, batch_size: self.sweep_batch },
+                listener: ListenerConfig {
+                    health_interval: self.listener_health_interval,
+                    health_timeout: self.listener_health_interval,
+                },
+                ..LiveConfig::default()
             },
             ws: WsConfig {
                 init_timeout: self.ws_init_timeout,
                 ping_interval: self.ws_ping_interval,
                 max_subscriptions: self.ws_max_subscriptions,
             },
-            ..LiveConfig::default()
         }
     }
 }
@@ -175,10 +178,10 @@ mod tests {
     fn live_flags_default_to_the_live_defaults() {
         let cli = Cli::try_parse_from(["work-ledger", "serve"]).expect("parse");
         let Command::Serve(args) = cli.command else { panic!("serve") };
-        let (flags, defaults) = (args.live.config(), LiveConfig::default());
-        assert_eq!(flags.sweeper.interval, defaults.sweeper.interval);
-        assert_eq!(flags.sweeper.batch_size, defaults.sweeper.batch_size);
-        assert_eq!(flags.listener.health_interval, defaults.listener.health_interval);
+        let (flags, defaults) = (args.live.config(), ServerConfig::default());
+        assert_eq!(flags.live.sweeper.interval, defaults.live.sweeper.interval);
+        assert_eq!(flags.live.sweeper.batch_size, defaults.live.sweeper.batch_size);
+        assert_eq!(flags.live.listener.health_interval, defaults.live.listener.health_interval);
         assert_eq!(flags.ws.init_timeout, defaults.ws.init_timeout);
         assert_eq!(flags.ws.ping_interval, defaults.ws.ping_interval);
         assert_eq!(flags.ws.max_subscriptions, defaults.ws.max_subscriptions);

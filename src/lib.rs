@@ -7,7 +7,6 @@ pub mod cli;
 pub mod config;
 pub mod db;
 pub mod embedded_pg;
-pub mod graphiql;
 pub mod graphql;
 pub mod http;
 pub mod ledger;

@@ -1,12 +1,29 @@
 //! Database access: connecting, migrating, the one transaction helper that
-//! request code goes through, and the SQL of each table.
+//! request code goes through, and the SQL of each table, one room per job:
+//!
+//! | module | holds |
+//! | --- | --- |
+//! | [`claims`] | the claim CTEs (`claim_next`, `claim_unit`), heartbeat, what an agent holds |
+//! | [`transitions`] | every other write: start, verify, block, unblock, release, cost, dispose |
+//! | [`events`] | the event log: the appended column list, reads in delivery order, the stall sweep |
+//! | [`idempotency`] | idempotency-key lookups |
+//! | [`units`] | registration and single-unit lookups |
+//! | [`reads`] | keyset pages, DataLoader batches and the SQL views |
+//! | [`tokens`] | `api_tokens` |
+//! | [`reader_logins`] | per-fleet Grafana logins |
+//!
+//! Nothing here knows the domain's error type: functions return [`DbErr`]
+//! and [`in_fleet`] hands the caller's own error type back.
 
+pub mod claims;
 pub mod entities;
-pub mod readers;
+pub mod events;
+pub mod idempotency;
+pub mod reader_logins;
 pub mod reads;
 pub mod tokens;
+pub mod transitions;
 pub mod units;
-pub mod writes;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,8 +33,6 @@ use sea_orm::{
     ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, RuntimeErr,
     Statement, TransactionTrait, Value,
 };
-
-use crate::ledger::LedgerError;
 
 /// The non-superuser role every request transaction runs as (created by the
 /// first migration); row-level security applies to it.
@@ -54,10 +69,12 @@ pub fn stmt(sql: &str, values: impl IntoIterator<Item = Value>) -> Statement {
 /// reads. This is the only way request code reaches the database: it opens
 /// the transaction, sets role and fleet, runs the closure, and commits (or
 /// rolls back when the closure fails).
-pub async fn in_fleet<T, F>(db: &DatabaseConnection, fleet: &str, work: F) -> Result<T, LedgerError>
+/// Database failures reach the caller as `E::from(DbErr)`.
+pub async fn in_fleet<T, E, F>(db: &DatabaseConnection, fleet: &str, work: F) -> Result<T, E>
 where
     T: Send,
-    F: for<'t> FnOnce(&'t DatabaseTransaction) -> BoxFuture<'t, Result<T, LedgerError>> + Send,
+    E: From<DbErr>,
+    F: for<'t> FnOnce(&'t DatabaseTransaction) -> BoxFuture<'t, Result<T, E>> + Send,
 {
     let tx = db.begin().await?;
     tx.execute_raw(stmt(
@@ -67,7 +84,7 @@ where
     .await?;
     match work(&tx).await {
         Ok(value) => {
-            tx.commit().await.map_err(commit_error)?;
+            tx.commit().await?;
             Ok(value)
         }
         Err(err) => {
@@ -79,10 +96,6 @@ where
             Err(err)
         }
     }
-}
-
-fn commit_error(err: DbErr) -> LedgerError {
-    LedgerError::internal(format!("commit failed: {err}"))
 }
 
 /// The SQLSTATE and constraint name of a database error, when it is one.

@@ -8,10 +8,20 @@ use std::collections::HashMap;
 use sea_orm::{ActiveEnum, DatabaseTransaction, DbErr, EntityTrait, FromQueryResult, Value};
 use uuid::Uuid;
 
-use super::entities::{EventType, attempt, event, question, work_unit};
+use chrono::{DateTime, Utc};
+
+use super::entities::{Disposition, EventType, QuestionStatus, WorkState, attempt, event, question, work_unit};
+use super::events::EVENT_COLUMNS;
 use super::stmt;
 use super::units::UNIT_COLUMNS;
-use crate::ledger::cursor::Cursor;
+
+/// A keyset position: the `(created_at, id)` of the last row of a page. Its
+/// opaque text form for clients is `ledger::cursor`'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Cursor {
+    pub created_at: DateTime<Utc>,
+    pub id: Uuid,
+}
 
 /// A statement under construction: SQL text plus its positional values.
 pub struct Query {
@@ -77,12 +87,23 @@ impl Query {
     }
 }
 
+/// Which units `units` lists (every field optional, all must hold).
+#[derive(Debug, Clone, Default)]
 pub struct UnitFilter {
-    pub state: Option<String>,
+    pub state: Option<WorkState>,
     pub domain: Option<String>,
-    pub disposition: Option<String>,
+    pub disposition: Option<Disposition>,
     pub claimed_by: Option<String>,
     pub external_ref_prefix: Option<String>,
+}
+
+/// Which events `events` lists.
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
+    pub unit_id: Option<Uuid>,
+    /// Any of these types; empty means every type.
+    pub types: Vec<EventType>,
+    pub agent_id: Option<String>,
 }
 
 /// `units`: oldest first, filtered.
@@ -90,14 +111,14 @@ pub fn units(fleet: &str, filter: &UnitFilter) -> Query {
     let mut q = Query::new(&format!("SELECT {UNIT_COLUMNS} FROM work_units u WHERE u.fleet = "));
     let p = q.bind(fleet);
     q.push(&p);
-    if let Some(state) = &filter.state {
-        q.and("u.state = {}::work_state", state.clone());
+    if let Some(state) = filter.state {
+        q.and("u.state = {}::work_state", state.as_sql());
     }
     if let Some(domain) = &filter.domain {
         q.and("u.domain = {}", domain.clone());
     }
-    if let Some(disposition) = &filter.disposition {
-        q.and("u.disposition = {}::disposition", disposition.clone());
+    if let Some(disposition) = filter.disposition {
+        q.and("u.disposition = {}::disposition", disposition.as_sql());
     }
     if let Some(claimed_by) = &filter.claimed_by {
         q.and("u.claimed_by = {}", claimed_by.clone());
@@ -120,24 +141,20 @@ pub fn units_in_view(fleet: &str, view: &str) -> Query {
     q
 }
 
-pub const EVENT_COLUMNS: &str = "e.id, e.seq, e.fleet, e.unit_id, e.attempt_id, e.event_type::text AS event_type, \
-    e.from_state::text AS from_state, e.to_state::text AS to_state, e.agent_id, e.cost_delta_cents, e.detail, \
-    e.source_event_id, e.request_hash, e.created_at";
-
 /// `events`: newest first, filtered.
-pub fn events(fleet: &str, unit: Option<Uuid>, types: &[EventType], agent: Option<&str>) -> Query {
+pub fn events(fleet: &str, filter: &EventFilter) -> Query {
     let mut q = Query::new(&format!("SELECT {EVENT_COLUMNS} FROM work_unit_events e WHERE e.fleet = "));
     let p = q.bind(fleet);
     q.push(&p);
-    if let Some(unit) = unit {
+    if let Some(unit) = filter.unit_id {
         q.and("e.unit_id = {}", unit);
     }
-    if !types.is_empty() {
-        let names: Vec<String> = types.iter().map(|t| t.to_value()).collect();
+    if !filter.types.is_empty() {
+        let names: Vec<String> = filter.types.iter().map(|t| t.to_value()).collect();
         q.and("e.event_type::text = ANY({}::text[])", names);
     }
-    if let Some(agent) = agent {
-        q.and("e.agent_id = {}", agent.to_owned());
+    if let Some(agent) = &filter.agent_id {
+        q.and("e.agent_id = {}", agent.clone());
     }
     q
 }
@@ -147,7 +164,7 @@ pub async fn events_page(tx: &DatabaseTransaction, q: Query) -> Result<Vec<event
 }
 
 /// `questions`: oldest first.
-pub fn questions(fleet: &str, status: Option<&str>, group: Option<&str>) -> Query {
+pub fn questions(fleet: &str, status: Option<QuestionStatus>, group: Option<&str>) -> Query {
     let mut q = Query::new(
         "SELECT q.id, q.fleet, q.unit_id, q.attempt_id, q.question, q.status::text AS status, q.answer, \
          q.assignee_group, q.asked_by, q.answered_by, q.created_at, q.answered_at, q.cancelled_at \
@@ -156,7 +173,7 @@ pub fn questions(fleet: &str, status: Option<&str>, group: Option<&str>) -> Quer
     let p = q.bind(fleet);
     q.push(&p);
     if let Some(status) = status {
-        q.and("q.status = {}::question_status", status.to_owned());
+        q.and("q.status = {}::question_status", status.to_value());
     }
     if let Some(group) = group {
         q.and("q.assignee_group = {}", group.to_owned());
@@ -221,8 +238,7 @@ pub async fn events_of_units(
 // --- Views -------------------------------------------------------------------
 
 /// Open work of one domain (`v_queue_depth`).
-#[derive(Debug, Clone, FromQueryResult, async_graphql::SimpleObject)]
-#[graphql(name = "QueueDepth")]
+#[derive(Debug, Clone, FromQueryResult)]
 pub struct QueueDepthRow {
     pub domain: String,
     pub ready: i64,

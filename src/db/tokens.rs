@@ -8,11 +8,18 @@ use uuid::Uuid;
 
 use super::entities::api_token;
 use super::stmt;
-use crate::auth::{Permission, Principal};
+
+/// A live token as `authenticate_token` returns it.
+pub struct LiveToken {
+    pub id: Uuid,
+    pub fleet: String,
+    pub name: String,
+    pub permissions: Vec<String>,
+}
 
 /// Looks a token up by the hash of its secret; `None` when unknown or revoked.
 /// One statement, no transaction: it only reads through the function.
-pub async fn authenticate(db: &DatabaseConnection, hash: &[u8; 32]) -> Result<Option<Principal>, DbErr> {
+pub async fn authenticate(db: &impl ConnectionTrait, hash: &[u8; 32]) -> Result<Option<LiveToken>, DbErr> {
     let row = db
         .query_one_raw(stmt(
             "SELECT token_id, fleet, name, permissions FROM authenticate_token($1)",
@@ -20,12 +27,11 @@ pub async fn authenticate(db: &DatabaseConnection, hash: &[u8; 32]) -> Result<Op
         ))
         .await?;
     let Some(row) = row else { return Ok(None) };
-    let permissions: Vec<String> = row.try_get("", "permissions")?;
-    Ok(Some(Principal {
-        token_id: row.try_get("", "token_id")?,
+    Ok(Some(LiveToken {
+        id: row.try_get("", "token_id")?,
         fleet: row.try_get("", "fleet")?,
         name: row.try_get("", "name")?,
-        permissions: permissions.iter().filter_map(|p| p.parse().ok()).collect(),
+        permissions: row.try_get("", "permissions")?,
     }))
 }
 
@@ -33,10 +39,10 @@ pub async fn insert(
     db: &DatabaseConnection,
     fleet: &str,
     name: &str,
-    permissions: &[Permission],
+    permissions: &[impl AsRef<str>],
     hash: &[u8; 32],
 ) -> Result<Uuid, DbErr> {
-    let permissions: Vec<String> = permissions.iter().map(|p| p.as_str().to_owned()).collect();
+    let permissions: Vec<String> = permissions.iter().map(|p| p.as_ref().to_owned()).collect();
     let row = db
         .query_one_raw(stmt(
             "INSERT INTO api_tokens (fleet, name, permissions, token_hash) VALUES ($1, $2, $3, $4) RETURNING id",
@@ -75,4 +81,16 @@ pub async fn any_live(db: &DatabaseConnection) -> Result<bool, DbErr> {
         Some(row) => row.try_get("", "any"),
         None => Ok(false),
     }
+}
+
+/// The tokens among `ids` that were revoked or deleted.
+pub async fn revoked_among(db: &impl ConnectionTrait, ids: Vec<Uuid>) -> Result<Vec<Uuid>, DbErr> {
+    let rows = db
+        .query_all_raw(stmt(
+            "SELECT i.id FROM unnest($1::uuid[]) AS i(id)
+              WHERE NOT EXISTS (SELECT 1 FROM api_tokens t WHERE t.id = i.id AND t.revoked_at IS NULL)",
+            [ids.into()],
+        ))
+        .await?;
+    rows.iter().map(|r| r.try_get("", "id")).collect()
 }

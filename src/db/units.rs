@@ -1,6 +1,6 @@
 //! SQL of `work_units` reads and registration.
 
-use sea_orm::{ConnectionTrait, DatabaseTransaction, DbErr, EntityTrait};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbErr, EntityTrait, Value};
 use uuid::Uuid;
 
 use super::entities::work_unit;
@@ -12,6 +12,15 @@ pub const UNIT_COLUMNS: &str = "u.id, u.fleet, u.external_ref, u.domain, u.state
     u.disposition::text AS disposition, u.disposed_at, u.workflow_id, u.claimed_by, u.current_attempt_id, \
     u.lease_expires_at, u.last_heartbeat_at, u.attempt_count, u.cost_cents, u.evidence_urls, u.created_at, \
     u.updated_at";
+
+/// The one unit a write statement returned, if any.
+pub async fn one_unit(
+    tx: &impl ConnectionTrait,
+    sql: &str,
+    values: Vec<Value>,
+) -> Result<Option<work_unit::Model>, DbErr> {
+    work_unit::Entity::find().from_raw_sql(stmt(sql, values)).one(tx).await
+}
 
 pub struct NewUnit {
     pub external_ref: String,

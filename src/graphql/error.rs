@@ -1,8 +1,11 @@
 //! The one mapping from domain errors to GraphQL errors: `extensions.code`,
 //! the actionable message, and machine-readable details where an agent needs
 //! them. Database text never gets here (see `LedgerError::internal`).
+//! Refusals made outside GraphQL execution (HTTP before parsing, the
+//! WebSocket protocol) are built from the same mapping by [`error_object`].
 
-use async_graphql::{Error, ErrorExtensions};
+use async_graphql::{Error, ErrorExtensions, ServerError};
+use serde_json::{Value, json};
 
 use crate::ledger::LedgerError;
 
@@ -16,9 +19,9 @@ impl From<LedgerError> for Error {
                     ext.set("from", from.api_name());
                     ext.set("to", to.clone());
                 }
-                LedgerError::UnitAlreadyClaimed { holder, until, .. } => {
+                LedgerError::UnitAlreadyClaimed { holder, lease_expires_at, .. } => {
                     ext.set("holder", holder.clone());
-                    ext.set("leaseExpiresAt", until.clone());
+                    ext.set("leaseExpiresAt", lease_expires_at.map(|at| at.to_rfc3339()));
                 }
                 LedgerError::AgentBusy { held, .. } => ext.set("heldUnitId", held.to_string()),
                 LedgerError::Forbidden(permission) => ext.set("permission", permission.as_str()),
@@ -28,6 +31,21 @@ impl From<LedgerError> for Error {
             }
         })
     }
+}
+
+/// One GraphQL error object (`message`, `extensions`) for a refusal made
+/// outside execution.
+pub fn error_object(err: LedgerError) -> Value {
+    let message = err.to_string();
+    let err = Error::from(err);
+    let mut server_error = ServerError::new(err.message, None);
+    server_error.extensions = err.extensions;
+    serde_json::to_value(&server_error).unwrap_or_else(|_| json!({ "message": message }))
+}
+
+/// A GraphQL response body that holds only `err`.
+pub fn error_body(err: LedgerError) -> Value {
+    json!({ "errors": [error_object(err)] })
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -8,7 +8,7 @@ use super::loaders::UnitId;
 use super::types::WorkUnit;
 use super::{Result, loaders};
 use crate::db::entities::{EventType, WorkState, event};
-use crate::ledger::cursor::{Cursor, List};
+use crate::ledger::cursor::{Cursor, CursorText, List};
 
 pub struct WorkUnitEvent(pub event::Model);
 

@@ -5,8 +5,11 @@
 
 use std::collections::HashMap;
 
-use async_graphql::Context;
+use std::sync::Arc;
+
 use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
+use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextExecute};
+use async_graphql::{Context, Data, Response};
 use uuid::Uuid;
 
 use crate::auth::Principal;
@@ -172,5 +175,35 @@ impl Loader<EventsOf> for LedgerLoader {
             }
         }
         Ok(out)
+    }
+}
+
+/// The one place DataLoaders are made: every execution gets its own, with
+/// the caller's principal. That is one per HTTP operation (each operation of
+/// a batch too) and one per subscription payload: a subscription runs for
+/// hours, and one loader per connection would cache what it loaded (and serve
+/// stale units) for as long.
+pub struct LoadersPerOperation;
+
+impl ExtensionFactory for LoadersPerOperation {
+    fn create(&self) -> Arc<dyn Extension> {
+        Arc::new(LoadersPerOperation)
+    }
+}
+
+#[async_graphql::async_trait::async_trait]
+impl Extension for LoadersPerOperation {
+    async fn execute(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        operation_name: Option<&str>,
+        next: NextExecute<'_>,
+    ) -> Response {
+        let (Some(who), Some(ledger)) = (ctx.data_opt::<Principal>(), ctx.data_opt::<Ledger>()) else {
+            return next.run(ctx, operation_name).await;
+        };
+        let mut data = Data::default();
+        data.insert(for_request(ledger.clone(), who.clone()));
+        next.run_with_data(ctx, operation_name, data).await
     }
 }

@@ -1,6 +1,6 @@
 //! The GraphQL surface: one module per area, merged here into the schema.
 
-mod error;
+pub mod error;
 pub mod events;
 pub mod loaders;
 mod pagination;
@@ -16,7 +16,7 @@ use async_graphql::{Context, MergedObject, Schema};
 use crate::auth::Principal;
 use crate::ledger::{Ledger, LedgerError};
 
-pub use error::Result;
+pub use error::{Result, error_body, error_object};
 pub use subscription::Subscription;
 
 #[derive(MergedObject, Default)]
@@ -35,7 +35,7 @@ pub const MAX_COMPLEXITY: usize = 20_000;
 pub fn build_schema(ledger: Ledger) -> LedgerSchema {
     Schema::build(Query::default(), Mutation::default(), Subscription)
         .data(ledger)
-        .extension(subscription::LoadersPerPayload)
+        .extension(loaders::LoadersPerOperation)
         .limit_depth(MAX_DEPTH)
         .limit_complexity(MAX_COMPLEXITY)
         .finish()
@@ -56,7 +56,7 @@ fn ledger<'a>(ctx: &Context<'a>) -> &'a Ledger {
     ctx.data_unchecked::<Ledger>()
 }
 
-/// The request's DataLoader, put there with the principal (see `loaders::for_request`).
+/// The request's DataLoader (see `loaders::LoadersPerOperation`).
 fn loaders<'a>(ctx: &Context<'a>) -> std::result::Result<&'a loaders::Loaders, LedgerError> {
     ctx.data_opt::<loaders::Loaders>().ok_or_else(|| LedgerError::internal("request without DataLoader"))
 }

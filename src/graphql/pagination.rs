@@ -3,7 +3,7 @@
 use async_graphql::OutputType;
 use async_graphql::connection::{Connection, Edge};
 
-use crate::ledger::cursor::{Cursor, List};
+use crate::ledger::cursor::{Cursor, CursorText, List};
 use crate::ledger::reads::Page;
 
 /// Forward-only paging: `hasPreviousPage` is always false.

@@ -10,9 +10,9 @@ use super::pagination::connection;
 use super::types::{BlockingQuestion, WorkUnit};
 use super::{Result, ledger, loaders, principal};
 use crate::db::entities::{Disposition, EventType, QuestionStatus, WorkState, question, work_unit};
-use crate::db::reads::{CostRow, DispositionRow, QueueDepthRow};
+use crate::db::reads::{self as db_reads, CostRow, DispositionRow, QueueDepthRow};
 use crate::ledger::cursor::{Cursor, List};
-use crate::ledger::reads::{self as ledger_reads, Filter, Page, PageArgs};
+use crate::ledger::reads::{Page, PageArgs};
 
 fn unit_cursor(u: &work_unit::Model) -> Cursor {
     Cursor { created_at: u.created_at, id: u.id }
@@ -38,11 +38,49 @@ pub struct UnitFilter {
     pub external_ref_prefix: Option<String>,
 }
 
+impl From<UnitFilter> for db_reads::UnitFilter {
+    fn from(f: UnitFilter) -> Self {
+        Self {
+            state: f.state,
+            domain: f.domain,
+            disposition: f.disposition,
+            claimed_by: f.claimed_by,
+            external_ref_prefix: f.external_ref_prefix,
+        }
+    }
+}
+
 #[derive(InputObject, Default)]
 pub struct EventFilter {
     pub unit_id: Option<Uuid>,
     pub types: Option<Vec<EventType>>,
     pub agent_id: Option<String>,
+}
+
+impl From<EventFilter> for db_reads::EventFilter {
+    fn from(f: EventFilter) -> Self {
+        Self { unit_id: f.unit_id, types: f.types.unwrap_or_default(), agent_id: f.agent_id }
+    }
+}
+
+/// Open work of one domain (`v_queue_depth`).
+#[derive(SimpleObject)]
+pub struct QueueDepth {
+    pub domain: String,
+    pub ready: i64,
+    pub claimed: i64,
+    pub in_progress: i64,
+    pub blocked: i64,
+    pub verified: i64,
+    /// CLAIMED or IN_PROGRESS with an expired lease.
+    pub stalled: i64,
+}
+
+impl From<QueueDepthRow> for QueueDepth {
+    fn from(r: QueueDepthRow) -> Self {
+        let QueueDepthRow { domain, ready, claimed, in_progress, blocked, verified, stalled } = r;
+        Self { domain, ready, claimed, in_progress, blocked, verified, stalled }
+    }
 }
 
 /// Units and their cost per disposition (`v_disposition_summary`).
@@ -91,14 +129,7 @@ impl ReadQuery {
         after: Option<String>,
         filter: Option<UnitFilter>,
     ) -> Result<Connection<String, WorkUnit>> {
-        let f = filter.unwrap_or_default();
-        let filter = Filter {
-            state: f.state,
-            domain: f.domain,
-            disposition: f.disposition,
-            claimed_by: f.claimed_by,
-            external_ref_prefix: f.external_ref_prefix,
-        };
+        let filter = filter.unwrap_or_default().into();
         let page = ledger(ctx).units_page(principal(ctx)?, PageArgs { first, after }, filter).await?;
         unit_connection(ctx, page, List::Units).await
     }
@@ -111,9 +142,7 @@ impl ReadQuery {
         after: Option<String>,
         filter: Option<EventFilter>,
     ) -> Result<Connection<String, WorkUnitEvent>> {
-        let f = filter.unwrap_or_default();
-        let filter =
-            ledger_reads::EventFilter { unit_id: f.unit_id, types: f.types.unwrap_or_default(), agent_id: f.agent_id };
+        let filter = filter.unwrap_or_default().into();
         let page = ledger(ctx).events_page(principal(ctx)?, PageArgs { first, after }, filter).await?;
         Ok(connection(page, List::Events, WorkUnitEvent::cursor_of, WorkUnitEvent))
     }
@@ -134,8 +163,8 @@ impl ReadQuery {
     }
 
     /// Open work per domain (`v_queue_depth`); an empty fleet gives an empty list.
-    async fn queue_depth(&self, ctx: &Context<'_>, domain: Option<String>) -> Result<Vec<QueueDepthRow>> {
-        Ok(ledger(ctx).queue_depth(principal(ctx)?, domain).await?)
+    async fn queue_depth(&self, ctx: &Context<'_>, domain: Option<String>) -> Result<Vec<QueueDepth>> {
+        Ok(ledger(ctx).queue_depth(principal(ctx)?, domain).await?.into_iter().map(QueueDepth::from).collect())
     }
 
     /// CLAIMED or IN_PROGRESS units whose lease expired (`v_stall_list`), oldest first.

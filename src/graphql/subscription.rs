@@ -6,23 +6,22 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextExecute};
-use async_graphql::{Context, Data, Object, Response, Subscription as SubscriptionObject};
+use async_graphql::{Context, Object, Subscription as SubscriptionObject};
 use chrono::{DateTime, Utc};
 use futures::stream::{self, Stream, StreamExt};
 use uuid::Uuid;
 
 use super::events::WorkUnitEvent;
-use super::loaders::{self, AttemptId, UnitId};
+use super::loaders::{AttemptId, UnitId};
 use super::types::{Attempt, BlockingQuestion, WorkUnit};
 use super::{Result, ledger, principal};
 use crate::auth::{Permission, Principal};
 use crate::db::entities::{EventType, QuestionStatus, question, work_unit};
-use crate::ledger::cursor::{Cursor, List};
+use crate::db::events::LiveEvent;
+use crate::ledger::cursor::{Cursor, CursorText, List};
 use crate::ledger::reads::PageArgs;
 use crate::ledger::{Ledger, LedgerError};
 use crate::live::Live;
-use crate::live::store::LiveEvent;
 use crate::live::tail::Tail;
 
 /// Rows per page of the initial snapshots.
@@ -266,37 +265,5 @@ impl StallEvent {
     }
     async fn lease_expired_at(&self) -> DateTime<Utc> {
         self.lease_expired_at
-    }
-}
-
-/// Gives each subscription payload a DataLoader of its own. Over HTTP the
-/// HTTP layer puts one in every request; a subscription runs for hours, and
-/// one loader per connection would cache what it loaded (and serve stale
-/// units) for as long. Requests that come with a loader are left alone.
-pub struct LoadersPerPayload;
-
-impl ExtensionFactory for LoadersPerPayload {
-    fn create(&self) -> Arc<dyn Extension> {
-        Arc::new(LoadersPerPayload)
-    }
-}
-
-#[async_graphql::async_trait::async_trait]
-impl Extension for LoadersPerPayload {
-    async fn execute(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        operation_name: Option<&str>,
-        next: NextExecute<'_>,
-    ) -> Response {
-        if ctx.data_opt::<loaders::Loaders>().is_some() {
-            return next.run(ctx, operation_name).await;
-        }
-        let (Some(who), Some(ledger)) = (ctx.data_opt::<Principal>(), ctx.data_opt::<Ledger>()) else {
-            return next.run(ctx, operation_name).await;
-        };
-        let mut data = Data::default();
-        data.insert(loaders::for_request(ledger.clone(), who.clone()));
-        next.run_with_data(ctx, operation_name, data).await
     }
 }

@@ -1,13 +1,13 @@
-//! Opaque keyset cursors: `(created_at, id)` of the last row of a page,
-//! tagged with the list they belong to. A cursor of another list, or
-//! anything that does not decode, is INVALID_INPUT.
+//! Opaque keyset cursors: the text form of a [`Cursor`] (`(created_at, id)`
+//! of the last row of a page), tagged with the list it belongs to. A cursor
+//! of another list, or anything that does not decode, is INVALID_INPUT.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use chrono::{DateTime, Utc};
-use uuid::Uuid;
+use chrono::DateTime;
 
 use super::LedgerError;
+pub use crate::db::reads::Cursor;
 
 /// The lists that page by keyset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,18 +35,21 @@ impl List {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Cursor {
-    pub created_at: DateTime<Utc>,
-    pub id: Uuid,
+/// The opaque text form of a keyset position, as clients see it.
+pub trait CursorText: Sized {
+    fn encode(self, list: List) -> String;
+    fn decode(list: List, cursor: &str) -> Result<Self, LedgerError>;
+    fn decode_opt(list: List, cursor: Option<&str>) -> Result<Option<Self>, LedgerError> {
+        cursor.map(|c| Self::decode(list, c)).transpose()
+    }
 }
 
-impl Cursor {
-    pub fn encode(self, list: List) -> String {
+impl CursorText for Cursor {
+    fn encode(self, list: List) -> String {
         URL_SAFE_NO_PAD.encode(format!("wl1:{}:{}:{}", list.tag(), self.created_at.timestamp_micros(), self.id))
     }
 
-    pub fn decode(list: List, cursor: &str) -> Result<Self, LedgerError> {
+    fn decode(list: List, cursor: &str) -> Result<Self, LedgerError> {
         let invalid = || {
             LedgerError::invalid(
                 "after",
@@ -68,14 +71,12 @@ impl Cursor {
         let created_at = DateTime::from_timestamp_micros(micros).ok_or_else(invalid)?;
         Ok(Self { created_at, id: id.parse().map_err(|_| invalid())? })
     }
-
-    pub fn decode_opt(list: List, cursor: Option<&str>) -> Result<Option<Self>, LedgerError> {
-        cursor.map(|c| Self::decode(list, c)).transpose()
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use uuid::Uuid;
+
     use super::*;
 
     #[test]

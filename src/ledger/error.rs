@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::auth::Permission;
+use crate::auth::{AuthError, Forbidden, Permission};
 use crate::db::entities::{Disposition, WorkState};
 
 #[derive(Debug, thiserror::Error)]
@@ -21,11 +21,10 @@ pub enum LedgerError {
     #[error("invalid argument `{argument}`: {rule}")]
     InvalidInput { argument: String, rule: String },
 
-    #[error(
-        "unit {unit_id} is already claimed by `{holder}` until {until}; call `claimNext` to get another unit, \
-         or retry this one after the lease ends"
-    )]
-    UnitAlreadyClaimed { unit_id: Uuid, holder: String, until: String },
+    /// `lease_expires_at` is `None` while the unit is BLOCKED (its lease is
+    /// suspended until the question is answered or the unit is released).
+    #[error("{}", already_claimed_message(*unit_id, holder, *lease_expires_at))]
+    UnitAlreadyClaimed { unit_id: Uuid, holder: String, lease_expires_at: Option<DateTime<Utc>> },
 
     #[error(
         "you already hold unit {held} ({held_ref}); finish it (`transition`/`dispose`) or `release` it \
@@ -75,6 +74,17 @@ pub enum LedgerError {
     Retry,
 }
 
+fn already_claimed_message(unit_id: Uuid, holder: &str, lease_expires_at: Option<DateTime<Utc>>) -> String {
+    let until = match lease_expires_at {
+        Some(at) => at.to_rfc3339(),
+        None => "its blocking question is answered or it is released".to_owned(),
+    };
+    format!(
+        "unit {unit_id} is already claimed by `{holder}` until {until}; call `claimNext` to get another unit, \
+         or retry this one after the lease ends"
+    )
+}
+
 fn illegal_transition_message(unit_id: Uuid, from: WorkState, to: &str, legal: &[String]) -> String {
     let next = if legal.is_empty() { "nothing: the unit is terminal".to_owned() } else { legal.join(", ") };
     format!("unit {unit_id} is {} and cannot go to {to}; legal next actions for you: {next}", from.api_name())
@@ -120,6 +130,21 @@ impl LedgerError {
 /// Constraints a concurrent request can trip that a retry resolves: the
 /// retry finds the other request's key (a replay) or the agent's claim.
 const RETRYABLE: [&str; 2] = ["work_unit_events_fleet_source_event_id_key", "work_units_one_live_claim_per_agent"];
+
+impl From<Forbidden> for LedgerError {
+    fn from(Forbidden(permission): Forbidden) -> Self {
+        Self::Forbidden(permission)
+    }
+}
+
+impl From<AuthError> for LedgerError {
+    fn from(err: AuthError) -> Self {
+        match err {
+            AuthError::Unauthenticated(message) => Self::Unauthenticated(message),
+            AuthError::Database(err) => err.into(),
+        }
+    }
+}
 
 impl From<sea_orm::DbErr> for LedgerError {
     fn from(err: sea_orm::DbErr) -> Self {

@@ -9,7 +9,8 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use super::LedgerError;
-use crate::db::writes::{self, Key};
+use crate::db::events::IdempotencyKey;
+use crate::db::idempotency::find_key;
 
 /// SHA-256 over the operation name and its canonical JSON arguments.
 pub fn fingerprint(operation: &str, args: &Value) -> String {
@@ -24,10 +25,10 @@ pub fn fingerprint(operation: &str, args: &Value) -> String {
 pub async fn replayed(
     tx: &DatabaseTransaction,
     fleet: &str,
-    key: Option<Key<'_>>,
+    key: Option<IdempotencyKey<'_>>,
 ) -> Result<Option<Uuid>, LedgerError> {
     let Some(key) = key else { return Ok(None) };
-    match writes::find_key(tx, fleet, key.id).await? {
+    match find_key(tx, fleet, key.id).await? {
         None => Ok(None),
         Some((unit, recorded)) if recorded == key.hash => Ok(Some(unit)),
         Some(_) => Err(LedgerError::IdempotencyKeyReused { key: key.id.to_owned() }),

@@ -1,22 +1,35 @@
 //! The domain: every ledger operation owns its transaction (through
 //! [`db::in_fleet`]) and returns domain errors; resolvers only unpack
 //! arguments and call one of these.
+//!
+//! | module | holds |
+//! | --- | --- |
+//! | [`write`] | the write runner: caller context, idempotent replay, retries, `or_explain` |
+//! | [`claims`] | `claimNext`, `claimUnit`, `heartbeat` |
+//! | [`lifecycle`] | `transition`, `block`, `unblock`, `release`, `recordCost`, `dispose` |
+//! | [`refusals`] | why a write changed nothing |
+//! | [`state_machine`] | legal next actions and the dispose rules |
+//! | [`reads`] | validated keyset pages and the DataLoaders' batches |
+//! | [`error`](LedgerError) | the domain error enum and its codes |
 
+mod claims;
 pub mod cursor;
 mod error;
 mod idempotency;
-mod ops;
+mod lifecycle;
 pub mod reads;
+mod refusals;
 pub mod state_machine;
 pub mod validate;
+mod write;
 
 pub use error::LedgerError;
-pub use ops::{Dispose, Release};
-use sea_orm::DatabaseConnection;
+pub use lifecycle::{Dispose, Release};
+use sea_orm::{DatabaseConnection, DatabaseTransaction};
 use uuid::Uuid;
 
 use crate::auth::{Permission, Principal};
-use crate::db::entities::work_unit;
+use crate::db::entities::{attempt, work_unit};
 use crate::db::{self, units};
 
 pub type UnitModel = work_unit::Model;
@@ -82,7 +95,7 @@ impl Ledger {
     pub async fn read<T, F>(&self, who: &Principal, read: F) -> Result<T, LedgerError>
     where
         T: Send,
-        F: for<'t> FnOnce(&'t sea_orm::DatabaseTransaction) -> db::BoxFuture<'t, Result<T, LedgerError>> + Send,
+        F: for<'t> FnOnce(&'t DatabaseTransaction) -> db::BoxFuture<'t, Result<T, LedgerError>> + Send,
     {
         who.require(Permission::LedgerRead)?;
         db::in_fleet(&self.db, &who.fleet, read).await
@@ -95,4 +108,13 @@ impl Ledger {
     pub async fn unit_by_ref(&self, who: &Principal, external_ref: String) -> Result<Option<UnitModel>, LedgerError> {
         self.read(who, move |tx| Box::pin(async move { Ok(units::by_ref(tx, &external_ref).await?) })).await
     }
+}
+
+/// The unit, or NOT_FOUND (other fleets' units included: RLS hides them).
+async fn load(tx: &DatabaseTransaction, unit_id: Uuid) -> Result<UnitModel, LedgerError> {
+    units::by_id(tx, unit_id).await?.ok_or_else(|| LedgerError::not_found("unit", unit_id))
+}
+
+async fn load_attempt(tx: &DatabaseTransaction, attempt_id: Uuid) -> Result<attempt::Model, LedgerError> {
+    units::attempt_by_id(tx, attempt_id).await?.ok_or_else(|| LedgerError::not_found("attempt", attempt_id))
 }

@@ -3,11 +3,12 @@
 
 use uuid::Uuid;
 
-use super::cursor::{Cursor, List};
+use super::cursor::{Cursor, CursorText, List};
 use super::{Ledger, LedgerError, UnitModel, validate};
 use crate::auth::Principal;
-use crate::db::entities::{Disposition, EventType, QuestionStatus, WorkState, attempt, event, question};
-use crate::db::reads::{self, CostRow, DispositionRow, Query, QueueDepthRow, UnitFilter};
+use crate::db::entities::{Disposition, QuestionStatus, attempt, event, question};
+use crate::db::reads::{self, CostRow, DispositionRow, Query, QueueDepthRow};
+pub use crate::db::reads::{EventFilter, UnitFilter};
 
 /// One page of a keyset list.
 pub struct Page<T> {
@@ -19,20 +20,6 @@ pub struct Page<T> {
 pub struct PageArgs {
     pub first: Option<i32>,
     pub after: Option<String>,
-}
-
-pub struct Filter {
-    pub state: Option<WorkState>,
-    pub domain: Option<String>,
-    pub disposition: Option<Disposition>,
-    pub claimed_by: Option<String>,
-    pub external_ref_prefix: Option<String>,
-}
-
-pub struct EventFilter {
-    pub unit_id: Option<Uuid>,
-    pub types: Vec<EventType>,
-    pub agent_id: Option<String>,
 }
 
 fn split<T>(mut rows: Vec<T>, first: i32) -> Page<T> {
@@ -65,18 +52,11 @@ impl Ledger {
         &self,
         who: &Principal,
         args: PageArgs,
-        filter: Filter,
+        filter: UnitFilter,
     ) -> Result<Page<UnitModel>, LedgerError> {
         if let Some(prefix) = &filter.external_ref_prefix {
             validate::external_ref("filter.externalRefPrefix", prefix)?;
         }
-        let filter = UnitFilter {
-            state: filter.state.map(|s| s.as_sql().to_owned()),
-            domain: filter.domain,
-            disposition: filter.disposition.map(|d| d.as_sql().to_owned()),
-            claimed_by: filter.claimed_by,
-            external_ref_prefix: filter.external_ref_prefix,
-        };
         self.units_query(who, List::Units, args, reads::units(&who.fleet, &filter)).await
     }
 
@@ -115,7 +95,7 @@ impl Ledger {
         filter: EventFilter,
     ) -> Result<Page<event::Model>, LedgerError> {
         let (first, cursor) = page_args(List::Events, &args)?;
-        let mut query = reads::events(&who.fleet, filter.unit_id, &filter.types, filter.agent_id.as_deref());
+        let mut query = reads::events(&who.fleet, &filter);
         query.page("e", cursor, true, first + 1);
         let rows = self.read(who, move |tx| Box::pin(async move { Ok(reads::events_page(tx, query).await?) })).await?;
         Ok(split(rows, first))
@@ -129,11 +109,6 @@ impl Ledger {
         group: Option<String>,
     ) -> Result<Page<question::Model>, LedgerError> {
         let (first, cursor) = page_args(List::Questions, &args)?;
-        let status = status.map(|s| match s {
-            QuestionStatus::Open => "open",
-            QuestionStatus::Answered => "answered",
-            QuestionStatus::Cancelled => "cancelled",
-        });
         let mut query = reads::questions(&who.fleet, status, group.as_deref());
         query.page("q", cursor, false, first + 1);
         let rows =

@@ -1,14 +1,41 @@
 //! The state machine of SPEC §3 as the caller sees it: which actions are
-//! legal next for this principal on this unit. The database enforces the
-//! same transitions (trigger `work_units_guard`); this module explains them.
+//! legal next for this principal on this unit, and from which states a
+//! disposition may be set. The database enforces the same transitions
+//! (trigger `work_units_guard`); this module explains them.
 
 use chrono::{DateTime, Utc};
 
 use crate::auth::{Permission, Principal};
-use crate::db::entities::{WorkState, work_unit};
+use crate::db::entities::{Disposition, WorkState, work_unit};
 
 pub const DISPOSE_ABANDON: &str = "dispose(disposition: DROPPED|DEFERRED|DEAD, evidenceUrl)";
 pub const DISPOSE_MIGRATED: &str = "dispose(disposition: MIGRATED)";
+
+/// Where a disposition leads and from which states it may be set.
+pub struct DisposeRule {
+    pub terminal: WorkState,
+    /// States in which the holder may set it.
+    pub holder_states: &'static [WorkState],
+    /// States in which an operator (`units:dispose-any`) may set it.
+    pub operator_states: &'static [WorkState],
+}
+
+/// MIGRATED only from VERIFIED (-> DONE); DROPPED, DEFERRED and DEAD by the
+/// holder from IN_PROGRESS or BLOCKED, by an operator from any non-terminal
+/// state (-> ABANDONED).
+pub fn dispose_rule(disposition: Disposition) -> DisposeRule {
+    use WorkState::*;
+    match disposition {
+        Disposition::Migrated => {
+            DisposeRule { terminal: Done, holder_states: &[Verified], operator_states: &[Verified] }
+        }
+        Disposition::Dropped | Disposition::Deferred | Disposition::Dead => DisposeRule {
+            terminal: Abandoned,
+            holder_states: &[InProgress, Blocked],
+            operator_states: &[Ready, Claimed, InProgress, Blocked, Verified],
+        },
+    }
+}
 
 /// True when a CLAIMED or IN_PROGRESS unit's lease has run out.
 pub fn is_stale(unit: &work_unit::Model, now: DateTime<Utc>) -> bool {

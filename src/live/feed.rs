@@ -9,12 +9,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use sea_orm::DatabaseConnection;
+use sea_orm::{DatabaseConnection, DbErr};
 use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 
-use super::store::{self, Key, LiveEvent};
 use crate::db;
+use crate::db::events::{self, LiveEvent, Position};
 
 /// Events a feed reads per statement.
 const BATCH: usize = 500;
@@ -118,7 +118,7 @@ impl FeedTask {
     async fn run(self) {
         // Where the feed starts does not matter for correctness: each
         // subscriber reads up to the present itself before it listens.
-        let mut after: Option<Key> = None;
+        let mut after: Option<Position> = None;
         let mut recheck = RECHECK_MIN;
         loop {
             let Some(feed) = self.feed.upgrade() else { return };
@@ -136,24 +136,27 @@ impl FeedTask {
     /// Reads and broadcasts everything deliverable; true when some committed
     /// events wait for an older transaction (or a read failed) and the feed
     /// must look again without a notification.
-    async fn drain(&self, feed: &Feed, after: &mut Option<Key>) -> bool {
+    async fn drain(&self, feed: &Feed, after: &mut Option<Position>) -> bool {
         loop {
             let fleet = self.fleet.clone();
             let from = *after;
-            let read = db::in_fleet(&self.db, &self.fleet, move |tx| {
+            let read = db::in_fleet::<_, DbErr, _>(&self.db, &self.fleet, move |tx| {
                 Box::pin(async move {
                     let from = match from {
-                        Some(key) => key,
-                        None => store::start(tx).await?.key(),
+                        Some(position) => position,
+                        None => events::start(tx).await?.position(),
                     };
-                    Ok((from, store::events_after(tx, &fleet, from, BATCH).await?))
+                    Ok((from, events::events_after(tx, &fleet, from, BATCH).await?))
                 })
             })
             .await;
             let (from, batch) = match read {
                 Ok(read) => read,
-                // Logged by LedgerError::internal; retried on the recheck timer.
-                Err(_) => return true,
+                // Retried on the recheck timer.
+                Err(err) => {
+                    tracing::warn!(fleet = %self.fleet, error = %err, "cannot read the event log");
+                    return true;
+                }
             };
             for event in &batch.events {
                 // No receiver is not an error: a subscriber may be leaving.

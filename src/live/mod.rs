@@ -1,21 +1,20 @@
 //! Live events (SPEC §6): the LISTEN connection, the per-fleet fan-out, the
-//! exactly-once subscriber tail, the stall sweeper and the WebSocket endpoint.
+//! exactly-once subscriber tail and the stall sweeper. The event machinery
+//! alone: the SQL it runs is in [`crate::db::events`], the WebSocket protocol
+//! that carries its payloads in [`crate::http::ws`].
 //!
 //! Data flow: a write commits its event rows and their `pg_notify` (a
 //! trigger); the process's one [`listener`] hears "fleet F has news" and wakes
 //! F's [`feed`], which reads F's new events once under F's row-level security
 //! and broadcasts them; each subscription's [`tail`] takes them in delivery
-//! order exactly once and its resolver turns them into GraphQL payloads sent
-//! over [`ws`]. The [`sweeper`] appends `stalled` events, which travel the
-//! same way. The event table is the truth and notifications are only hints,
+//! order exactly once and its resolver turns them into GraphQL payloads. The
+//! [`sweeper`] appends `stalled` events, which travel the same way. The event table is the truth and notifications are only hints,
 //! which is what makes reconnects, replicas and resumed streams exact.
 
 pub mod feed;
 pub mod listener;
-pub mod store;
 pub mod sweeper;
 pub mod tail;
-pub mod ws;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -25,12 +24,12 @@ use sea_orm::sqlx::postgres::PgPoolOptions;
 use sea_orm::{DatabaseConnection, DbErr, SqlxPostgresConnector};
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 pub use listener::ListenerConfig;
 pub use sweeper::SweeperConfig;
-pub use ws::WsConfig;
+
+use crate::db;
 
 use feed::Feeds;
 use sweeper::Sweeper;
@@ -39,7 +38,6 @@ use sweeper::Sweeper;
 pub struct LiveConfig {
     pub sweeper: SweeperConfig,
     pub listener: ListenerConfig,
-    pub ws: WsConfig,
     /// Connections of the pool the feeds, the sweeper and the health pings
     /// use, apart from the request pool so that live traffic never starves
     /// mutations (and the other way round).
@@ -54,7 +52,6 @@ impl Default for LiveConfig {
         Self {
             sweeper: SweeperConfig::default(),
             listener: ListenerConfig::default(),
-            ws: WsConfig::default(),
             pool_size: 4,
             broadcast_capacity: 1024,
         }
@@ -77,7 +74,6 @@ struct Inner {
     /// Tokens of the open WebSocket connections, with their counts: checked
     /// again after a reconnect, when revocation notices may have been lost.
     tokens: Mutex<HashMap<Uuid, usize>>,
-    connections: TaskTracker,
     stop: CancellationToken,
 }
 
@@ -101,7 +97,6 @@ impl Live {
             connects: watch::channel(0).0,
             revoked: broadcast::channel(256).0,
             tokens: Mutex::new(HashMap::new()),
-            connections: TaskTracker::new(),
             config,
             db,
             stop,
@@ -119,16 +114,10 @@ impl Live {
         self.0.sweeper.run(self.0.stop.clone()).await
     }
 
-    /// Stops the listener, the sweeper, the feeds and closes every WebSocket
-    /// (1001, going away).
+    /// Stops the listener, the sweeper and the feeds; everything waiting on
+    /// [`Live::stopping`] (the WebSocket connections) ends too.
     pub fn stop(&self) {
         self.0.stop.cancel();
-    }
-
-    /// Waits (at most `limit`) for the WebSocket connections to close.
-    pub async fn connections_closed(&self, limit: Duration) {
-        self.0.connections.close();
-        let _ = tokio::time::timeout(limit, self.0.connections.wait()).await;
     }
 
     /// True while the LISTEN connection is up (`/readyz`).
@@ -157,7 +146,8 @@ impl Live {
         self.0.sweeper.passes()
     }
 
-    fn stopping(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
+    /// Resolves once [`Live::stop`] was called.
+    pub fn stopping(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
         self.0.stop.cancelled()
     }
 
@@ -174,16 +164,8 @@ impl Live {
         &self.0.feeds
     }
 
-    fn ws_config(&self) -> &WsConfig {
-        &self.0.config.ws
-    }
-
     fn listener_config(&self) -> &ListenerConfig {
         &self.0.config.listener
-    }
-
-    fn connections(&self) -> TaskTracker {
-        self.0.connections.clone()
     }
 
     fn set_listening(&self, up: bool) {
@@ -193,7 +175,8 @@ impl Live {
         self.0.listening.send_replace(up);
     }
 
-    fn revocations(&self) -> broadcast::Receiver<Uuid> {
+    /// Ids of tokens revoked from now on (the `work_ledger_tokens` channel).
+    pub fn revocations(&self) -> broadcast::Receiver<Uuid> {
         self.0.revoked.subscribe()
     }
 
@@ -201,7 +184,9 @@ impl Live {
         let _ = self.0.revoked.send(token);
     }
 
-    fn track_token(&self, token: Uuid) -> TrackedToken {
+    /// Registers an open connection's token, so that after a reconnect (when
+    /// revocation notices may have been lost) it is checked again.
+    pub fn track_token(&self, token: Uuid) -> TrackedToken {
         *self.0.tokens.lock().unwrap_or_else(|e| e.into_inner()).entry(token).or_default() += 1;
         TrackedToken { live: self.clone(), token }
     }
@@ -214,7 +199,7 @@ impl Live {
         if tokens.is_empty() {
             return;
         }
-        match store::revoked_among(&self.0.db, tokens).await {
+        match db::tokens::revoked_among(&self.0.db, tokens).await {
             Ok(revoked) => revoked.into_iter().for_each(|t| self.token_revoked(t)),
             Err(err) => tracing::warn!(error = %err, "cannot re-check the tokens of open subscriptions"),
         }
@@ -222,7 +207,7 @@ impl Live {
 }
 
 /// A WebSocket connection's token, counted while the connection is open.
-struct TrackedToken {
+pub struct TrackedToken {
     live: Live,
     token: Uuid,
 }

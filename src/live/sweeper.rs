@@ -11,7 +11,7 @@
 //! each of them sees stays within its fleet.
 //!
 //! Every server process runs one; the database reports each attempt once
-//! (see `store::report_stalls`), so replicas need no coordination.
+//! (see `db::events::report_stalls`), so replicas need no coordination.
 
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ use sea_orm::{DatabaseConnection, DbErr};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::store;
+use crate::db::events;
 
 #[derive(Debug, Clone)]
 pub struct SweeperConfig {
@@ -52,7 +52,7 @@ impl Sweeper {
     pub async fn run_once(&self) -> Result<u64, DbErr> {
         let mut reported = 0;
         loop {
-            let sweep = store::report_stalls(&self.db, self.config.batch_size).await?;
+            let sweep = events::report_stalls(&self.db, self.config.batch_size).await?;
             reported += sweep.reported;
             if sweep.found < u64::from(self.config.batch_size) {
                 return Ok(reported);

@@ -16,9 +16,9 @@ use tokio::sync::broadcast::{self, error::RecvError};
 
 use super::Live;
 use super::feed::Feed;
-use super::store::{self, Key, LiveEvent, Start};
 use crate::auth::Principal;
-use crate::ledger::cursor::{Cursor, List};
+use crate::db::events::{self, LiveEvent, Position, Start};
+use crate::ledger::cursor::{Cursor, CursorText, List};
 use crate::ledger::{Ledger, LedgerError};
 
 /// Events per read of the table when catching up.
@@ -30,7 +30,7 @@ pub struct Tail {
     _feed: Arc<Feed>,
     live: broadcast::Receiver<Arc<LiveEvent>>,
     /// Everything at or before it has been delivered or skipped.
-    position: Key,
+    position: Position,
     /// Without a cursor: events that had committed when the subscription
     /// began are skipped although they sort after `position`.
     start: Option<Start>,
@@ -43,17 +43,18 @@ impl Tail {
     /// Starts with what commits after this call.
     pub async fn from_now(live: &Live, ledger: &Ledger, who: &Principal) -> Result<Self, LedgerError> {
         let (feed, receiver) = join(live, who);
-        let start = ledger.read(who, |tx| Box::pin(async move { Ok(store::start(tx).await?) })).await?;
-        Ok(Self::new(ledger, who, feed, receiver, start.key(), Some(start)))
+        let start = ledger.read(who, |tx| Box::pin(async move { Ok(events::start(tx).await?) })).await?;
+        Ok(Self::new(ledger, who, feed, receiver, start.position(), Some(start)))
     }
 
     /// Starts right after the event `cursor` names (a `WorkUnitEvent.cursor`).
     pub async fn after(live: &Live, ledger: &Ledger, who: &Principal, cursor: &str) -> Result<Self, LedgerError> {
         let Cursor { id, .. } = Cursor::decode(List::Events, cursor).map_err(|_| foreign_cursor())?;
         let (feed, receiver) = join(live, who);
-        let key = ledger.read(who, move |tx| Box::pin(async move { Ok(store::key_of(tx, id).await?) })).await?;
-        let key = key.ok_or_else(foreign_cursor)?;
-        Ok(Self::new(ledger, who, feed, receiver, key, None))
+        let position =
+            ledger.read(who, move |tx| Box::pin(async move { Ok(events::position_of(tx, id).await?) })).await?;
+        let position = position.ok_or_else(foreign_cursor)?;
+        Ok(Self::new(ledger, who, feed, receiver, position, None))
     }
 
     fn new(
@@ -61,7 +62,7 @@ impl Tail {
         who: &Principal,
         feed: Arc<Feed>,
         live: broadcast::Receiver<Arc<LiveEvent>>,
-        position: Key,
+        position: Position,
         start: Option<Start>,
     ) -> Self {
         Self {
@@ -91,10 +92,10 @@ impl Tail {
             }
             match self.live.recv().await {
                 Ok(event) => {
-                    if event.key <= self.position {
+                    if event.position <= self.position {
                         continue;
                     }
-                    self.position = event.key;
+                    self.position = event.position;
                     if !self.before_start(&event) {
                         return Ok(Some(event));
                     }
@@ -107,7 +108,7 @@ impl Tail {
     }
 
     fn before_start(&self, event: &LiveEvent) -> bool {
-        self.start.as_ref().is_some_and(|s| s.committed_before(event.key))
+        self.start.as_ref().is_some_and(|s| s.committed_before(event.position))
     }
 
     /// One page of the table after `position`; catching up ends with the
@@ -116,7 +117,7 @@ impl Tail {
         let (fleet, from) = (self.who.fleet.clone(), self.position);
         let batch = self
             .ledger
-            .read(&self.who, move |tx| Box::pin(async move { Ok(store::events_after(tx, &fleet, from, PAGE).await?) }))
+            .read(&self.who, move |tx| Box::pin(async move { Ok(events::events_after(tx, &fleet, from, PAGE).await?) }))
             .await?;
         self.position = batch.next_after(from, PAGE);
         self.catching_up = batch.events.len() >= PAGE;

@@ -239,7 +239,7 @@ async fn ticking_server() -> (String, tokio::sync::mpsc::UnboundedReceiver<Value
     }
 
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let router = axum::Router::new().merge(work_ledger::graphiql::routes()).route(
+    let router = axum::Router::new().merge(work_ledger::http::graphiql::routes()).route(
         "/graphql/ws",
         axum::routing::get(move |ws: WebSocketUpgrade| {
             let tx = tx.clone();

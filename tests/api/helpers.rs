@@ -13,7 +13,7 @@ use work_ledger::auth::{self, Role};
 
 use work_ledger::db;
 use work_ledger::embedded_pg::EmbeddedPostgres;
-use work_ledger::http::Application;
+use work_ledger::http::{Application, ServerConfig};
 use work_ledger::ledger::Ledger;
 use work_ledger::live::{Live, LiveConfig, SweeperConfig};
 
@@ -113,43 +113,46 @@ pub struct TestApp {
 }
 
 pub async fn spawn_app() -> TestApp {
-    spawn_app_with(test_live_config()).await
+    spawn_app_with(test_config()).await
 }
 
 /// The live subsystem as tests run it: the sweeper runs, but an hour apart,
 /// so that a test that expires a lease decides itself when a sweep happens
 /// (`app.live.sweep_now()`, or a config with a short interval).
-pub fn test_live_config() -> LiveConfig {
-    LiveConfig {
-        sweeper: SweeperConfig { interval: std::time::Duration::from_secs(3600), ..SweeperConfig::default() },
-        ..LiveConfig::default()
+pub fn test_config() -> ServerConfig {
+    ServerConfig {
+        live: LiveConfig {
+            sweeper: SweeperConfig { interval: std::time::Duration::from_secs(3600), ..SweeperConfig::default() },
+            ..LiveConfig::default()
+        },
+        ..ServerConfig::default()
     }
 }
 
-pub async fn spawn_app_with(live: LiveConfig) -> TestApp {
+pub async fn spawn_app_with(config: ServerConfig) -> TestApp {
     // Server-side errors (logged with their correlation ids) show in failing tests' output.
     let _ = tracing_subscriber::fmt().with_env_filter("warn,sqlx=error").with_test_writer().try_init();
     let cluster = Cluster::get();
     let name = format!("wlt_{}_{}", std::process::id(), NEXT_DB.fetch_add(1, Ordering::SeqCst));
     admin(cluster, &format!("CREATE DATABASE {name} TEMPLATE {}", cluster.template)).await;
-    start_server(cluster.url(&name), live).await
+    start_server(cluster.url(&name), config).await
 }
 
 impl TestApp {
     /// Another server process on the same database (its own pools, listener
     /// and sweeper), as a replica behind a load balancer would be.
     pub async fn spawn_replica(&self) -> TestApp {
-        self.spawn_replica_with(test_live_config()).await
+        self.spawn_replica_with(test_config()).await
     }
 
-    pub async fn spawn_replica_with(&self, live: LiveConfig) -> TestApp {
-        start_server(self.db_url.clone(), live).await
+    pub async fn spawn_replica_with(&self, config: ServerConfig) -> TestApp {
+        start_server(self.db_url.clone(), config).await
     }
 }
 
 /// Starts the server as `serve` does (HTTP, listener, sweeper) and returns
 /// once its LISTEN connection is up.
-async fn start_server(db_url: String, live: LiveConfig) -> TestApp {
+async fn start_server(db_url: String, config: ServerConfig) -> TestApp {
     let mut pool = db::connect(&db_url, 20).await.expect("connect app pool");
     // Counts every statement the server sends on behalf of requests: the N+1
     // tests read it. The listener's periodic health ping (a NOTIFY through this
@@ -161,7 +164,7 @@ async fn start_server(db_url: String, live: LiveConfig) -> TestApp {
             counter.fetch_add(1, Ordering::SeqCst);
         }
     });
-    let app = Application::build_with(Ledger::new(pool), "127.0.0.1:0", live).await.expect("bind");
+    let app = Application::build_with(Ledger::new(pool), "127.0.0.1:0", config).await.expect("bind");
     let addr = app.local_addr().expect("addr");
     let live = app.live().clone();
     tokio::spawn(app.run_until(std::future::pending()));

@@ -11,11 +11,11 @@ use futures::future::join_all;
 use sea_orm::{ConnectionTrait, TransactionTrait};
 use serde_json::{Value, json};
 use work_ledger::auth::Role;
+use work_ledger::db::events::{self, Position};
 use work_ledger::ledger::Ledger;
-use work_ledger::live::store::{self, Key};
 use work_ledger::live::tail::Tail;
 
-use crate::helpers::{Agent, TestApp, spawn_app, spawn_app_with, test_live_config};
+use crate::helpers::{Agent, TestApp, spawn_app, spawn_app_with, test_config};
 use crate::ws_client::{GUARD, Ws};
 
 const QUESTIONS: &str = "subscription($group: String) { blockingQuestionOpened(assigneeGroup: $group) { id unitId question status assigneeGroup } }";
@@ -90,11 +90,11 @@ async fn a_triage_on_one_replica_receives_every_question_raised_through_two_othe
 
 #[tokio::test]
 async fn a_stall_is_reported_once_although_three_sweepers_run() {
-    let mut live = test_live_config();
-    live.sweeper.interval = Duration::from_millis(50);
-    let a = spawn_app_with(live.clone()).await;
-    let b = a.spawn_replica_with(live.clone()).await;
-    let c = a.spawn_replica_with(live).await;
+    let mut config = test_config();
+    config.live.sweeper.interval = Duration::from_millis(50);
+    let a = spawn_app_with(config.clone()).await;
+    let b = a.spawn_replica_with(config.clone()).await;
+    let c = a.spawn_replica_with(config).await;
     let op = a.token("f", "op", Role::Operator).await;
     let registered = a.register(&op, &["s1", "s2", "s3", "s4"]).await;
     let s4 = registered[3]["id"].as_str().expect("id").to_owned();
@@ -233,10 +233,10 @@ impl Drop for Thaw {
 
 #[tokio::test]
 async fn a_silent_listen_connection_is_replaced_and_nothing_is_lost() {
-    let mut live = test_live_config();
-    live.listener.health_interval = Duration::from_millis(200);
-    live.listener.health_timeout = Duration::from_millis(200);
-    let app = spawn_app_with(live).await;
+    let mut config = test_config();
+    config.live.listener.health_interval = Duration::from_millis(200);
+    config.live.listener.health_timeout = Duration::from_millis(200);
+    let app = spawn_app_with(config).await;
     let pid = app
         .sql_i64(
             "SELECT pid FROM pg_stat_activity
@@ -333,10 +333,10 @@ async fn transactions_committing_in_reverse_order_leave_no_gap() {
     tx_b.commit().await.expect("commit B");
     // What any reader of the log can take now: not B, which would put a
     // cursor past A; B waits for A.
-    let tags = |batch: &store::Batch| -> Vec<String> {
+    let tags = |batch: &events::Batch| -> Vec<String> {
         batch.events.iter().filter_map(|e| e.event.detail["tx"].as_str().map(str::to_owned)).collect()
     };
-    let now = store::events_after(&app.owner, "f", Key::before_tx(0), 100).await.expect("read");
+    let now = events::events_after(&app.owner, "f", Position::before_tx(0), 100).await.expect("read");
     assert_eq!(tags(&now), Vec::<String>::new(), "B is not deliverable before A ends");
     assert!(now.held, "B is committed and held back");
     // A subscriber that starts while B is committed and A is not.

@@ -8,9 +8,9 @@ use sea_orm::ConnectionTrait;
 use serde_json::json;
 use work_ledger::auth::Role;
 use work_ledger::db;
-use work_ledger::live::WsConfig;
+use work_ledger::http::WsConfig;
 
-use crate::helpers::{spawn_app, spawn_app_with, test_live_config};
+use crate::helpers::{spawn_app, spawn_app_with, test_config};
 use crate::ws_client::{Frame, Ws};
 
 const QUESTIONS: &str = "subscription { blockingQuestionOpened { id question } }";
@@ -89,13 +89,13 @@ async fn protocol_violations_close_with_their_codes() {
 
 #[tokio::test]
 async fn a_silent_client_is_closed_with_4408_and_idle_sockets_get_pings() {
-    let mut live = test_live_config();
-    live.ws = WsConfig {
+    let mut config = test_config();
+    config.ws = WsConfig {
         init_timeout: Duration::from_millis(300),
         ping_interval: Duration::from_millis(200),
         ..WsConfig::default()
     };
-    let app = spawn_app_with(live).await;
+    let app = spawn_app_with(config).await;
     let token = app.token("f", "triage", Role::Triage).await;
 
     let mut silent = Ws::connect(&app).await;
@@ -112,9 +112,9 @@ async fn a_silent_client_is_closed_with_4408_and_idle_sockets_get_pings() {
 
 #[tokio::test]
 async fn a_connection_runs_a_bounded_number_of_operations() {
-    let mut live = test_live_config();
-    live.ws.max_subscriptions = 2;
-    let app = spawn_app_with(live).await;
+    let mut config = test_config();
+    config.ws.max_subscriptions = 2;
+    let app = spawn_app_with(config).await;
     let token = app.token("f", "triage", Role::Triage).await;
     let mut ws = Ws::authenticated(&app, &token).await;
     ws.subscribe("a", QUESTIONS, json!({})).await;

@@ -200,7 +200,7 @@ async fn the_grafana_reader_role_sees_its_fleet_and_nothing_else() {
     app.register(&other.token, &["secret-unit"]).await;
 
     let role = format!("grafana_t{}", uuid::Uuid::new_v4().simple());
-    work_ledger::db::readers::create(&app.owner, &role, "f", "s3cret").await.expect("create reader");
+    work_ledger::db::reader_logins::create(&app.owner, &role, "f", "s3cret").await.expect("create reader");
     let mut url = url::Url::parse(&app.db_url).expect("url");
     url.set_username(&role).expect("user");
     url.set_password(Some("s3cret")).expect("password");

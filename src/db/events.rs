@@ -1,4 +1,5 @@
-//! The SQL of live events: the event log read in delivery order, the start
+//! The event log (`work_unit_events`): the columns every write appends with
+//! and who appends them ([`Actor`]), the log read in delivery order, the start
 //! position of a new subscription, and the sweeper's stall report.
 //!
 //! Delivery order is `(tx_id, seq)` (migration 0003 explains why): an event
@@ -9,21 +10,58 @@
 
 use std::collections::HashSet;
 
-use sea_orm::{ConnectionTrait, DbErr, FromQueryResult};
+use sea_orm::{ConnectionTrait, DbErr, FromQueryResult, Value};
 use uuid::Uuid;
 
-use crate::db::entities::event;
-use crate::db::reads::EVENT_COLUMNS;
-use crate::db::stmt;
+use super::entities::event;
+use super::stmt;
+
+/// The columns of an event as the entity decodes them (enums as text).
+pub const EVENT_COLUMNS: &str = "e.id, e.seq, e.fleet, e.unit_id, e.attempt_id, e.event_type::text AS event_type, \
+    e.from_state::text AS from_state, e.to_state::text AS to_state, e.agent_id, e.cost_delta_cents, e.detail, \
+    e.source_event_id, e.request_hash, e.created_at";
+
+/// The column list every write appends its events with; `$3`/`$4` fill the
+/// last two (NULL unless the write carries an idempotency key).
+pub const INSERT_EVENT: &str = "INSERT INTO work_unit_events
+                    (fleet, unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail, source_event_id, request_hash)";
+
+/// Who writes (the fleet and agent of the caller) and the idempotency key
+/// the write's primary event carries.
+pub struct Actor<'a> {
+    pub fleet: &'a str,
+    pub agent: &'a str,
+    pub key: Option<IdempotencyKey<'a>>,
+}
+
+/// An idempotency key and the fingerprint of the request that used it.
+#[derive(Clone, Copy)]
+pub struct IdempotencyKey<'a> {
+    pub id: &'a str,
+    pub hash: &'a str,
+}
+
+impl Actor<'_> {
+    /// `$1` fleet, `$2` agent, `$3` key, `$4` request hash; operation values follow.
+    pub fn values(&self, rest: impl IntoIterator<Item = Value>) -> Vec<Value> {
+        let (key, hash) = match self.key {
+            Some(k) => (Some(k.id.to_owned()), Some(k.hash.to_owned())),
+            None => (None, None),
+        };
+        let mut values: Vec<Value> = vec![self.fleet.into(), self.agent.into(), key.into(), hash.into()];
+        values.extend(rest);
+        values
+    }
+}
 
 /// A place in delivery order. Every event at or before it has been handled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Key {
+pub struct Position {
     pub tx: i64,
     pub seq: i64,
 }
 
-impl Key {
+impl Position {
     /// Just before every event of transaction `tx` and after every event of
     /// the transactions below it (seq starts at 1).
     pub fn before_tx(tx: i64) -> Self {
@@ -34,7 +72,7 @@ impl Key {
 /// One event with its place in delivery order.
 #[derive(Debug, Clone)]
 pub struct LiveEvent {
-    pub key: Key,
+    pub position: Position,
     pub event: event::Model,
 }
 
@@ -53,11 +91,11 @@ pub struct Batch {
 impl Batch {
     /// Where the next read starts: after the last event returned, or when the
     /// read was not cut short by `limit`, past everything below the watermark.
-    pub fn next_after(&self, after: Key, limit: usize) -> Key {
+    pub fn next_after(&self, after: Position, limit: usize) -> Position {
         match self.events.last() {
-            Some(last) if self.events.len() >= limit => last.key,
-            Some(last) => last.key.max(Key::before_tx(self.watermark)),
-            None => after.max(Key::before_tx(self.watermark)),
+            Some(last) if self.events.len() >= limit => last.position,
+            Some(last) => last.position.max(Position::before_tx(self.watermark)),
+            None => after.max(Position::before_tx(self.watermark)),
         }
     }
 }
@@ -65,7 +103,12 @@ impl Batch {
 /// Up to `limit` events of `fleet` after `after`, in delivery order, that no
 /// running transaction can precede. The watermark and the rows come from one
 /// statement, so from one snapshot.
-pub async fn events_after(db: &impl ConnectionTrait, fleet: &str, after: Key, limit: usize) -> Result<Batch, DbErr> {
+pub async fn events_after(
+    db: &impl ConnectionTrait,
+    fleet: &str,
+    after: Position,
+    limit: usize,
+) -> Result<Batch, DbErr> {
     let sql = format!(
         "WITH w AS (
              SELECT x.xmin, EXISTS (SELECT 1 FROM work_unit_events h WHERE h.fleet = $1 AND h.tx_id >= x.xmin) AS held
@@ -89,16 +132,16 @@ pub async fn events_after(db: &impl ConnectionTrait, fleet: &str, after: Key, li
         // The LEFT JOIN yields one row of NULLs when there is no event.
         let Some(tx) = row.try_get::<Option<i64>>("", "tx_id")? else { continue };
         let event = event::Model::from_query_result(&row, "")?;
-        batch.events.push(LiveEvent { key: Key { tx, seq: event.seq }, event });
+        batch.events.push(LiveEvent { position: Position { tx, seq: event.seq }, event });
     }
     Ok(batch)
 }
 
 /// The place in delivery order of one event, when the caller's fleet has it
 /// (row-level security hides the others).
-pub async fn key_of(db: &impl ConnectionTrait, id: Uuid) -> Result<Option<Key>, DbErr> {
+pub async fn position_of(db: &impl ConnectionTrait, id: Uuid) -> Result<Option<Position>, DbErr> {
     let row = db.query_one_raw(stmt("SELECT tx_id, seq FROM work_unit_events WHERE id = $1", [id.into()])).await?;
-    row.map(|r| Ok(Key { tx: r.try_get("", "tx_id")?, seq: r.try_get("", "seq")? })).transpose()
+    row.map(|r| Ok(Position { tx: r.try_get("", "tx_id")?, seq: r.try_get("", "seq")? })).transpose()
 }
 
 /// The moment a subscription begins, as a snapshot: what had committed then
@@ -115,14 +158,14 @@ pub struct Start {
 
 impl Start {
     /// The position that skips every transaction below `xmin`.
-    pub fn key(&self) -> Key {
-        Key::before_tx(self.xmin)
+    pub fn position(&self) -> Position {
+        Position::before_tx(self.xmin)
     }
 
     /// True for an event of a transaction that had committed at the start
     /// although it is not below `xmin` (it ended while an older one ran).
-    pub fn committed_before(&self, key: Key) -> bool {
-        key.tx >= self.xmin && key.tx < self.xmax && !self.running.contains(&key.tx)
+    pub fn committed_before(&self, position: Position) -> bool {
+        position.tx >= self.xmin && position.tx < self.xmax && !self.running.contains(&position.tx)
     }
 
     /// Parses `pg_current_snapshot()::text`: `xmin:xmax:xip,xip,...`.
@@ -194,18 +237,6 @@ pub async fn report_stalls(db: &impl ConnectionTrait, batch_size: u32) -> Result
     Ok(Sweep { found: found.max(0) as u64, reported: reported.max(0) as u64 })
 }
 
-/// The tokens among `ids` that were revoked or deleted.
-pub async fn revoked_among(db: &impl ConnectionTrait, ids: Vec<Uuid>) -> Result<Vec<Uuid>, DbErr> {
-    let rows = db
-        .query_all_raw(stmt(
-            "SELECT i.id FROM unnest($1::uuid[]) AS i(id)
-              WHERE NOT EXISTS (SELECT 1 FROM api_tokens t WHERE t.id = i.id AND t.revoked_at IS NULL)",
-            [ids.into()],
-        ))
-        .await?;
-    rows.iter().map(|r| r.try_get("", "id")).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,10 +245,10 @@ mod tests {
     fn parses_snapshots() {
         let s = Start::parse("100:105:101,103").expect("snapshot");
         assert_eq!((s.xmin, s.xmax), (100, 105));
-        assert!(!s.committed_before(Key { tx: 99, seq: 1 }), "below xmin: covered by the position");
-        assert!(!s.committed_before(Key { tx: 101, seq: 1 }), "running at the start");
-        assert!(s.committed_before(Key { tx: 102, seq: 1 }), "ended before the start");
-        assert!(!s.committed_before(Key { tx: 105, seq: 1 }), "started after");
+        assert!(!s.committed_before(Position { tx: 99, seq: 1 }), "below xmin: covered by the position");
+        assert!(!s.committed_before(Position { tx: 101, seq: 1 }), "running at the start");
+        assert!(s.committed_before(Position { tx: 102, seq: 1 }), "ended before the start");
+        assert!(!s.committed_before(Position { tx: 105, seq: 1 }), "started after");
         let empty = Start::parse("7:7:").expect("snapshot");
         assert!(empty.running.is_empty());
         assert!(Start::parse("7:x:").is_none());
@@ -226,7 +257,7 @@ mod tests {
     #[test]
     fn a_read_cut_short_resumes_after_its_last_event() {
         let event = |tx, seq| LiveEvent {
-            key: Key { tx, seq },
+            position: Position { tx, seq },
             event: event::Model {
                 id: Uuid::nil(),
                 seq,
@@ -244,12 +275,12 @@ mod tests {
                 created_at: chrono::Utc::now(),
             },
         };
-        let start = Key { tx: 1, seq: 1 };
+        let start = Position { tx: 1, seq: 1 };
         let full = Batch { events: vec![event(5, 9), event(6, 10)], watermark: 50, held: false };
-        assert_eq!(full.next_after(start, 2), Key { tx: 6, seq: 10 });
-        assert_eq!(full.next_after(start, 3), Key::before_tx(50));
+        assert_eq!(full.next_after(start, 2), Position { tx: 6, seq: 10 });
+        assert_eq!(full.next_after(start, 3), Position::before_tx(50));
         let empty = Batch { events: vec![], watermark: 40, held: true };
-        assert_eq!(empty.next_after(start, 3), Key::before_tx(40));
-        assert_eq!(empty.next_after(Key::before_tx(60), 3), Key::before_tx(60), "never moves back");
+        assert_eq!(empty.next_after(start, 3), Position::before_tx(40));
+        assert_eq!(empty.next_after(Position::before_tx(60), 3), Position::before_tx(60), "never moves back");
     }
 }

@@ -14,7 +14,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use sha2::{Digest, Sha256};
 
-const PAGE: &str = include_str!("../assets/graphiql/index.html");
+const PAGE: &str = include_str!("../../assets/graphiql/index.html");
 
 struct Asset {
     name: &'static str,
@@ -26,19 +26,23 @@ const JS: &str = "text/javascript; charset=utf-8";
 const CSS: &str = "text/css; charset=utf-8";
 
 const ASSETS: &[Asset] = &[
-    Asset { name: "graphiql.min.css", content_type: CSS, body: include_bytes!("../assets/graphiql/graphiql.min.css") },
-    Asset { name: "graphiql.min.js", content_type: JS, body: include_bytes!("../assets/graphiql/graphiql.min.js") },
+    Asset {
+        name: "graphiql.min.css",
+        content_type: CSS,
+        body: include_bytes!("../../assets/graphiql/graphiql.min.css"),
+    },
+    Asset { name: "graphiql.min.js", content_type: JS, body: include_bytes!("../../assets/graphiql/graphiql.min.js") },
     Asset {
         name: "react.production.min.js",
         content_type: JS,
-        body: include_bytes!("../assets/graphiql/react.production.min.js"),
+        body: include_bytes!("../../assets/graphiql/react.production.min.js"),
     },
     Asset {
         name: "react-dom.production.min.js",
         content_type: JS,
-        body: include_bytes!("../assets/graphiql/react-dom.production.min.js"),
+        body: include_bytes!("../../assets/graphiql/react-dom.production.min.js"),
     },
-    Asset { name: "work-ledger.js", content_type: JS, body: include_bytes!("../assets/graphiql/work-ledger.js") },
+    Asset { name: "work-ledger.js", content_type: JS, body: include_bytes!("../../assets/graphiql/work-ledger.js") },
     // The SDL the server prints (a test keeps the two in step). GraphiQL
     // builds its schema from it instead of introspecting: SPEC §9's depth
     // limit of 12 refuses GraphiQL's introspection query, and this way the
@@ -46,7 +50,7 @@ const ASSETS: &[Asset] = &[
     Asset {
         name: "schema.graphql",
         content_type: "text/plain; charset=utf-8",
-        body: include_bytes!("../schema.graphql"),
+        body: include_bytes!("../../schema.graphql"),
     },
 ];
 

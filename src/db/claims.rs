@@ -1,0 +1,137 @@
+//! The claim and the lease: `claimNext` and `claimUnit` as one CTE chain
+//! each, the heartbeat that extends a lease, and what an agent holds.
+//! Like every write, each is one statement whose `WHERE` is the invariant:
+//! zero rows means "refused", and the ledger then reads to explain why.
+
+use sea_orm::{ConnectionTrait, DbErr, EntityTrait};
+use uuid::Uuid;
+
+use super::entities::work_unit;
+use super::events::{Actor, INSERT_EVENT};
+use super::stmt;
+use super::units::{UNIT_COLUMNS, one_unit};
+
+/// The claim: lock one unit, supersede a stale attempt, open attempt N+1,
+/// take the unit, and append `stale_reclaimed` (when stale) and `claimed`;
+/// all in one statement. `{pick}` is one or more CTEs, the last named `pick`,
+/// that lock the candidate row FOR UPDATE and yield (id, state,
+/// current_attempt_id, attempt_count, claimed_by); they may refer to `held`,
+/// the agent's live unit. `$5` is the lease in seconds.
+fn claim_sql(pick: &str) -> String {
+    format!(
+        "WITH held AS (
+             SELECT id FROM work_units
+              WHERE fleet = $1 AND claimed_by = $2 AND state IN ('claimed', 'in_progress', 'blocked')
+         ), {pick}, superseded AS (
+             UPDATE work_unit_attempts a SET outcome = 'superseded', ended_at = now()
+               FROM pick WHERE a.id = pick.current_attempt_id AND pick.state <> 'ready'
+             RETURNING a.id
+         ), attempt AS (
+             INSERT INTO work_unit_attempts (fleet, unit_id, attempt_no, agent_id)
+             SELECT $1, id, attempt_count + 1, $2 FROM pick
+             RETURNING id, unit_id, attempt_no
+         ), claimed AS (
+             UPDATE work_units u
+                SET state = 'claimed', claimed_by = $2, current_attempt_id = attempt.id,
+                    attempt_count = attempt.attempt_no, lease_expires_at = now() + $5::int * interval '1 second',
+                    last_heartbeat_at = now()
+               FROM attempt WHERE u.id = attempt.unit_id
+             RETURNING u.*
+         ), events AS (
+             {INSERT_EVENT}
+             SELECT $1, p.id, p.current_attempt_id, 'stale_reclaimed'::event_type, p.state, 'claimed'::work_state, $2,
+                    jsonb_build_object('previous_agent', p.claimed_by, 'previous_attempt_id', p.current_attempt_id),
+                    NULL::text, NULL::text
+               FROM pick p WHERE p.state <> 'ready'
+             UNION ALL
+             SELECT $1, u.id, u.current_attempt_id, 'claimed'::event_type, p.state, 'claimed'::work_state, $2,
+                    jsonb_build_object('attempt_no', u.attempt_count, 'lease_seconds', $5::int), $3, $4
+               FROM claimed u JOIN pick p ON p.id = u.id
+         )
+         SELECT {UNIT_COLUMNS} FROM claimed u"
+    )
+}
+
+/// `claimNext`: stale units (expired lease) first, longest expired first,
+/// then the oldest READY unit; `$6` an optional domain. SKIP LOCKED lets 64
+/// agents claim at once without queueing behind each other's row locks. The
+/// READY branch runs only when no stale unit was found (its NOT EXISTS is a
+/// one-time filter), so it never locks a row it will not take; neither runs
+/// when the agent already holds a unit.
+pub async fn claim_next(
+    tx: &impl ConnectionTrait,
+    actor: &Actor<'_>,
+    lease_seconds: i32,
+    domain: Option<&str>,
+) -> Result<Option<work_unit::Model>, DbErr> {
+    const PICK: &str = "stale AS (
+            SELECT id, state, current_attempt_id, attempt_count, claimed_by FROM work_units
+             WHERE fleet = $1 AND state IN ('claimed', 'in_progress') AND lease_expires_at < now()
+               AND ($6::text IS NULL OR domain = $6) AND NOT EXISTS (SELECT 1 FROM held)
+             ORDER BY lease_expires_at, id LIMIT 1 FOR UPDATE SKIP LOCKED
+        ), ready AS (
+            SELECT id, state, current_attempt_id, attempt_count, claimed_by FROM work_units
+             WHERE fleet = $1 AND state = 'ready' AND ($6::text IS NULL OR domain = $6)
+               AND NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM stale)
+             ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED
+        ), pick AS (
+            SELECT * FROM stale UNION ALL SELECT * FROM ready
+        )";
+    one_unit(tx, &claim_sql(PICK), actor.values([lease_seconds.into(), domain.map(str::to_owned).into()])).await
+}
+
+/// `claimUnit`: the named unit when READY or stale. No SKIP LOCKED: a
+/// concurrent claimant waits for the lock, re-checks the condition, and
+/// finds the unit taken.
+pub async fn claim_unit(
+    tx: &impl ConnectionTrait,
+    actor: &Actor<'_>,
+    lease_seconds: i32,
+    unit_id: Uuid,
+) -> Result<Option<work_unit::Model>, DbErr> {
+    const PICK: &str = "pick AS (
+            SELECT id, state, current_attempt_id, attempt_count, claimed_by FROM work_units
+             WHERE fleet = $1 AND id = $6 AND NOT EXISTS (SELECT 1 FROM held)
+               AND (state = 'ready' OR (state IN ('claimed', 'in_progress') AND lease_expires_at < now()))
+             FOR UPDATE
+        )";
+    one_unit(tx, &claim_sql(PICK), actor.values([lease_seconds.into(), unit_id.into()])).await
+}
+
+/// Extends the lease of the caller's live unit (a `heartbeat` event), found by
+/// attempt (`$6`) or, when `$6` is NULL, by holder alone (`claimNext` by an
+/// agent that already holds a unit). Only the current attempt qualifies, so a
+/// superseded holder changes nothing. A lease that ran out may still be
+/// extended as long as nobody reclaimed the unit.
+pub async fn heartbeat(
+    tx: &impl ConnectionTrait,
+    actor: &Actor<'_>,
+    lease_seconds: i32,
+    attempt_id: Option<Uuid>,
+    via: &str,
+) -> Result<Option<work_unit::Model>, DbErr> {
+    let sql = format!(
+        "WITH u AS (
+             UPDATE work_units SET lease_expires_at = now() + $5::int * interval '1 second', last_heartbeat_at = now()
+              WHERE fleet = $1 AND claimed_by = $2 AND state IN ('claimed', 'in_progress')
+                AND ($6::uuid IS NULL OR current_attempt_id = $6)
+             RETURNING *
+         ), ev AS (
+             {INSERT_EVENT}
+             SELECT $1, id, current_attempt_id, 'heartbeat', state, state, $2,
+                    jsonb_build_object('lease_seconds', $5::int, 'via', $7::text), $3, $4
+               FROM u
+         )
+         SELECT {UNIT_COLUMNS} FROM u"
+    );
+    one_unit(tx, &sql, actor.values([lease_seconds.into(), attempt_id.into(), via.into()])).await
+}
+
+/// The live unit the agent holds, if any (CLAIMED, IN_PROGRESS or BLOCKED).
+pub async fn held_by(tx: &impl ConnectionTrait, fleet: &str, agent: &str) -> Result<Option<work_unit::Model>, DbErr> {
+    let sql = format!(
+        "SELECT {UNIT_COLUMNS} FROM work_units u
+          WHERE u.fleet = $1 AND u.claimed_by = $2 AND u.state IN ('claimed', 'in_progress', 'blocked')"
+    );
+    work_unit::Entity::find().from_raw_sql(stmt(&sql, [fleet.into(), agent.into()])).one(tx).await
+}

@@ -1,0 +1,264 @@
+//! The writes after the claim: start, verify, block, unblock, release,
+//! recordCost and dispose. Each is one statement whose `WHERE` is the
+//! invariant (holder, state, current attempt): zero rows means "refused", and
+//! the ledger then reads the unit to explain why. Each changes state and
+//! appends its event(s); the events trigger issues `pg_notify` in the same
+//! transaction.
+
+use sea_orm::{ConnectionTrait, DbErr};
+use uuid::Uuid;
+
+use super::entities::{Disposition, WorkState, work_unit};
+use super::events::{Actor, INSERT_EVENT};
+use super::stmt;
+use super::units::{UNIT_COLUMNS, one_unit};
+
+/// CLAIMED -> IN_PROGRESS by the holder.
+pub async fn start(
+    tx: &impl ConnectionTrait,
+    actor: &Actor<'_>,
+    unit_id: Uuid,
+) -> Result<Option<work_unit::Model>, DbErr> {
+    let sql = format!(
+        "WITH u AS (
+             UPDATE work_units SET state = 'in_progress'
+              WHERE fleet = $1 AND id = $5 AND claimed_by = $2 AND state = 'claimed'
+             RETURNING *
+         ), ev AS (
+             {INSERT_EVENT}
+             SELECT $1, id, current_attempt_id, 'transitioned', 'claimed', 'in_progress', $2, '{{}}', $3, $4 FROM u
+         )
+         SELECT {UNIT_COLUMNS} FROM u"
+    );
+    one_unit(tx, &sql, actor.values([unit_id.into()])).await
+}
+
+/// IN_PROGRESS -> VERIFIED by the holder: ends the attempt as `verified`
+/// with its evidence and clears the lease (done work cannot be reclaimed);
+/// the holder stays recorded until dispose.
+pub async fn verify(
+    tx: &impl ConnectionTrait,
+    actor: &Actor<'_>,
+    unit_id: Uuid,
+    evidence_url: &str,
+) -> Result<Option<work_unit::Model>, DbErr> {
+    let sql = format!(
+        "WITH u AS (
+             UPDATE work_units
+                SET state = 'verified', lease_expires_at = NULL, evidence_urls = array_append(evidence_urls, $6)
+              WHERE fleet = $1 AND id = $5 AND claimed_by = $2 AND state = 'in_progress'
+             RETURNING *
+         ), a AS (
+             UPDATE work_unit_attempts a SET outcome = 'verified', evidence_url = $6, ended_at = now()
+               FROM u WHERE a.id = u.current_attempt_id
+         ), ev AS (
+             {INSERT_EVENT}
+             SELECT $1, id, current_attempt_id, 'transitioned', 'in_progress', 'verified', $2,
+                    jsonb_build_object('evidence_url', $6::text), $3, $4
+               FROM u
+         )
+         SELECT {UNIT_COLUMNS} FROM u"
+    );
+    one_unit(tx, &sql, actor.values([unit_id.into(), evidence_url.into()])).await
+}
+
+/// IN_PROGRESS -> BLOCKED by the holder, opening a question; the lease is
+/// suspended so a blocked unit never stalls.
+pub async fn block(
+    tx: &impl ConnectionTrait,
+    actor: &Actor<'_>,
+    unit_id: Uuid,
+    question: &str,
+    assignee_group: &str,
+) -> Result<Option<work_unit::Model>, DbErr> {
+    let sql = format!(
+        "WITH u AS (
+             UPDATE work_units SET state = 'blocked', lease_expires_at = NULL
+              WHERE fleet = $1 AND id = $5 AND claimed_by = $2 AND state = 'in_progress'
+             RETURNING *
+         ), q AS (
+             INSERT INTO blocking_questions (fleet, unit_id, attempt_id, question, assignee_group, asked_by)
+             SELECT $1, id, current_attempt_id, $6, $7, $2 FROM u
+             RETURNING id, unit_id, attempt_id
+         ), ev AS (
+             {INSERT_EVENT}
+             SELECT $1, unit_id, attempt_id, 'blocked', 'in_progress', 'blocked', $2,
+                    jsonb_build_object('question_id', id, 'assignee_group', $7::text), $3, $4
+               FROM q
+         )
+         SELECT {UNIT_COLUMNS} FROM u"
+    );
+    one_unit(tx, &sql, actor.values([unit_id.into(), question.into(), assignee_group.into()])).await
+}
+
+/// Answers the open question of a BLOCKED unit: back to IN_PROGRESS with a
+/// fresh lease (`$7` seconds) when it still has its holder, to READY when the
+/// holder released it meanwhile.
+pub async fn unblock(
+    tx: &impl ConnectionTrait,
+    actor: &Actor<'_>,
+    unit_id: Uuid,
+    answer: &str,
+    lease_seconds: i32,
+) -> Result<Option<work_unit::Model>, DbErr> {
+    let sql = format!(
+        "WITH u AS (
+             UPDATE work_units
+                SET state = CASE WHEN claimed_by IS NULL THEN 'ready' ELSE 'in_progress' END::work_state,
+                    lease_expires_at = CASE WHEN claimed_by IS NULL THEN NULL
+                                            ELSE now() + $7::int * interval '1 second' END
+              WHERE fleet = $1 AND id = $5 AND state = 'blocked'
+             RETURNING *
+         ), q AS (
+             UPDATE blocking_questions q
+                SET status = 'answered', answer = $6, answered_by = $2, answered_at = now()
+               FROM u WHERE q.unit_id = u.id AND q.status = 'open'
+             RETURNING q.id
+         ), ev AS (
+             {INSERT_EVENT}
+             SELECT $1, u.id, u.current_attempt_id, 'unblocked', 'blocked', u.state, $2,
+                    jsonb_build_object('question_id', (SELECT id FROM q)), $3, $4
+               FROM u
+         )
+         SELECT {UNIT_COLUMNS} FROM u"
+    );
+    one_unit(tx, &sql, actor.values([unit_id.into(), answer.into(), lease_seconds.into()])).await
+}
+
+/// The holder gives the unit up: CLAIMED|IN_PROGRESS -> READY ending the
+/// attempt with `$6` (abandoned or failed); on a BLOCKED unit the attempt
+/// ends as `blocked`, the holder is cleared and the unit waits for its answer.
+pub async fn release(
+    tx: &impl ConnectionTrait,
+    actor: &Actor<'_>,
+    unit_id: Uuid,
+    outcome: &str,
+    reason: Option<&str>,
+) -> Result<Option<work_unit::Model>, DbErr> {
+    let sql = format!(
+        "WITH prev AS (
+             SELECT id, state, current_attempt_id FROM work_units
+              WHERE fleet = $1 AND id = $5 AND claimed_by = $2 AND state IN ('claimed', 'in_progress', 'blocked')
+              FOR UPDATE
+         ), u AS (
+             UPDATE work_units w
+                SET state = CASE WHEN prev.state = 'blocked' THEN 'blocked' ELSE 'ready' END::work_state,
+                    claimed_by = NULL, lease_expires_at = NULL
+               FROM prev WHERE w.id = prev.id
+             RETURNING w.*
+         ), a AS (
+             UPDATE work_unit_attempts a
+                SET outcome = CASE WHEN prev.state = 'blocked' THEN 'blocked' ELSE $6 END::attempt_outcome,
+                    ended_at = now()
+               FROM prev WHERE a.id = prev.current_attempt_id
+             RETURNING a.outcome
+         ), ev AS (
+             {INSERT_EVENT}
+             SELECT $1, prev.id, prev.current_attempt_id, 'released', prev.state, u.state, $2,
+                    jsonb_build_object('outcome', (SELECT outcome FROM a), 'reason', $7::text), $3, $4
+               FROM prev JOIN u ON u.id = prev.id
+         )
+         SELECT {UNIT_COLUMNS} FROM u"
+    );
+    one_unit(tx, &sql, actor.values([unit_id.into(), outcome.into(), reason.map(str::to_owned).into()])).await
+}
+
+/// Adds cost to an attempt (the attempts trigger rolls it up to the unit in
+/// the same statement). `$7` true lets an operator bill any attempt. Returns
+/// the unit id, or None when the attempt is not the caller's (or missing).
+pub async fn record_cost(
+    tx: &impl ConnectionTrait,
+    actor: &Actor<'_>,
+    attempt_id: Uuid,
+    cents: i64,
+    operator: bool,
+) -> Result<Option<Uuid>, DbErr> {
+    let row = tx
+        .query_one_raw(stmt(
+            "WITH a AS (
+                 UPDATE work_unit_attempts SET cost_cents = cost_cents + $6
+                  WHERE fleet = $1 AND id = $5 AND (agent_id = $2 OR $7)
+                 RETURNING id, unit_id
+             ), ev AS (
+                 INSERT INTO work_unit_events
+                        (fleet, unit_id, attempt_id, event_type, agent_id, cost_delta_cents, source_event_id, request_hash)
+                 SELECT $1, unit_id, id, 'cost_recorded', $2, $6, $3, $4 FROM a
+             )
+             SELECT unit_id FROM a",
+            actor.values([attempt_id.into(), cents.into(), operator.into()]),
+        ))
+        .await?;
+    row.map(|r| r.try_get("", "unit_id")).transpose()
+}
+
+/// A permanent disposition to set, with the states it may be set from
+/// (the state machine's dispose rule for the caller).
+pub struct Disposal<'a> {
+    pub unit_id: Uuid,
+    pub disposition: Disposition,
+    pub terminal_state: WorkState,
+    /// None: keep the verification evidence (MIGRATED).
+    pub evidence_url: Option<&'a str>,
+    pub reason: Option<&'a str>,
+    /// States in which the holder may dispose.
+    pub holder_states: &'a [WorkState],
+    /// States in which the caller may dispose as an operator (empty for an agent).
+    pub operator_states: &'a [WorkState],
+}
+
+/// Sets the permanent disposition. `$6` disposition, `$7` terminal state,
+/// `$8` evidence URL (NULL: keep the verification evidence), `$9` reason,
+/// `$10` states in which the holder may do it, `$11` states in which the
+/// caller may do it as an operator. Ends an open attempt as `abandoned` and
+/// cancels an open question.
+pub async fn dispose(
+    tx: &impl ConnectionTrait,
+    actor: &Actor<'_>,
+    d: &Disposal<'_>,
+) -> Result<Option<work_unit::Model>, DbErr> {
+    let names = |states: &[WorkState]| states.iter().map(|s| s.as_sql().to_owned()).collect::<Vec<String>>();
+    let sql = format!(
+        "WITH prev AS (
+             SELECT id, state, current_attempt_id FROM work_units
+              WHERE fleet = $1 AND id = $5
+                AND ((claimed_by = $2 AND state::text = ANY($10::text[])) OR state::text = ANY($11::text[]))
+                AND ($8::text IS NOT NULL OR cardinality(evidence_urls) > 0)
+              FOR UPDATE
+         ), u AS (
+             UPDATE work_units w
+                SET state = $7::work_state, disposition = $6::disposition, disposed_at = now(), lease_expires_at = NULL,
+                    evidence_urls = CASE WHEN $8::text IS NULL OR $8 = ANY(w.evidence_urls) THEN w.evidence_urls
+                                         ELSE array_append(w.evidence_urls, $8) END
+               FROM prev WHERE w.id = prev.id
+             RETURNING w.*
+         ), a AS (
+             UPDATE work_unit_attempts a SET outcome = 'abandoned', ended_at = now()
+               FROM prev WHERE a.id = prev.current_attempt_id AND a.outcome IS NULL
+         ), q AS (
+             UPDATE blocking_questions q SET status = 'cancelled', cancelled_at = now()
+               FROM prev WHERE q.unit_id = prev.id AND q.status = 'open'
+         ), ev AS (
+             {INSERT_EVENT}
+             SELECT $1, prev.id, prev.current_attempt_id, 'disposed', prev.state, $7::work_state, $2,
+                    jsonb_build_object('disposition', $6::text, 'evidence_url', coalesce($8, u.evidence_urls[cardinality(u.evidence_urls)]),
+                                       'reason', $9::text),
+                    $3, $4
+               FROM prev JOIN u ON u.id = prev.id
+         )
+         SELECT {UNIT_COLUMNS} FROM u"
+    );
+    one_unit(
+        tx,
+        &sql,
+        actor.values([
+            d.unit_id.into(),
+            d.disposition.as_sql().into(),
+            d.terminal_state.as_sql().into(),
+            d.evidence_url.map(str::to_owned).into(),
+            d.reason.map(str::to_owned).into(),
+            names(d.holder_states).into(),
+            names(d.operator_states).into(),
+        ]),
+    )
+    .await
+}

@@ -1,0 +1,107 @@
+//! Claims and leases (SPEC §3): `claimNext`, `claimUnit` and `heartbeat`.
+//! The SQL is in [`crate::db::claims`].
+
+use serde_json::json;
+use uuid::Uuid;
+
+use super::write::{Outcome, or_explain};
+use super::{Ledger, LedgerError, UnitModel, load, refusals, state_machine, validate};
+use crate::auth::{Permission, Principal};
+use crate::db::claims;
+use crate::db::entities::WorkState;
+
+impl Ledger {
+    pub async fn claim_next(
+        &self,
+        who: &Principal,
+        domain: Option<String>,
+        lease_seconds: Option<i32>,
+        key: Option<String>,
+    ) -> Result<Option<UnitModel>, LedgerError> {
+        who.require(Permission::UnitsClaim)?;
+        let lease = validate::lease_seconds(lease_seconds)?;
+        if let Some(domain) = &domain {
+            validate::label("domain", domain)?;
+        }
+        let args = json!({ "domain": domain, "leaseSeconds": lease });
+        let outcome = self
+            .write(who, "claimNext", args, key, move |tx, ctx| {
+                let domain = domain.clone();
+                Box::pin(async move {
+                    let actor = ctx.actor();
+                    if let Some(unit) = claims::claim_next(tx, &actor, lease, domain.as_deref()).await? {
+                        return Ok(Some(unit));
+                    }
+                    // Nothing claimed: either nothing is claimable, or the
+                    // agent already holds a unit, which it gets back renewed.
+                    if let Some(unit) = claims::heartbeat(tx, &actor, lease, None, "claimNext").await? {
+                        return Ok(Some(unit));
+                    }
+                    Ok(claims::held_by(tx, actor.fleet, actor.agent).await?)
+                })
+            })
+            .await?;
+        Ok(match outcome {
+            Outcome::Replayed(unit) => Some(*unit),
+            Outcome::Done(unit) => unit,
+        })
+    }
+
+    pub async fn claim_unit(
+        &self,
+        who: &Principal,
+        unit_id: Uuid,
+        lease_seconds: Option<i32>,
+        key: Option<String>,
+    ) -> Result<UnitModel, LedgerError> {
+        who.require(Permission::UnitsClaim)?;
+        let lease = validate::lease_seconds(lease_seconds)?;
+        let args = json!({ "id": unit_id, "leaseSeconds": lease });
+        let outcome = self
+            .write(who, "claimUnit", args, key, move |tx, ctx| {
+                Box::pin(async move {
+                    let actor = ctx.actor();
+                    if let Some(unit) = claims::claim_unit(tx, &actor, lease, unit_id).await? {
+                        return Ok(unit);
+                    }
+                    let unit = load(tx, unit_id).await?;
+                    if state_machine::is_holder(&unit, &ctx.who) && unit.state.is_live_claim() {
+                        // Claiming what you already hold renews the lease (when it has one).
+                        return match unit.current_attempt_id {
+                            Some(attempt) if unit.state != WorkState::Blocked => {
+                                claims::heartbeat(tx, &actor, lease, Some(attempt), "claimUnit")
+                                    .await?
+                                    .ok_or_else(|| LedgerError::internal("renewal of a held unit failed"))
+                            }
+                            _ => Ok(unit),
+                        };
+                    }
+                    Err(refusals::claim(tx, &unit, &ctx.who).await)
+                })
+            })
+            .await?;
+        Ok(outcome.unit())
+    }
+
+    pub async fn heartbeat(
+        &self,
+        who: &Principal,
+        attempt_id: Uuid,
+        lease_seconds: Option<i32>,
+    ) -> Result<UnitModel, LedgerError> {
+        who.require(Permission::UnitsClaim)?;
+        let lease = validate::lease_seconds(lease_seconds)?;
+        let outcome = self
+            .write(who, "heartbeat", json!({ "attemptId": attempt_id, "leaseSeconds": lease }), None, move |tx, ctx| {
+                Box::pin(async move {
+                    or_explain(
+                        claims::heartbeat(tx, &ctx.actor(), lease, Some(attempt_id), "heartbeat").await?,
+                        refusals::attempt(tx, attempt_id, &ctx.who, "heartbeat"),
+                    )
+                    .await
+                })
+            })
+            .await?;
+        Ok(outcome.unit())
+    }
+}

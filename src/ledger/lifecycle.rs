@@ -1,0 +1,231 @@
+//! The unit's life after the claim (SPEC §3): `transition`, `block`,
+//! `unblock`, `release`, `recordCost` and `dispose`. Each validates, checks
+//! permissions, runs one conditional statement ([`crate::db::transitions`])
+//! through the write runner, and when it changed nothing lets
+//! [`super::refusals`] say exactly why.
+
+use serde_json::json;
+use uuid::Uuid;
+
+use super::write::or_explain;
+use super::{Ledger, LedgerError, UnitModel, load, refusals, state_machine, validate};
+use crate::auth::{Permission, Principal};
+use crate::db::entities::{AttemptOutcome, Disposition, WorkState};
+use crate::db::transitions::{self, Disposal};
+
+const DEFAULT_ASSIGNEE_GROUP: &str = "agent-questions";
+
+/// Input of `release`.
+pub struct Release {
+    pub unit_id: Uuid,
+    pub reason: Option<String>,
+    pub outcome: Option<AttemptOutcome>,
+}
+
+/// Input of `dispose`.
+pub struct Dispose {
+    pub unit_id: Uuid,
+    pub disposition: Disposition,
+    pub evidence_url: Option<String>,
+    pub reason: Option<String>,
+}
+
+impl Ledger {
+    pub async fn transition(
+        &self,
+        who: &Principal,
+        unit_id: Uuid,
+        to: WorkState,
+        evidence_url: Option<String>,
+        key: Option<String>,
+    ) -> Result<UnitModel, LedgerError> {
+        who.require(Permission::UnitsClaim)?;
+        match (to, &evidence_url) {
+            (WorkState::Verified, None) => {
+                return Err(LedgerError::EvidenceRequired { action: "transition to VERIFIED" });
+            }
+            (_, Some(url)) => validate::evidence_url(url)?,
+            _ => {}
+        }
+        let args = json!({ "unitId": unit_id, "to": to.api_name(), "evidenceUrl": evidence_url });
+        let outcome = self
+            .write(who, "transition", args, key, move |tx, ctx| {
+                let evidence_url = evidence_url.clone();
+                Box::pin(async move {
+                    let actor = ctx.actor();
+                    let written = match (to, evidence_url.as_deref()) {
+                        (WorkState::InProgress, _) => transitions::start(tx, &actor, unit_id).await?,
+                        (WorkState::Verified, Some(url)) => transitions::verify(tx, &actor, unit_id, url).await?,
+                        _ => None,
+                    };
+                    or_explain(written, refusals::holder(tx, unit_id, &ctx.who, to.api_name())).await
+                })
+            })
+            .await?;
+        Ok(outcome.unit())
+    }
+
+    pub async fn block(
+        &self,
+        who: &Principal,
+        unit_id: Uuid,
+        question: String,
+        assignee_group: Option<String>,
+        key: Option<String>,
+    ) -> Result<UnitModel, LedgerError> {
+        who.require(Permission::UnitsClaim)?;
+        validate::long_text("question", &question)?;
+        let group = assignee_group.unwrap_or_else(|| DEFAULT_ASSIGNEE_GROUP.to_owned());
+        validate::label("assigneeGroup", &group)?;
+        let args = json!({ "unitId": unit_id, "question": question, "assigneeGroup": group });
+        let outcome = self
+            .write(who, "block", args, key, move |tx, ctx| {
+                let (question, group) = (question.clone(), group.clone());
+                Box::pin(async move {
+                    or_explain(
+                        transitions::block(tx, &ctx.actor(), unit_id, &question, &group).await?,
+                        refusals::holder(tx, unit_id, &ctx.who, "BLOCKED"),
+                    )
+                    .await
+                })
+            })
+            .await?;
+        Ok(outcome.unit())
+    }
+
+    pub async fn unblock(
+        &self,
+        who: &Principal,
+        unit_id: Uuid,
+        answer: String,
+        key: Option<String>,
+    ) -> Result<UnitModel, LedgerError> {
+        who.require(Permission::QuestionsAnswer)?;
+        validate::long_text("answer", &answer)?;
+        let args = json!({ "unitId": unit_id, "answer": answer });
+        let outcome = self
+            .write(who, "unblock", args, key, move |tx, ctx| {
+                let answer = answer.clone();
+                Box::pin(async move {
+                    let lease = validate::DEFAULT_LEASE_SECONDS;
+                    or_explain(
+                        transitions::unblock(tx, &ctx.actor(), unit_id, &answer, lease).await?,
+                        refusals::unit(tx, unit_id, &ctx.who, "IN_PROGRESS (unblock)"),
+                    )
+                    .await
+                })
+            })
+            .await?;
+        Ok(outcome.unit())
+    }
+
+    pub async fn release(
+        &self,
+        who: &Principal,
+        input: Release,
+        key: Option<String>,
+    ) -> Result<UnitModel, LedgerError> {
+        who.require(Permission::UnitsClaim)?;
+        let outcome = match input.outcome.unwrap_or(AttemptOutcome::Abandoned) {
+            o @ (AttemptOutcome::Abandoned | AttemptOutcome::Failed) => o,
+            other => {
+                return Err(LedgerError::invalid(
+                    "outcome",
+                    format!("a release ends the attempt as ABANDONED or FAILED, not {other:?}"),
+                ));
+            }
+        };
+        if let Some(reason) = &input.reason {
+            validate::long_text("reason", reason)?;
+        }
+        let Release { unit_id, reason, .. } = input;
+        let args = json!({ "unitId": unit_id, "reason": reason, "outcome": outcome.as_sql() });
+        let result = self
+            .write(who, "release", args, key, move |tx, ctx| {
+                let reason = reason.clone();
+                Box::pin(async move {
+                    or_explain(
+                        transitions::release(tx, &ctx.actor(), unit_id, outcome.as_sql(), reason.as_deref()).await?,
+                        refusals::holder(tx, unit_id, &ctx.who, "READY (release)"),
+                    )
+                    .await
+                })
+            })
+            .await?;
+        Ok(result.unit())
+    }
+
+    pub async fn record_cost(
+        &self,
+        who: &Principal,
+        attempt_id: Uuid,
+        cents: i64,
+        key: String,
+    ) -> Result<UnitModel, LedgerError> {
+        let operator = who.has(Permission::UnitsDisposeAny);
+        if !operator {
+            who.require(Permission::UnitsClaim)?;
+        }
+        validate::cents(cents)?;
+        let args = json!({ "attemptId": attempt_id, "cents": cents });
+        let outcome = self
+            .write(who, "recordCost", args, Some(key), move |tx, ctx| {
+                Box::pin(async move {
+                    let unit_id = or_explain(
+                        transitions::record_cost(tx, &ctx.actor(), attempt_id, cents, operator).await?,
+                        refusals::cost(tx, attempt_id),
+                    )
+                    .await?;
+                    // A new statement: it sees the roll-up the trigger made.
+                    load(tx, unit_id).await
+                })
+            })
+            .await?;
+        Ok(outcome.unit())
+    }
+
+    pub async fn dispose(
+        &self,
+        who: &Principal,
+        input: Dispose,
+        key: Option<String>,
+    ) -> Result<UnitModel, LedgerError> {
+        let operator = who.has(Permission::UnitsDisposeAny);
+        if !operator {
+            who.require(Permission::UnitsClaim)?;
+        }
+        match (&input.evidence_url, input.disposition) {
+            (Some(url), _) => validate::evidence_url(url)?,
+            (None, Disposition::Migrated) => {} // may reuse the verification evidence
+            (None, _) => return Err(LedgerError::EvidenceRequired { action: "dispose" }),
+        }
+        if let Some(reason) = &input.reason {
+            validate::long_text("reason", reason)?;
+        }
+        let Dispose { unit_id, disposition, evidence_url, reason } = input;
+        let rule = state_machine::dispose_rule(disposition);
+        let args = json!({ "unitId": unit_id, "disposition": disposition.as_sql(), "evidenceUrl": evidence_url, "reason": reason });
+        let outcome = self
+            .write(who, "dispose", args, key, move |tx, ctx| {
+                let (evidence_url, reason) = (evidence_url.clone(), reason.clone());
+                Box::pin(async move {
+                    let disposal = Disposal {
+                        unit_id,
+                        disposition,
+                        terminal_state: rule.terminal,
+                        evidence_url: evidence_url.as_deref(),
+                        reason: reason.as_deref(),
+                        holder_states: rule.holder_states,
+                        operator_states: if operator { rule.operator_states } else { &[] },
+                    };
+                    or_explain(
+                        transitions::dispose(tx, &ctx.actor(), &disposal).await?,
+                        refusals::dispose(tx, unit_id, &ctx.who, disposition),
+                    )
+                    .await
+                })
+            })
+            .await?;
+        Ok(outcome.unit())
+    }
+}

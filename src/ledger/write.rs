@@ -1,0 +1,102 @@
+//! The write runner every operation of SPEC §3 goes through: the caller's
+//! context, the idempotency check and replay, the transaction (through
+//! [`db::in_fleet`]), and the retry of races that a second run resolves.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use sea_orm::DatabaseTransaction;
+use serde_json::Value;
+
+use super::{Ledger, LedgerError, UnitModel, idempotency, validate};
+use crate::auth::Principal;
+use crate::db::events::{Actor, IdempotencyKey};
+use crate::db::{self, BoxFuture, units};
+
+const RETRIES: usize = 4;
+
+/// The caller of a write, owned so the operation can be retried.
+pub struct WriteCtx {
+    pub who: Principal,
+    /// The idempotency key and the request's fingerprint, when the caller sent a key.
+    key: Option<(String, String)>,
+}
+
+impl WriteCtx {
+    /// The caller as the SQL of a write sees it.
+    pub fn actor(&self) -> Actor<'_> {
+        let key = self.key.as_ref().map(|(id, hash)| IdempotencyKey { id, hash });
+        Actor { fleet: &self.who.fleet, agent: &self.who.name, key }
+    }
+}
+
+pub enum Outcome<T> {
+    /// The idempotency key was seen before: the unit as it is now.
+    Replayed(Box<UnitModel>),
+    Done(T),
+}
+
+impl Outcome<UnitModel> {
+    pub fn unit(self) -> UnitModel {
+        match self {
+            Self::Replayed(unit) => *unit,
+            Self::Done(unit) => unit,
+        }
+    }
+}
+
+/// "Run this statement, or explain the refusal": what a conditional write
+/// returned, or, when it changed nothing, the error `refusal` works out (by
+/// reading the unit). `refusal` is only awaited when needed.
+pub async fn or_explain<T>(written: Option<T>, refusal: impl Future<Output = LedgerError>) -> Result<T, LedgerError> {
+    match written {
+        Some(value) => Ok(value),
+        None => Err(refusal.await),
+    }
+}
+
+impl Ledger {
+    /// Runs `op` in a fleet transaction after the idempotency check, retrying
+    /// the races a second run resolves.
+    pub(super) async fn write<T, F>(
+        &self,
+        who: &Principal,
+        operation: &str,
+        args: Value,
+        key: Option<String>,
+        op: F,
+    ) -> Result<Outcome<T>, LedgerError>
+    where
+        T: Send + 'static,
+        F: for<'t> Fn(&'t DatabaseTransaction, &'t WriteCtx) -> BoxFuture<'t, Result<T, LedgerError>>
+            + Send
+            + Sync
+            + 'static,
+    {
+        validate::idempotency_key(key.as_deref())?;
+        // Only a keyed request needs its fingerprint.
+        let key = key.map(|key| (key, idempotency::fingerprint(operation, &args)));
+        let ctx = Arc::new(WriteCtx { who: who.clone(), key });
+        let op = Arc::new(op);
+        for _ in 0..RETRIES {
+            let (ctx, op) = (ctx.clone(), op.clone());
+            let result = db::in_fleet(&self.db, &who.fleet, move |tx| {
+                Box::pin(async move {
+                    if let Some(unit) = idempotency::replayed(tx, &ctx.who.fleet, ctx.actor().key).await? {
+                        let unit = units::by_id(tx, unit)
+                            .await?
+                            .ok_or_else(|| LedgerError::internal("replayed unit vanished"))?;
+                        return Ok(Outcome::Replayed(Box::new(unit)));
+                    }
+                    Ok(Outcome::Done(op(tx, &ctx).await?))
+                })
+            })
+            .await;
+            match result {
+                Err(LedgerError::Retry) => continue,
+                other => return other,
+            }
+        }
+        Err(LedgerError::internal(format!("{operation}: still conflicting after {RETRIES} runs")))
+    }
+}
