@@ -184,8 +184,9 @@ fn parse_bearer(header: Option<&str>) -> Result<&str, AuthError> {
     if well_formed { Ok(token) } else { Err(AuthError::Unauthenticated(MALFORMED_TOKEN)) }
 }
 
-pub const MISSING_TOKEN: &str =
-    "missing token: send `Authorization: Bearer <token>`; an operator mints tokens with `work-ledger token create`";
-const MALFORMED_TOKEN: &str =
-    "malformed Authorization header: expected `Bearer <token>` with a token minted by `work-ledger token create`";
-const UNKNOWN_TOKEN: &str = "unknown or revoked token: ask an operator for a valid one";
+pub const MISSING_TOKEN: &str = "missing token: send `Authorization: Bearer <token>`; an operator mints tokens with \
+    `work-ledger token create`. `GET /` (without a browser) serves a quick start";
+const MALFORMED_TOKEN: &str = "malformed Authorization header: expected `Bearer <token>` with a token minted by \
+    `work-ledger token create`. `GET /` (without a browser) serves a quick start";
+const UNKNOWN_TOKEN: &str =
+    "unknown or revoked token: ask an operator for a valid one. `GET /` (without a browser) serves a quick start";

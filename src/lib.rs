@@ -11,3 +11,4 @@ pub mod graphql;
 pub mod http;
 pub mod ledger;
 pub mod live;
+pub mod mcp;

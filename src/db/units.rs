@@ -103,3 +103,38 @@ pub async fn latest_attempt_of(
         .one(tx)
         .await
 }
+
+/// The attempt `recordCost(unitId:)` bills: the caller's latest attempt on
+/// the unit or, for an operator (`operator`) without one, the unit's current
+/// attempt.
+pub async fn attempt_to_bill(
+    tx: &DatabaseTransaction,
+    unit_id: Uuid,
+    agent: &str,
+    operator: bool,
+) -> Result<Option<Uuid>, DbErr> {
+    let row = tx
+        .query_one_raw(stmt(
+            "SELECT coalesce(
+                    (SELECT a.id FROM work_unit_attempts a WHERE a.unit_id = $1 AND a.agent_id = $2
+                      ORDER BY a.attempt_no DESC LIMIT 1),
+                    (SELECT u.current_attempt_id FROM work_units u WHERE u.id = $1 AND $3)) AS id",
+            [unit_id.into(), agent.into(), operator.into()],
+        ))
+        .await?;
+    Ok(row.map(|r| r.try_get::<Option<Uuid>>("", "id")).transpose()?.flatten())
+}
+
+/// VERIFIED units the agent still has to dispose of, oldest first.
+pub async fn awaiting_disposition(
+    tx: &DatabaseTransaction,
+    fleet: &str,
+    agent: &str,
+) -> Result<Vec<work_unit::Model>, DbErr> {
+    let sql = format!(
+        "SELECT {UNIT_COLUMNS} FROM work_units u
+          WHERE u.fleet = $1 AND u.claimed_by = $2 AND u.state = 'verified'
+          ORDER BY u.created_at, u.id"
+    );
+    work_unit::Entity::find().from_raw_sql(stmt(&sql, [fleet.into(), agent.into()])).all(tx).await
+}

@@ -13,7 +13,12 @@ impl From<LedgerError> for Error {
     fn from(err: LedgerError) -> Self {
         Error::new(err.to_string()).extend_with(|_, ext| {
             ext.set("code", err.code());
-            match &err {
+            if let LedgerError::AboutUnit { unit, .. } = &err {
+                ext.set("unitId", unit.unit_id.to_string());
+                ext.set("state", unit.state.api_name());
+                ext.set("legalActions", unit.legal_actions.clone());
+            }
+            match err.reason() {
                 LedgerError::IllegalTransition { legal, from, to, .. } => {
                     ext.set("legalActions", legal.clone());
                     ext.set("from", from.api_name());

@@ -2,6 +2,7 @@
 
 pub mod error;
 pub mod events;
+mod guidance;
 pub mod loaders;
 mod pagination;
 mod query;
@@ -36,6 +37,7 @@ pub fn build_schema(ledger: Ledger) -> LedgerSchema {
     Schema::build(Query::default(), Mutation::default(), Subscription)
         .data(ledger)
         .extension(loaders::LoadersPerOperation)
+        .extension(guidance::Guidance)
         .limit_depth(MAX_DEPTH)
         .limit_complexity(MAX_COMPLEXITY)
         .finish()

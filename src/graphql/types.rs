@@ -32,6 +32,16 @@ impl PrincipalObject {
     async fn permissions(&self) -> Vec<&'static str> {
         self.0.permissions.iter().map(|p| p.as_str()).collect()
     }
+    /// The unit you hold: your live claim (CLAIMED, IN_PROGRESS or BLOCKED), at most one.
+    /// Null when you hold none and may `claimNext`.
+    async fn held_unit(&self, ctx: &Context<'_>) -> Result<Option<WorkUnit>> {
+        Ok(ledger(ctx).held_unit(&self.0).await?.map(WorkUnit))
+    }
+    /// VERIFIED units you verified and still have to `dispose` (MIGRATED). They do not
+    /// count as held: you may claim other work meanwhile.
+    async fn awaiting_disposition(&self, ctx: &Context<'_>) -> Result<Vec<WorkUnit>> {
+        Ok(ledger(ctx).awaiting_disposition(&self.0).await?.into_iter().map(WorkUnit).collect())
+    }
 }
 
 /// A unit of work: one claimant, one state, one permanent disposition, one cost.

@@ -7,7 +7,7 @@ use uuid::Uuid;
 use super::types::WorkUnit;
 use super::{Result, ledger, principal};
 use crate::db::entities::{AttemptOutcome, Disposition, WorkState};
-use crate::ledger::{Dispose, Release};
+use crate::ledger::{CostTarget, Dispose, LedgerError, Release};
 
 #[derive(Default)]
 pub struct WorkMutation;
@@ -15,8 +15,11 @@ pub struct WorkMutation;
 #[Object]
 impl WorkMutation {
     /// Claims the oldest claimable unit (stale units first): a new attempt and
-    /// a lease of `leaseSeconds` (30..86400, default 900). An agent that already
-    /// holds a unit gets that unit back, lease renewed. Null when nothing is claimable.
+    /// a lease of `leaseSeconds` (30..86400, default 900). An agent holds at most
+    /// one unit at a time ("holds" = a live claim: CLAIMED, IN_PROGRESS or BLOCKED):
+    /// one that already holds a unit gets that unit back, lease renewed. A VERIFIED
+    /// unit is no longer held (its attempt ended): claim the next one and still
+    /// dispose of the verified one. Null when nothing is claimable.
     async fn claim_next(
         &self,
         ctx: &Context<'_>,
@@ -93,19 +96,35 @@ impl WorkMutation {
     }
 
     /// Adds `cents` (0..1,000,000,000) to an attempt and its unit; a replayed key counts once.
-    /// Allowed at any time to the attempt's agent or an operator: bills arrive late.
+    /// Name the attempt either by `attemptId` or by `unitId` (your latest attempt on that unit):
+    /// exactly one of the two. Allowed at any time to the attempt's agent or an operator, also
+    /// after the attempt ended or the unit was disposed: bills arrive late.
     async fn record_cost(
         &self,
         ctx: &Context<'_>,
-        attempt_id: Uuid,
+        attempt_id: Option<Uuid>,
+        unit_id: Option<Uuid>,
         cents: i64,
         idempotency_key: String,
     ) -> Result<WorkUnit> {
-        Ok(WorkUnit(ledger(ctx).record_cost(principal(ctx)?, attempt_id, cents, idempotency_key).await?))
+        let target = match (attempt_id, unit_id) {
+            (Some(attempt), None) => CostTarget::Attempt(attempt),
+            (None, Some(unit)) => CostTarget::Unit(unit),
+            _ => {
+                return Err(LedgerError::invalid(
+                    "attemptId/unitId",
+                    "pass exactly one: `unitId` (your latest attempt on that unit) or `attemptId`",
+                )
+                .into());
+            }
+        };
+        Ok(WorkUnit(ledger(ctx).record_cost(principal(ctx)?, target, cents, idempotency_key).await?))
     }
 
     /// Sets the permanent disposition: MIGRATED from VERIFIED (DONE); DROPPED, DEFERRED or DEAD
     /// (ABANDONED) from IN_PROGRESS or BLOCKED by the holder, from any non-terminal state by an operator.
+    /// `evidenceUrl` (a link to the evidence) is required for DROPPED, DEFERRED and DEAD; MIGRATED
+    /// may omit it and keeps the verification evidence. A disposition is permanent.
     async fn dispose(
         &self,
         ctx: &Context<'_>,

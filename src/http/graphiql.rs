@@ -70,13 +70,14 @@ static VERSIONED_PAGE: LazyLock<String> = LazyLock::new(|| {
     })
 });
 
-/// `GET /` (GraphiQL) and `GET /assets/graphiql/{file}`; stateless, so it
-/// merges into a router of any state.
+/// `GET /assets/graphiql/{file}`; stateless, so it merges into a router of
+/// any state. The page itself ([`page`]) is served by `GET /` to browsers.
 pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
-    Router::new().route("/", get(page)).route("/assets/graphiql/{file}", get(asset))
+    Router::new().route("/assets/graphiql/{file}", get(asset))
 }
 
-async fn page() -> Response {
+/// The GraphiQL page.
+pub fn page() -> Response {
     ([(header::CACHE_CONTROL, PAGE_CACHE), (header::X_CONTENT_TYPE_OPTIONS, "nosniff")], Html(VERSIONED_PAGE.as_str()))
         .into_response()
 }

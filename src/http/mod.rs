@@ -7,10 +7,12 @@
 
 pub mod graphiql;
 mod graphql;
+pub mod quickstart;
 pub mod ws;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -48,6 +50,9 @@ struct AppState {
     ws: WsConfig,
     /// The open WebSocket connections, awaited when stopping.
     connections: TaskTracker,
+    /// The schema's own words for the quick start.
+    descriptions: Arc<quickstart::Descriptions>,
+    local_addr: SocketAddr,
 }
 
 pub struct Application {
@@ -70,20 +75,27 @@ impl Application {
         let listener = TcpListener::bind(listen).await?;
         let live = Live::new(ledger.db(), config.live);
         let connections = TaskTracker::new();
+        let schema = build_schema(ledger.clone());
+        let descriptions = Arc::new(quickstart::Descriptions::of_schema(&schema).await);
         let state = AppState {
-            schema: build_schema(ledger.clone()),
-            ledger,
+            schema,
+            ledger: ledger.clone(),
             live: live.clone(),
             ws: config.ws,
             connections: connections.clone(),
+            descriptions,
+            local_addr: listener.local_addr()?,
         };
+        let mcp = crate::mcp::routes(ledger.clone(), live.stop_token());
         let router = Router::new()
             .merge(graphiql::routes())
+            .route("/", get(root))
             .route("/graphql", post(graphql::post))
             .route("/graphql/ws", get(graphql_ws))
             .route("/healthz", get(|| async { "ok" }))
             .route("/readyz", get(readyz))
-            .with_state(state);
+            .with_state(state)
+            .merge(mcp);
         Ok(Self { listener, router, live, connections })
     }
 
@@ -140,6 +152,19 @@ impl Application {
         }
         result
     }
+}
+
+/// `GET /`: GraphiQL for a browser (an `Accept` that names HTML), the
+/// plain-text quick start for anyone else.
+async fn root(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if accept.contains("text/html") || accept.contains("application/xhtml+xml") {
+        return graphiql::page();
+    }
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let base = format!("http://{}", host.unwrap_or_else(|| state.local_addr.to_string()));
+    let text = quickstart::render(&base, &state.descriptions);
+    ([(header::CONTENT_TYPE, "text/plain; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")], text).into_response()
 }
 
 /// Ready when the database answers and this process LISTENs for events

@@ -55,6 +55,9 @@ impl Ledger {
         key: Option<String>,
     ) -> Result<UnitModel, LedgerError> {
         who.require(Permission::UnitsClaim)?;
+        let checks =
+            validate::idempotency_key(key.as_deref()).and_then(|()| validate::lease_seconds(lease_seconds).map(|_| ()));
+        self.check_args(who, unit_id, "CLAIMED", false, checks).await?;
         let lease = validate::lease_seconds(lease_seconds)?;
         let args = json!({ "id": unit_id, "leaseSeconds": lease });
         let outcome = self

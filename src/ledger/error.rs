@@ -66,12 +66,27 @@ pub enum LedgerError {
     #[error("internal error (correlation id {correlation_id}); the request changed nothing and may be retried")]
     Internal { correlation_id: Uuid },
 
+    /// A refusal about an existing unit, with what the caller needs to act:
+    /// the unit, its state and the legal next actions (SPEC §5). The code
+    /// and the message are the reason's.
+    #[error("{reason}")]
+    AboutUnit { unit: Box<UnitFacts>, reason: Box<LedgerError> },
+
     /// A race the ledger resolves by running the operation again (a
     /// concurrent request took the same idempotency key, or the same agent
     /// claimed twice at once). Never reaches a client: after the last retry
     /// it is reported as INTERNAL.
     #[error("a concurrent request changed the same data; retry")]
     Retry,
+}
+
+/// What every refusal about a unit tells the caller about it.
+#[derive(Debug, Clone)]
+pub struct UnitFacts {
+    pub unit_id: Uuid,
+    pub state: WorkState,
+    /// What the caller may do next (`WorkUnit.legalActions`).
+    pub legal_actions: Vec<String>,
 }
 
 fn already_claimed_message(unit_id: Uuid, holder: &str, lease_expires_at: Option<DateTime<Utc>>) -> String {
@@ -106,7 +121,25 @@ impl LedgerError {
             Self::EvidenceRequired { .. } => "EVIDENCE_REQUIRED",
             Self::DispositionImmutable { .. } => "DISPOSITION_IMMUTABLE",
             Self::IdempotencyKeyReused { .. } => "IDEMPOTENCY_KEY_REUSED",
+            Self::AboutUnit { reason, .. } => reason.code(),
             Self::Internal { .. } | Self::Retry => "INTERNAL",
+        }
+    }
+
+    /// The refusal with the unit's facts attached (once; never on a retry or
+    /// an internal error, which are not about the unit).
+    pub fn about(self, unit: UnitFacts) -> Self {
+        match self {
+            Self::AboutUnit { .. } | Self::Retry | Self::Internal { .. } | Self::NotFound { .. } => self,
+            reason => Self::AboutUnit { unit: Box::new(unit), reason: Box::new(reason) },
+        }
+    }
+
+    /// The error without the unit's facts.
+    pub fn reason(&self) -> &Self {
+        match self {
+            Self::AboutUnit { reason, .. } => reason,
+            other => other,
         }
     }
 

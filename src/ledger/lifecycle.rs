@@ -12,6 +12,7 @@ use super::{Ledger, LedgerError, UnitModel, load, refusals, state_machine, valid
 use crate::auth::{Permission, Principal};
 use crate::db::entities::{AttemptOutcome, Disposition, WorkState};
 use crate::db::transitions::{self, Disposal};
+use crate::db::units;
 
 const DEFAULT_ASSIGNEE_GROUP: &str = "agent-questions";
 
@@ -20,6 +21,15 @@ pub struct Release {
     pub unit_id: Uuid,
     pub reason: Option<String>,
     pub outcome: Option<AttemptOutcome>,
+}
+
+/// What `recordCost` bills: an attempt, or the caller's attempt of a unit.
+#[derive(Debug, Clone, Copy)]
+pub enum CostTarget {
+    Attempt(Uuid),
+    /// The caller's latest attempt on the unit (an operator without one: the
+    /// unit's current attempt).
+    Unit(Uuid),
 }
 
 /// Input of `dispose`.
@@ -40,13 +50,12 @@ impl Ledger {
         key: Option<String>,
     ) -> Result<UnitModel, LedgerError> {
         who.require(Permission::UnitsClaim)?;
-        match (to, &evidence_url) {
-            (WorkState::Verified, None) => {
-                return Err(LedgerError::EvidenceRequired { action: "transition to VERIFIED" });
-            }
-            (_, Some(url)) => validate::evidence_url(url)?,
-            _ => {}
-        }
+        let checks = validate::idempotency_key(key.as_deref()).and_then(|()| match (to, &evidence_url) {
+            (WorkState::Verified, None) => Err(LedgerError::EvidenceRequired { action: "transition to VERIFIED" }),
+            (_, Some(url)) => validate::evidence_url(url),
+            _ => Ok(()),
+        });
+        self.check_args(who, unit_id, to.api_name(), false, checks).await?;
         let args = json!({ "unitId": unit_id, "to": to.api_name(), "evidenceUrl": evidence_url });
         let outcome = self
             .write(who, "transition", args, key, move |tx, ctx| {
@@ -74,9 +83,11 @@ impl Ledger {
         key: Option<String>,
     ) -> Result<UnitModel, LedgerError> {
         who.require(Permission::UnitsClaim)?;
-        validate::long_text("question", &question)?;
         let group = assignee_group.unwrap_or_else(|| DEFAULT_ASSIGNEE_GROUP.to_owned());
-        validate::label("assigneeGroup", &group)?;
+        let checks = validate::idempotency_key(key.as_deref())
+            .and_then(|()| validate::long_text("question", &question))
+            .and_then(|()| validate::label("assigneeGroup", &group));
+        self.check_args(who, unit_id, "BLOCKED", false, checks).await?;
         let args = json!({ "unitId": unit_id, "question": question, "assigneeGroup": group });
         let outcome = self
             .write(who, "block", args, key, move |tx, ctx| {
@@ -101,7 +112,8 @@ impl Ledger {
         key: Option<String>,
     ) -> Result<UnitModel, LedgerError> {
         who.require(Permission::QuestionsAnswer)?;
-        validate::long_text("answer", &answer)?;
+        let checks = validate::idempotency_key(key.as_deref()).and_then(|()| validate::long_text("answer", &answer));
+        self.check_args(who, unit_id, "IN_PROGRESS (unblock)", false, checks).await?;
         let args = json!({ "unitId": unit_id, "answer": answer });
         let outcome = self
             .write(who, "unblock", args, key, move |tx, ctx| {
@@ -126,18 +138,18 @@ impl Ledger {
         key: Option<String>,
     ) -> Result<UnitModel, LedgerError> {
         who.require(Permission::UnitsClaim)?;
-        let outcome = match input.outcome.unwrap_or(AttemptOutcome::Abandoned) {
-            o @ (AttemptOutcome::Abandoned | AttemptOutcome::Failed) => o,
-            other => {
-                return Err(LedgerError::invalid(
+        let requested = input.outcome.unwrap_or(AttemptOutcome::Abandoned);
+        let checks = validate::idempotency_key(key.as_deref())
+            .and_then(|()| match requested {
+                AttemptOutcome::Abandoned | AttemptOutcome::Failed => Ok(()),
+                other => Err(LedgerError::invalid(
                     "outcome",
                     format!("a release ends the attempt as ABANDONED or FAILED, not {other:?}"),
-                ));
-            }
-        };
-        if let Some(reason) = &input.reason {
-            validate::long_text("reason", reason)?;
-        }
+                )),
+            })
+            .and_then(|()| input.reason.as_deref().map_or(Ok(()), |r| validate::long_text("reason", r)));
+        self.check_args(who, input.unit_id, "READY (release)", false, checks).await?;
+        let outcome = requested;
         let Release { unit_id, reason, .. } = input;
         let args = json!({ "unitId": unit_id, "reason": reason, "outcome": outcome.as_sql() });
         let result = self
@@ -158,7 +170,7 @@ impl Ledger {
     pub async fn record_cost(
         &self,
         who: &Principal,
-        attempt_id: Uuid,
+        target: CostTarget,
         cents: i64,
         key: String,
     ) -> Result<UnitModel, LedgerError> {
@@ -167,13 +179,26 @@ impl Ledger {
             who.require(Permission::UnitsClaim)?;
         }
         validate::cents(cents)?;
-        let args = json!({ "attemptId": attempt_id, "cents": cents });
+        let args = match target {
+            CostTarget::Attempt(id) => json!({ "attemptId": id, "cents": cents }),
+            CostTarget::Unit(id) => json!({ "unitId": id, "cents": cents }),
+        };
         let outcome = self
             .write(who, "recordCost", args, Some(key), move |tx, ctx| {
                 Box::pin(async move {
+                    let attempt_id = match target {
+                        CostTarget::Attempt(id) => id,
+                        CostTarget::Unit(unit_id) => {
+                            or_explain(
+                                units::attempt_to_bill(tx, unit_id, &ctx.who.name, operator).await?,
+                                refusals::nothing_to_bill(tx, unit_id, &ctx.who),
+                            )
+                            .await?
+                        }
+                    };
                     let unit_id = or_explain(
                         transitions::record_cost(tx, &ctx.actor(), attempt_id, cents, operator).await?,
-                        refusals::cost(tx, attempt_id),
+                        refusals::cost(tx, attempt_id, &ctx.who),
                     )
                     .await?;
                     // A new statement: it sees the roll-up the trigger made.
@@ -194,14 +219,15 @@ impl Ledger {
         if !operator {
             who.require(Permission::UnitsClaim)?;
         }
-        match (&input.evidence_url, input.disposition) {
-            (Some(url), _) => validate::evidence_url(url)?,
-            (None, Disposition::Migrated) => {} // may reuse the verification evidence
-            (None, _) => return Err(LedgerError::EvidenceRequired { action: "dispose" }),
-        }
-        if let Some(reason) = &input.reason {
-            validate::long_text("reason", reason)?;
-        }
+        let checks = validate::idempotency_key(key.as_deref())
+            .and_then(|()| match (&input.evidence_url, input.disposition) {
+                (Some(url), _) => validate::evidence_url(url),
+                (None, Disposition::Migrated) => Ok(()), // may reuse the verification evidence
+                (None, _) => Err(LedgerError::EvidenceRequired { action: "dispose" }),
+            })
+            .and_then(|()| input.reason.as_deref().map_or(Ok(()), |r| validate::long_text("reason", r)));
+        let action = format!("dispose {}", input.disposition.as_sql());
+        self.check_args(who, input.unit_id, &action, true, checks).await?;
         let Dispose { unit_id, disposition, evidence_url, reason } = input;
         let rule = state_machine::dispose_rule(disposition);
         let args = json!({ "unitId": unit_id, "disposition": disposition.as_sql(), "evidenceUrl": evidence_url, "reason": reason });

@@ -23,8 +23,8 @@ pub mod state_machine;
 pub mod validate;
 mod write;
 
-pub use error::LedgerError;
-pub use lifecycle::{Dispose, Release};
+pub use error::{LedgerError, UnitFacts};
+pub use lifecycle::{CostTarget, Dispose, Release};
 use sea_orm::{DatabaseConnection, DatabaseTransaction};
 use uuid::Uuid;
 
@@ -101,6 +101,19 @@ impl Ledger {
         db::in_fleet(&self.db, &who.fleet, read).await
     }
 
+    /// The unit the caller holds (a live claim: CLAIMED, IN_PROGRESS or BLOCKED).
+    pub async fn held_unit(&self, who: &Principal) -> Result<Option<UnitModel>, LedgerError> {
+        let (fleet, agent) = (who.fleet.clone(), who.name.clone());
+        self.read(who, move |tx| Box::pin(async move { Ok(db::claims::held_by(tx, &fleet, &agent).await?) })).await
+    }
+
+    /// VERIFIED units the caller still has to dispose of.
+    pub async fn awaiting_disposition(&self, who: &Principal) -> Result<Vec<UnitModel>, LedgerError> {
+        let (fleet, agent) = (who.fleet.clone(), who.name.clone());
+        self.read(who, move |tx| Box::pin(async move { Ok(units::awaiting_disposition(tx, &fleet, &agent).await?) }))
+            .await
+    }
+
     pub async fn unit(&self, who: &Principal, id: Uuid) -> Result<Option<UnitModel>, LedgerError> {
         self.read(who, move |tx| Box::pin(async move { Ok(units::by_id(tx, id).await?) })).await
     }
@@ -117,4 +130,31 @@ async fn load(tx: &DatabaseTransaction, unit_id: Uuid) -> Result<UnitModel, Ledg
 
 async fn load_attempt(tx: &DatabaseTransaction, attempt_id: Uuid) -> Result<attempt::Model, LedgerError> {
     units::attempt_by_id(tx, attempt_id).await?.ok_or_else(|| LedgerError::not_found("attempt", attempt_id))
+}
+
+impl Ledger {
+    /// The argument checks of a write on `unit_id`. When they fail the unit
+    /// is read, and a disposed unit is refused as such first (SPEC §5: what
+    /// matters most comes before any argument); otherwise the argument error
+    /// carries the unit's facts. An unknown unit leaves the argument error.
+    async fn check_args(
+        &self,
+        who: &Principal,
+        unit_id: Uuid,
+        action: &str,
+        dispose: bool,
+        checks: Result<(), LedgerError>,
+    ) -> Result<(), LedgerError> {
+        let Err(err) = checks else { return Ok(()) };
+        let found = db::in_fleet(&self.db, &who.fleet, move |tx| {
+            Box::pin(async move { Ok::<_, LedgerError>(units::by_id(tx, unit_id).await?) })
+        })
+        .await;
+        match found {
+            Ok(Some(unit)) => Err(refusals::disposed(&unit, who, action, dispose)
+                .unwrap_or_else(|| err.about(refusals::facts(&unit, who)))),
+            Ok(None) => Err(err),
+            Err(db_err) => Err(db_err),
+        }
+    }
 }

@@ -1,18 +1,50 @@
 //! Why a write changed nothing. Every write is one conditional statement;
 //! when it matched no row, the unit is read (in the same transaction) and
 //! one of these works out the refusal an agent can act on, ordered by what
-//! matters most (SPEC §5).
+//! matters most (SPEC §5). Every refusal about an existing unit carries the
+//! unit's id, state and legal next actions ([`UnitFacts`]).
 
 use chrono::Utc;
 use sea_orm::DatabaseTransaction;
 use uuid::Uuid;
 
 use super::state_machine::{self, legal_actions};
-use super::{LedgerError, UnitModel, load, load_attempt};
+use super::{LedgerError, UnitFacts, UnitModel, load, load_attempt};
 use crate::auth::{Permission, Principal};
 use crate::db::claims;
 use crate::db::entities::{AttemptOutcome, Disposition, WorkState};
 use crate::db::units;
+
+/// The unit as a refusal reports it to `who`.
+pub fn facts(unit: &UnitModel, who: &Principal) -> UnitFacts {
+    UnitFacts { unit_id: unit.id, state: unit.state, legal_actions: legal_actions(unit, who, Utc::now()) }
+}
+
+/// ILLEGAL_TRANSITION from the unit's state to `to`, with what is legal instead.
+pub fn illegal(unit: &UnitModel, who: &Principal, to: &str) -> LedgerError {
+    LedgerError::IllegalTransition {
+        unit_id: unit.id,
+        from: unit.state,
+        to: to.to_owned(),
+        legal: legal_actions(unit, who, Utc::now()),
+    }
+    .about(facts(unit, who))
+}
+
+/// The refusal of any write on a disposed unit, which comes before anything
+/// else about the request (SPEC §5): DISPOSITION_IMMUTABLE for a dispose,
+/// ILLEGAL_TRANSITION for the rest. `None` while the unit is not terminal.
+pub fn disposed(unit: &UnitModel, who: &Principal, action: &str, dispose: bool) -> Option<LedgerError> {
+    if !unit.state.is_terminal() {
+        return None;
+    }
+    Some(match (dispose, unit.disposition, unit.disposed_at) {
+        (true, Some(disposition), Some(disposed_at)) => {
+            LedgerError::DispositionImmutable { unit_id: unit.id, disposition, disposed_at }.about(facts(unit, who))
+        }
+        _ => illegal(unit, who, action),
+    })
+}
 
 /// Why a write on a unit that is not holder-only (unblock) changed nothing:
 /// the state machine forbids it.
@@ -25,20 +57,24 @@ pub async fn unit(tx: &DatabaseTransaction, unit_id: Uuid, who: &Principal, to: 
 
 /// Why `recordCost` changed nothing: the attempt is not the caller's (or
 /// does not exist in the fleet).
-pub async fn cost(tx: &DatabaseTransaction, attempt_id: Uuid) -> LedgerError {
-    match load_attempt(tx, attempt_id).await {
-        Ok(attempt) => LedgerError::NotClaimHolder { unit_id: attempt.unit_id, holder: Some(attempt.agent_id) },
+pub async fn cost(tx: &DatabaseTransaction, attempt_id: Uuid, who: &Principal) -> LedgerError {
+    let attempt = match load_attempt(tx, attempt_id).await {
+        Ok(attempt) => attempt,
+        Err(err) => return err,
+    };
+    let refusal = LedgerError::NotClaimHolder { unit_id: attempt.unit_id, holder: Some(attempt.agent_id) };
+    match load(tx, attempt.unit_id).await {
+        Ok(unit) => refusal.about(facts(&unit, who)),
         Err(err) => err,
     }
 }
 
-/// ILLEGAL_TRANSITION from the unit's state to `to`, with what is legal instead.
-pub fn illegal(unit: &UnitModel, who: &Principal, to: &str) -> LedgerError {
-    LedgerError::IllegalTransition {
-        unit_id: unit.id,
-        from: unit.state,
-        to: to.to_owned(),
-        legal: legal_actions(unit, who, Utc::now()),
+/// Why `recordCost(unitId:)` found no attempt to bill: the caller never
+/// worked on the unit.
+pub async fn nothing_to_bill(tx: &DatabaseTransaction, unit_id: Uuid, who: &Principal) -> LedgerError {
+    match load(tx, unit_id).await {
+        Ok(unit) => LedgerError::NotClaimHolder { unit_id, holder: unit.claimed_by.clone() }.about(facts(&unit, who)),
+        Err(err) => err,
     }
 }
 
@@ -48,25 +84,23 @@ pub async fn holder(tx: &DatabaseTransaction, unit_id: Uuid, who: &Principal, to
         Ok(unit) => unit,
         Err(err) => return err,
     };
-    if unit.state.is_terminal() {
+    if unit.state.is_terminal() || state_machine::is_holder(&unit, who) {
         return illegal(&unit, who, to);
     }
-    if !state_machine::is_holder(&unit, who) {
-        return not_holder(tx, &unit, who).await;
-    }
-    illegal(&unit, who, to)
+    not_holder(tx, &unit, who).await
 }
 
 /// NOT_CLAIM_HOLDER, or LEASE_LOST when the caller's own attempt on this
 /// unit was superseded by a reclaim.
 async fn not_holder(tx: &DatabaseTransaction, unit: &UnitModel, who: &Principal) -> LedgerError {
-    match units::latest_attempt_of(tx, unit.id, &who.name).await {
+    let refusal = match units::latest_attempt_of(tx, unit.id, &who.name).await {
         Ok(Some(attempt)) if attempt.outcome == Some(AttemptOutcome::Superseded) => {
             LedgerError::LeaseLost { attempt_id: attempt.id, unit_id: unit.id }
         }
         Ok(_) => LedgerError::NotClaimHolder { unit_id: unit.id, holder: unit.claimed_by.clone() },
-        Err(err) => err.into(),
-    }
+        Err(err) => return err.into(),
+    };
+    refusal.about(facts(unit, who))
 }
 
 /// Why an attempt-fenced write (heartbeat) changed nothing.
@@ -79,13 +113,14 @@ pub async fn attempt(tx: &DatabaseTransaction, attempt_id: Uuid, who: &Principal
         Ok(unit) => unit,
         Err(err) => return err,
     };
-    if attempt.agent_id != who.name {
-        return LedgerError::NotClaimHolder { unit_id: unit.id, holder: unit.claimed_by };
-    }
-    if attempt.outcome == Some(AttemptOutcome::Superseded) {
-        return LedgerError::LeaseLost { attempt_id, unit_id: unit.id };
-    }
-    illegal(&unit, who, action)
+    let refusal = if attempt.agent_id != who.name {
+        LedgerError::NotClaimHolder { unit_id: unit.id, holder: unit.claimed_by.clone() }
+    } else if attempt.outcome == Some(AttemptOutcome::Superseded) {
+        LedgerError::LeaseLost { attempt_id, unit_id: unit.id }
+    } else {
+        return illegal(&unit, who, action);
+    };
+    refusal.about(facts(&unit, who))
 }
 
 /// Why a named claim changed nothing.
@@ -94,7 +129,7 @@ pub async fn claim(tx: &DatabaseTransaction, unit: &UnitModel, who: &Principal) 
         Ok(held) => held.filter(|held| held.id != unit.id),
         Err(err) => return err.into(),
     };
-    match (unit.state, &unit.claimed_by) {
+    let refusal = match (unit.state, &unit.claimed_by) {
         (WorkState::Claimed | WorkState::InProgress, Some(holder)) if !state_machine::is_stale(unit, Utc::now()) => {
             LedgerError::UnitAlreadyClaimed {
                 unit_id: unit.id,
@@ -108,10 +143,11 @@ pub async fn claim(tx: &DatabaseTransaction, unit: &UnitModel, who: &Principal) 
         (WorkState::Ready | WorkState::Claimed | WorkState::InProgress, _) => match held_elsewhere {
             Some(held) => LedgerError::AgentBusy { held: held.id, held_ref: held.external_ref },
             // The unit became claimable between the write and this read.
-            None => LedgerError::Retry,
+            None => return LedgerError::Retry,
         },
-        _ => illegal(unit, who, "CLAIMED"),
-    }
+        _ => return illegal(unit, who, "CLAIMED"),
+    };
+    refusal.about(facts(unit, who))
 }
 
 /// Why a dispose changed nothing.
@@ -125,13 +161,14 @@ pub async fn dispose(
         Ok(unit) => unit,
         Err(err) => return err,
     };
-    if let (Some(existing), Some(at)) = (unit.disposition, unit.disposed_at) {
-        return LedgerError::DispositionImmutable { unit_id, disposition: existing, disposed_at: at };
+    let action = format!("dispose {}", disposition.as_sql());
+    if let Some(refusal) = disposed(&unit, who, &action, true) {
+        return refusal;
     }
     let holder = state_machine::is_holder(&unit, who);
     let operator = who.has(Permission::UnitsDisposeAny);
     if !holder && !operator {
         return not_holder(tx, &unit, who).await;
     }
-    illegal(&unit, who, &format!("dispose {}", disposition.as_sql()))
+    illegal(&unit, who, &action)
 }

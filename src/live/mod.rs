@@ -151,6 +151,11 @@ impl Live {
         self.0.stop.cancelled()
     }
 
+    /// A token cancelled by [`Live::stop`], for services that take one (MCP).
+    pub fn stop_token(&self) -> CancellationToken {
+        self.0.stop.child_token()
+    }
+
     /// Resolves once [`Live::stop`] was called (the HTTP server's graceful shutdown).
     pub fn stopping_owned(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
         self.0.stop.clone().cancelled_owned()

@@ -61,10 +61,14 @@ fn referenced_urls(html: &str) -> Vec<String> {
     urls
 }
 
+/// Chromium's `Accept` for a page.
+const BROWSER_ACCEPT: &str = "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8";
+
 #[tokio::test]
 async fn graphiql_is_served_with_its_own_assets_and_no_external_url() {
     let app = spawn_app().await;
-    let resp = app.http.get(app.url("/")).send().await.expect("GET /");
+    // What a browser asks for; anything else gets the plain-text quick start.
+    let resp = app.http.get(app.url("/")).header("accept", BROWSER_ACCEPT).send().await.expect("GET /");
     assert_eq!(resp.status(), 200);
     let content_type = resp.headers()["content-type"].to_str().unwrap().to_owned();
     assert!(content_type.starts_with("text/html"), "{content_type}");
@@ -239,13 +243,16 @@ async fn ticking_server() -> (String, tokio::sync::mpsc::UnboundedReceiver<Value
     }
 
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let router = axum::Router::new().merge(work_ledger::http::graphiql::routes()).route(
-        "/graphql/ws",
-        axum::routing::get(move |ws: WebSocketUpgrade| {
-            let tx = tx.clone();
-            async move { ws.protocols(["graphql-transport-ws"]).on_upgrade(move |socket| serve(socket, tx)) }
-        }),
-    );
+    let router = axum::Router::new()
+        .merge(work_ledger::http::graphiql::routes())
+        .route("/", axum::routing::get(|| async { work_ledger::http::graphiql::page() }))
+        .route(
+            "/graphql/ws",
+            axum::routing::get(move |ws: WebSocketUpgrade| {
+                let tx = tx.clone();
+                async move { ws.protocols(["graphql-transport-ws"]).on_upgrade(move |socket| serve(socket, tx)) }
+            }),
+        );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let base = format!("http://{}/", listener.local_addr().expect("addr"));
     tokio::spawn(async move { axum::serve(listener, router).await });

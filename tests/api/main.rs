@@ -3,6 +3,7 @@
 mod helpers;
 mod ws_client;
 
+mod agents;
 mod auth;
 mod claims;
 mod embedded;
@@ -15,6 +16,7 @@ mod lifecycle;
 mod limits;
 mod live;
 mod live_ws;
+mod mcp;
 mod node_client;
 mod reads;
 mod register;

@@ -15,25 +15,27 @@ use work_ledger::auth::Role;
 use crate::helpers::{Agent, spawn_app};
 use crate::ws_client::GUARD;
 
-fn in_ci() -> bool {
+pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
 }
 
 /// Skips (outside CI) or fails (in CI) for a missing prerequisite.
 fn missing(what: &str) -> Option<PathBuf> {
     assert!(!in_ci(), "{what} (CI is set, so this fails instead of skipping)");
-    eprintln!("SKIPPED node_client: {what}");
+    eprintln!("SKIPPED (tests/node client): {what}");
     None
 }
 
 /// tests/node with its node_modules installed, when Node.js is there.
-async fn client_dir() -> Option<PathBuf> {
+pub async fn client_dir() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node");
     match Command::new("node").arg("--version").output().await {
         Ok(out) if out.status.success() => {}
         _ => return missing("Node.js (`node`) is not installed; see .ci/run"),
     }
-    if !dir.join("node_modules/graphql-ws").exists() {
+    let installed =
+        ["graphql-ws", "@modelcontextprotocol/sdk"].iter().all(|p| dir.join("node_modules").join(p).exists());
+    if !installed {
         let installed = Command::new("npm")
             .args(["ci", "--no-audit", "--no-fund"])
             .current_dir(&dir)

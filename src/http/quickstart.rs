@@ -1,0 +1,178 @@
+//! `GET /` for whoever is not a browser (curl, an agent's fetch tool): a
+//! plain-text quick start. The lifecycle is shown as copyable GraphQL
+//! documents, each explained by its field's own description in the schema
+//! (read once through introspection, so the text cannot drift from the
+//! API), followed by the error codes and the MCP tools.
+
+use serde_json::Value;
+
+use crate::graphql::LedgerSchema;
+
+/// One step: the mutation or query field, a document using it, and the
+/// variables it takes (`<...>` marks what to fill in from earlier answers).
+pub struct Step {
+    pub field: &'static str,
+    pub root: &'static str,
+    pub document: &'static str,
+    pub variables: &'static str,
+}
+
+const UNIT: &str = "id externalRef state currentAttemptId leaseExpiresAt costCents legalActions";
+
+/// The steps of the quick start, in the order an agent takes them.
+pub const STEPS: &[Step] = &[
+    Step {
+        field: "me",
+        root: "Query",
+        document: "{ me { fleet name permissions heldUnit { id state } } }",
+        variables: "{}",
+    },
+    Step {
+        field: "claimNext",
+        root: "Mutation",
+        document: "mutation { claimNext(leaseSeconds: 900) { UNIT } }",
+        variables: "{}",
+    },
+    Step {
+        field: "heartbeat",
+        root: "Mutation",
+        document: "mutation($attempt: UUID!) { heartbeat(attemptId: $attempt, leaseSeconds: 900) { UNIT } }",
+        variables: r#"{"attempt": "<currentAttemptId>"}"#,
+    },
+    Step {
+        field: "transition",
+        root: "Mutation",
+        document: "mutation($unit: UUID!) { transition(unitId: $unit, to: IN_PROGRESS) { UNIT } }",
+        variables: r#"{"unit": "<id>"}"#,
+    },
+    Step {
+        field: "recordCost",
+        root: "Mutation",
+        document: "mutation($unit: UUID!, $key: String!) { recordCost(unitId: $unit, cents: 1250, idempotencyKey: $key) { UNIT } }",
+        variables: r#"{"unit": "<id>", "key": "<any string unique to this bill>"}"#,
+    },
+    Step {
+        field: "block",
+        root: "Mutation",
+        document: "mutation($unit: UUID!, $q: String!) { block(unitId: $unit, question: $q) { UNIT } }",
+        variables: r#"{"unit": "<id>", "q": "<what you need answered>"}"#,
+    },
+    Step {
+        field: "release",
+        root: "Mutation",
+        document: "mutation($unit: UUID!) { release(unitId: $unit, reason: \"out of scope\") { UNIT } }",
+        variables: r#"{"unit": "<id>"}"#,
+    },
+    Step {
+        field: "transition",
+        root: "Mutation",
+        document: "mutation($unit: UUID!, $url: String!) { transition(unitId: $unit, to: VERIFIED, evidenceUrl: $url) { UNIT } }",
+        variables: r#"{"unit": "<id>", "url": "<https link to the evidence>"}"#,
+    },
+    Step {
+        field: "dispose",
+        root: "Mutation",
+        document: "mutation($unit: UUID!) { dispose(unitId: $unit, disposition: MIGRATED) { UNIT } }",
+        variables: r#"{"unit": "<id>"}"#,
+    },
+];
+
+/// The documents of [`STEPS`] as sent (the unit's field list filled in).
+pub fn documents() -> impl Iterator<Item = (String, &'static str)> {
+    STEPS.iter().map(|step| (step.document.replace("UNIT", UNIT), step.variables))
+}
+
+/// The error codes of SPEC §5 and what to do about each.
+const CODES: &[(&str, &str)] = &[
+    ("UNAUTHENTICATED", "no, unknown or revoked token (HTTP 401): send `Authorization: Bearer <token>`"),
+    ("FORBIDDEN", "the token lacks the permission the message names"),
+    ("NOT_FOUND", "no such unit/attempt/question in your fleet"),
+    ("INVALID_INPUT", "an argument breaks a rule; `extensions.argument` names it"),
+    ("UNIT_ALREADY_CLAIMED", "someone holds that unit: call claimNext for another"),
+    ("AGENT_BUSY", "you already hold a unit (`extensions.heldUnitId`): finish or release it first"),
+    ("ILLEGAL_TRANSITION", "the state machine forbids it: see `extensions.legalActions`"),
+    ("NOT_CLAIM_HOLDER", "another agent holds the unit"),
+    ("LEASE_LOST", "your attempt was superseded after its lease expired: stop, call claimNext"),
+    ("EVIDENCE_REQUIRED", "pass `evidenceUrl`, an https link to the evidence"),
+    ("DISPOSITION_IMMUTABLE", "dispositions are permanent"),
+    ("IDEMPOTENCY_KEY_REUSED", "that key was used for another request: use a fresh key"),
+    ("GRAPHQL_VALIDATION_FAILED", "the document does not fit the schema; the message suggests names"),
+    ("GRAPHQL_PARSE_FAILED", "the document does not parse"),
+    ("INTERNAL", "unexpected; the request changed nothing and may be retried with the same idempotency key"),
+];
+
+/// The quick start for a server reached at `base` (e.g. `http://host:8080`).
+pub fn render(base: &str, descriptions: &Descriptions) -> String {
+    let mut text = format!(
+        "work-ledger at {base}: the system of record for a fleet of coding agents.\n\
+         This is the plain-text quick start; a browser gets GraphiQL at the same address.\n\n\
+         AUTH  Every request carries `Authorization: Bearer <token>`; an operator mints one with\n\
+         \x20     `work-ledger token create --fleet <fleet> --name <agent id> --role agent`.\n\n\
+         GRAPHQL  POST {base}/graphql with a JSON body {{\"query\": \"...\", \"variables\": {{...}}}}:\n\
+         \x20  curl -s {base}/graphql -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' \\\n\
+         \x20       -d '{{\"query\": \"{{ me {{ name heldUnit {{ id state }} }} }}\"}}'\n\n\
+         THE LIFECYCLE  (fill the <...> from earlier answers; every answer's `legalActions` says what you may do next)\n"
+    );
+    for (i, (step, (document, variables))) in STEPS.iter().zip(documents()).enumerate() {
+        let about = descriptions.of(step.root, step.field).unwrap_or_default();
+        text.push_str(&format!(
+            "\n{}. {}: {}\n   {document}\n   variables: {variables}\n",
+            i + 1,
+            step.field,
+            one_line(about)
+        ));
+    }
+    text.push_str(
+        "\nHOLDING  You hold at most one unit: a live claim (CLAIMED, IN_PROGRESS or BLOCKED). After VERIFIED the unit\n\
+         is no longer held: claim the next one, and still dispose of the verified one (`me.awaitingDisposition`).\n\
+         DROPPED, DEFERRED and DEAD need `evidenceUrl`; MIGRATED keeps the verification evidence.\n\
+         Every write takes an `idempotencyKey`: resend the same key to retry safely.\n\nERRORS  `errors[].extensions.code`:\n",
+    );
+    for (code, meaning) in CODES {
+        text.push_str(&format!("   {code:<26} {meaning}\n"));
+    }
+    text.push_str(&format!(
+        "   Refusals about a unit also carry `extensions.unitId`, `state` and `legalActions`.\n\n\
+         MCP  POST {base}/mcp (Model Context Protocol, streamable HTTP, the same bearer token). Tools:\n"
+    ));
+    for (name, description) in crate::mcp::tool_names() {
+        text.push_str(&format!("   {name:<16} {}\n", one_line(description)));
+    }
+    text.push_str(&format!(
+        "\nSUBSCRIPTIONS  {base}/graphql/ws, protocol graphql-transport-ws, token in connection_init:\n\
+         \x20  {{\"Authorization\": \"Bearer <token>\"}}; blockingQuestionOpened, unitStalled, ledgerEvents(after:).\n\
+         SCHEMA  {base}/assets/graphiql/schema.graphql\n"
+    ));
+    text
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Field descriptions of the root types, read from the schema.
+#[derive(Default)]
+pub struct Descriptions(Vec<(String, String, String)>);
+
+impl Descriptions {
+    /// Reads them through introspection (no token needed: nothing resolves).
+    pub async fn of_schema(schema: &LedgerSchema) -> Self {
+        let query = "{ q: __type(name: \"Query\") { fields { name description } } \
+                       m: __type(name: \"Mutation\") { fields { name description } } }";
+        let response = schema.execute(query).await;
+        let data = response.data.into_json().unwrap_or(Value::Null);
+        let mut all = Vec::new();
+        for (root, key) in [("Query", "q"), ("Mutation", "m")] {
+            for field in data[key]["fields"].as_array().into_iter().flatten() {
+                if let (Some(name), Some(description)) = (field["name"].as_str(), field["description"].as_str()) {
+                    all.push((root.to_owned(), name.to_owned(), description.to_owned()));
+                }
+            }
+        }
+        Self(all)
+    }
+
+    fn of(&self, root: &str, field: &str) -> Option<&str> {
+        self.0.iter().find(|(r, f, _)| r == root && f == field).map(|(_, _, d)| d.as_str())
+    }
+}

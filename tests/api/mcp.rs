@@ -1,0 +1,142 @@
+//! `/mcp` through a third-party client: the official MCP TypeScript SDK
+//! (tests/node/mcp.mjs) drives a lifecycle as an agent, meets a refusal, and
+//! tries a reader token; the ledger's event log must show exactly what the
+//! tools did. Skipped without Node.js unless CI is set.
+
+use serde_json::{Value, json};
+use tokio::process::Command;
+use work_ledger::auth::Role;
+
+use crate::helpers::spawn_app;
+use crate::node_client::client_dir;
+use crate::ws_client::GUARD;
+
+#[tokio::test]
+async fn the_official_mcp_client_drives_a_lifecycle_and_meets_refusals() {
+    let Some(dir) = client_dir().await else { return };
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    app.register(&op, &["mcp-unit"]).await;
+    let agent = app.token("f", "mcp-agent", Role::Agent).await;
+    let reader = app.token("f", "mcp-reader", Role::Reader).await;
+
+    let run = Command::new("node")
+        .arg(dir.join("mcp.mjs"))
+        .arg(format!("http://{}", app.addr))
+        .arg(&agent)
+        .arg(&reader)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(GUARD * 2, run).await.expect("guard").expect("run node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "client failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let steps: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    let step = |name: &str| steps.iter().find(|s| s["step"] == name).unwrap_or_else(|| panic!("no {name}: {stdout}"));
+
+    assert_eq!(step("anonymous")["connected"], false, "no token, no session");
+    assert!(step("anonymous")["error"].as_str().unwrap_or_default().contains("UNAUTHENTICATED"), "{stdout}");
+    assert_eq!(
+        step("agent tools")["tools"],
+        json!([
+            "block",
+            "claim_next",
+            "claim_unit",
+            "dispose",
+            "get_unit",
+            "heartbeat",
+            "my_work",
+            "queue_depth",
+            "record_cost",
+            "release",
+            "start_work",
+            "verify"
+        ]),
+        "an agent sees the lifecycle and reader tools, not triage's"
+    );
+    let claimed = step("claim_next");
+    assert_eq!(claimed["isError"], false, "{claimed:#}");
+    let unit = claimed["body"]["unit"]["id"].as_str().expect("unit id").to_owned();
+    assert_eq!(claimed["body"]["unit"]["state"], "CLAIMED");
+    assert_eq!(claimed["body"]["unit"]["legalActions"][1], "transition(to: IN_PROGRESS)");
+    assert_eq!(step("start_work")["body"]["unit"]["state"], "IN_PROGRESS");
+
+    let refused = step("start_work again");
+    assert_eq!(refused["isError"], true);
+    assert_eq!(refused["body"]["code"], "ILLEGAL_TRANSITION");
+    assert_eq!(refused["body"]["unitId"], unit);
+    assert_eq!(refused["body"]["state"], "IN_PROGRESS");
+    assert!(refused["body"]["legalActions"].as_array().is_some_and(|a| !a.is_empty()), "{refused:#}");
+
+    assert_eq!(step("record_cost")["body"]["unit"]["costCents"], 420);
+    assert_eq!(step("verify")["body"]["unit"]["state"], "VERIFIED");
+    let mine = step("my_work");
+    assert_eq!(mine["body"]["heldUnit"], json!(null));
+    assert_eq!(mine["body"]["awaitingDisposition"][0]["id"], unit);
+    let disposed = step("dispose");
+    assert_eq!(disposed["body"]["unit"]["state"], "DONE");
+    assert_eq!(disposed["body"]["unit"]["disposition"], "MIGRATED");
+
+    assert_eq!(step("reader tools")["tools"], json!(["get_unit", "queue_depth"]));
+    let forbidden = step("reader claim_next");
+    assert_eq!(forbidden["isError"], true);
+    assert_eq!(forbidden["body"]["code"], "FORBIDDEN");
+    assert_eq!(step("reader get_unit")["body"]["unit"]["state"], "DONE");
+
+    // The event log holds exactly what the tools did, by the agent's name.
+    let events = app
+        .sql_json(&format!(
+            "SELECT event_type::text AS t, agent_id AS a FROM work_unit_events WHERE unit_id = '{unit}' ORDER BY seq"
+        ))
+        .await;
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["t"].as_str()).collect();
+    assert_eq!(kinds, ["registered", "claimed", "transitioned", "cost_recorded", "transitioned", "disposed"]);
+    assert!(events[1..].iter().all(|e| e["a"] == "mcp-agent"), "{events:?}");
+}
+
+#[tokio::test]
+async fn mcp_without_a_valid_token_is_401_with_a_bearer_challenge() {
+    let app = spawn_app().await;
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": { "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "curl", "version": "1" } }
+    });
+    for auth in [None, Some("Bearer wl_not-a-token")] {
+        let mut request =
+            app.http.post(app.url("/mcp")).header("accept", "application/json, text/event-stream").json(&initialize);
+        if let Some(auth) = auth {
+            request = request.header("authorization", auth);
+        }
+        let resp = request.send().await.expect("POST /mcp");
+        assert_eq!(resp.status(), 401, "{auth:?}");
+        assert_eq!(resp.headers()["www-authenticate"], "Bearer");
+        let body: Value = resp.json().await.expect("json body");
+        assert_eq!(body["error"]["extensions"]["code"], "UNAUTHENTICATED");
+    }
+}
+
+#[tokio::test]
+async fn a_tool_call_by_hand_needs_no_session() {
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    app.register(&op, &["by-hand"]).await;
+    let agent = app.token("f", "curl-agent", Role::Agent).await;
+    let call = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": { "name": "claim_next", "arguments": {} }
+    });
+    let resp = app
+        .http
+        .post(app.url("/mcp"))
+        .header("authorization", format!("Bearer {agent}"))
+        .header("accept", "application/json, text/event-stream")
+        .json(&call)
+        .send()
+        .await
+        .expect("POST /mcp");
+    let status = resp.status();
+    let text = resp.text().await.expect("body");
+    assert_eq!(status, 200, "{text}");
+    let body: Value = serde_json::from_str(&text).expect("a JSON response");
+    assert_eq!(body["result"]["structuredContent"]["unit"]["externalRef"], "by-hand", "{body:#}");
+    assert_eq!(app.sql_i64("SELECT count(*) FROM work_unit_events WHERE event_type = 'claimed'").await, 1);
+}
