@@ -7,12 +7,13 @@ use sea_orm::DatabaseConnection;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::auth::{self, Role};
-use crate::config::{Cli, Command, DatabaseArgs, ReaderCommand, ServeArgs, TokenCommand};
+use crate::config::{Cli, Command, DatabaseArgs, ImportArgs, ReaderCommand, ServeArgs, TokenCommand};
 use crate::db;
 use crate::embedded_pg::EmbeddedPostgres;
 use crate::graphql;
 use crate::http::Application;
 use crate::ledger::Ledger;
+use crate::operator::{audit, import};
 
 pub type AnyError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -60,7 +61,50 @@ async fn dispatch(command: Command, url: &str) -> Result<(), AnyError> {
             }
             Ok(())
         }
+        Command::Import(args) => import(args, url).await,
+        Command::Audit { fleet } => audit(fleet.as_deref(), url).await,
         Command::PrintSchema => Ok(()),
+    }
+}
+
+async fn import(args: ImportArgs, url: &str) -> Result<(), AnyError> {
+    let text = if args.file == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
+        text
+    } else {
+        std::fs::read_to_string(&args.file).map_err(|e| format!("cannot read {}: {e}", args.file))?
+    };
+    let format = args.format.unwrap_or_else(|| import::Format::detect(&args.file, &text));
+    let db = db::connect(url, 2).await?;
+    let started = std::time::Instant::now();
+    let summary = import::run(&Ledger::new(db.clone()), &args.fleet, &text, format, args.dry_run).await;
+    db.close().await?;
+    let summary = summary.map_err(|e| e.to_string())?;
+    println!("{summary}");
+    eprintln!("took {:.1} s", started.elapsed().as_secs_f64());
+    if summary.refused.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{} line(s) refused; the others were imported", summary.refused.len()).into())
+    }
+}
+
+async fn audit(fleet: Option<&str>, url: &str) -> Result<(), AnyError> {
+    let db = db::connect(url, 1).await?;
+    let findings = audit::run(&db, fleet).await;
+    db.close().await?;
+    let findings = findings?;
+    for f in &findings {
+        let unit = f.unit_id.map(|u| u.to_string()).unwrap_or_else(|| "-".to_owned());
+        println!("{}\t{unit}\t{}\texpected {}\tfound {}", f.fleet, f.rule, f.expected, f.found);
+    }
+    let rules = audit::rules().count();
+    if findings.is_empty() {
+        eprintln!("audit clean: {rules} rules checked");
+        Ok(())
+    } else {
+        Err(format!("audit found {} breach(es) of {rules} rules", findings.len()).into())
     }
 }
 

@@ -44,6 +44,33 @@ pub enum Command {
     /// Read-only database roles for Grafana.
     #[command(subcommand)]
     Reader(ReaderCommand),
+    /// Register a backlog of units from a CSV or JSON Lines file (`-` for stdin); idempotent.
+    #[command(after_help = "CSV: a header row naming externalRef and optionally domain and workflowId.\n\
+        JSON Lines: one object per line with the same keys.\n\
+        Exit status: 0 when every line was imported or already present; 1 when a line was refused \
+        (the others are imported all the same) or the database failed.")]
+    Import(ImportArgs),
+    /// Check every cross-table invariant of the ledger, read-only; exits non-zero on findings.
+    Audit {
+        /// Only this fleet (default: every fleet).
+        #[arg(long)]
+        fleet: Option<String>,
+    },
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct ImportArgs {
+    /// The backlog file, or `-` for standard input.
+    pub file: String,
+    /// The fleet the units belong to.
+    #[arg(long, env = "WORK_LEDGER_FLEET", default_value = "default")]
+    pub fleet: String,
+    /// The file's format (default: from the file name, else from its first character).
+    #[arg(long, value_enum)]
+    pub format: Option<crate::operator::import::Format>,
+    /// Check every line and report what would be inserted, without writing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Subcommand)]

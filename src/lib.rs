@@ -12,3 +12,4 @@ pub mod http;
 pub mod ledger;
 pub mod live;
 pub mod mcp;
+pub mod operator;

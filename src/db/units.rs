@@ -138,3 +138,14 @@ pub async fn awaiting_disposition(
     );
     work_unit::Entity::find().from_raw_sql(stmt(&sql, [fleet.into(), agent.into()])).all(tx).await
 }
+
+/// Which of `refs` are registered already (in the transaction's fleet).
+pub async fn existing_refs(tx: &DatabaseTransaction, refs: &[String]) -> Result<Vec<String>, DbErr> {
+    let rows = tx
+        .query_all_raw(stmt(
+            "SELECT external_ref FROM work_units WHERE external_ref = ANY($1::text[])",
+            [refs.to_vec().into()],
+        ))
+        .await?;
+    rows.iter().map(|r| r.try_get("", "external_ref")).collect()
+}

@@ -91,6 +91,11 @@ impl Ledger {
         .await
     }
 
+    /// Which of `refs` are registered in the caller's fleet already.
+    pub async fn existing_refs(&self, who: &Principal, refs: Vec<String>) -> Result<Vec<String>, LedgerError> {
+        self.read(who, move |tx| Box::pin(async move { Ok(units::existing_refs(tx, &refs).await?) })).await
+    }
+
     /// Runs a read in the caller's fleet; needs `ledger:read`.
     pub async fn read<T, F>(&self, who: &Principal, read: F) -> Result<T, LedgerError>
     where

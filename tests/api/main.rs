@@ -18,6 +18,7 @@ mod live;
 mod live_ws;
 mod mcp;
 mod node_client;
+mod operator;
 mod reads;
 mod register;
 mod schema;

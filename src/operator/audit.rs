@@ -1,0 +1,157 @@
+//! `work-ledger audit`: the reconciliation job. Read-only, it checks every
+//! invariant that spans rows or tables, fleet by fleet, and reports each
+//! breach as a finding (fleet, unit, rule, expected, found). The database
+//! refuses these breaches as they are written (triggers, constraints, RLS);
+//! the audit proves months later that nothing got past them (a restore, a
+//! superuser's hand, a disabled trigger).
+
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, TransactionTrait};
+use uuid::Uuid;
+
+use crate::db::stmt;
+
+/// One breach of one rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub fleet: String,
+    pub unit_id: Option<Uuid>,
+    pub rule: String,
+    pub expected: String,
+    pub found: String,
+}
+
+/// The rules, each a query yielding `fleet, unit_id, expected, found` for
+/// every breach; `$1` is the fleet to audit, NULL for all.
+const RULES: &[(&str, &str)] = &[
+    (
+        "cost_rollup",
+        // A unit's cost is the sum of its attempts' costs.
+        "SELECT u.fleet, u.id AS unit_id, coalesce(sum(a.cost_cents), 0)::text AS expected, u.cost_cents::text AS found
+           FROM work_units u LEFT JOIN work_unit_attempts a ON a.unit_id = u.id
+          WHERE $1::text IS NULL OR u.fleet = $1
+          GROUP BY u.id HAVING u.cost_cents <> coalesce(sum(a.cost_cents), 0)",
+    ),
+    (
+        "one_live_claim_per_agent",
+        "SELECT fleet, unit_id, expected, n::text || ' live units' AS found FROM (
+             SELECT u.fleet, u.id AS unit_id, 'one live unit for ' || u.claimed_by AS expected,
+                    count(*) OVER (PARTITION BY u.fleet, u.claimed_by) AS n
+               FROM work_units u
+              WHERE ($1::text IS NULL OR u.fleet = $1) AND u.state IN ('claimed', 'in_progress', 'blocked')
+                AND u.claimed_by IS NOT NULL
+         ) r WHERE n > 1",
+    ),
+    (
+        "one_open_attempt_per_unit",
+        "SELECT a.fleet, a.unit_id, 'at most one attempt without outcome' AS expected,
+                count(*)::text || ' open attempts' AS found
+           FROM work_unit_attempts a
+          WHERE ($1::text IS NULL OR a.fleet = $1) AND a.outcome IS NULL
+          GROUP BY a.fleet, a.unit_id HAVING count(*) > 1",
+    ),
+    (
+        "live_claim_matches_attempt",
+        // A live claim's current attempt is open and belongs to the holder.
+        "SELECT u.fleet, u.id AS unit_id, 'open attempt of ' || coalesce(u.claimed_by, '(nobody)') AS expected,
+                coalesce(a.agent_id || ' attempt ' || a.attempt_no || ' outcome ' || coalesce(a.outcome::text, 'open'),
+                         'no current attempt') AS found
+           FROM work_units u LEFT JOIN work_unit_attempts a ON a.id = u.current_attempt_id
+          WHERE ($1::text IS NULL OR u.fleet = $1) AND u.state IN ('claimed', 'in_progress')
+            AND (a.id IS NULL OR a.outcome IS NOT NULL OR a.agent_id IS DISTINCT FROM u.claimed_by)",
+    ),
+    (
+        "attempts_dense",
+        // Attempt numbers run 1..attempt_count without a gap.
+        "SELECT u.fleet, u.id AS unit_id, '1..' || u.attempt_count AS expected,
+                coalesce(string_agg(a.attempt_no::text, ',' ORDER BY a.attempt_no), 'none') AS found
+           FROM work_units u LEFT JOIN work_unit_attempts a ON a.unit_id = u.id
+          WHERE $1::text IS NULL OR u.fleet = $1
+          GROUP BY u.id
+         HAVING count(a.id) <> u.attempt_count OR coalesce(min(a.attempt_no), 1) <> 1
+             OR coalesce(max(a.attempt_no), 0) <> u.attempt_count",
+    ),
+    (
+        "terminal_is_disposed",
+        // DONE/ABANDONED units have their disposition, its time, evidence and a `disposed` event.
+        "SELECT u.fleet, u.id AS unit_id, 'disposition, disposed_at, evidence and a disposed event' AS expected,
+                concat_ws(', ',
+                    CASE WHEN u.disposition IS NULL THEN 'no disposition' END,
+                    CASE WHEN u.disposed_at IS NULL THEN 'no disposed_at' END,
+                    CASE WHEN cardinality(u.evidence_urls) = 0 THEN 'no evidence' END,
+                    CASE WHEN NOT EXISTS (SELECT 1 FROM work_unit_events e
+                                           WHERE e.unit_id = u.id AND e.event_type = 'disposed')
+                         THEN 'no disposed event' END) AS found
+           FROM work_units u
+          WHERE ($1::text IS NULL OR u.fleet = $1) AND u.state IN ('done', 'abandoned')
+            AND (u.disposition IS NULL OR u.disposed_at IS NULL OR cardinality(u.evidence_urls) = 0
+                 OR NOT EXISTS (SELECT 1 FROM work_unit_events e WHERE e.unit_id = u.id AND e.event_type = 'disposed'))",
+    ),
+    (
+        "state_matches_event_log",
+        // Replaying the log gives the unit's state: the newest event that
+        // changes state names it. Heartbeats, costs and stall reports do not
+        // change state (and a stall report is written without the unit's lock).
+        "SELECT u.fleet, u.id AS unit_id, coalesce(last.to_state::text, 'a registered event') AS expected,
+                u.state::text AS found
+           FROM work_units u
+           LEFT JOIN LATERAL (
+                SELECT e.to_state FROM work_unit_events e
+                 WHERE e.unit_id = u.id AND e.event_type IN ('registered', 'claimed', 'transitioned', 'blocked',
+                       'unblocked', 'disposed', 'released', 'stale_reclaimed')
+                 ORDER BY e.seq DESC LIMIT 1
+           ) last ON true
+          WHERE ($1::text IS NULL OR u.fleet = $1) AND last.to_state IS DISTINCT FROM u.state",
+    ),
+    (
+        "no_orphans",
+        // Foreign keys forbid these; a restore or disabled triggers may not.
+        "SELECT a.fleet, a.unit_id, 'a unit' AS expected, 'attempt ' || a.id || ' without its unit' AS found
+           FROM work_unit_attempts a
+          WHERE ($1::text IS NULL OR a.fleet = $1) AND NOT EXISTS (SELECT 1 FROM work_units u WHERE u.id = a.unit_id)
+         UNION ALL
+         SELECT e.fleet, e.unit_id, 'a unit', 'event ' || e.id || ' without its unit'
+           FROM work_unit_events e
+          WHERE ($1::text IS NULL OR e.fleet = $1) AND NOT EXISTS (SELECT 1 FROM work_units u WHERE u.id = e.unit_id)
+         UNION ALL
+         SELECT e.fleet, e.unit_id, 'an attempt', 'event ' || e.id || ' names a missing attempt'
+           FROM work_unit_events e
+          WHERE ($1::text IS NULL OR e.fleet = $1) AND e.attempt_id IS NOT NULL
+            AND NOT EXISTS (SELECT 1 FROM work_unit_attempts a WHERE a.id = e.attempt_id)
+         UNION ALL
+         SELECT q.fleet, q.unit_id, 'a unit', 'question ' || q.id || ' without its unit'
+           FROM blocking_questions q
+          WHERE ($1::text IS NULL OR q.fleet = $1) AND NOT EXISTS (SELECT 1 FROM work_units u WHERE u.id = q.unit_id)
+         UNION ALL
+         SELECT u.fleet, u.id, 'an attempt', 'current attempt ' || u.current_attempt_id || ' is missing'
+           FROM work_units u
+          WHERE ($1::text IS NULL OR u.fleet = $1) AND u.current_attempt_id IS NOT NULL
+            AND NOT EXISTS (SELECT 1 FROM work_unit_attempts a WHERE a.id = u.current_attempt_id)",
+    ),
+];
+
+/// Runs every rule in one read-only snapshot, for `fleet` or all fleets.
+pub async fn run(db: &DatabaseConnection, fleet: Option<&str>) -> Result<Vec<Finding>, DbErr> {
+    let tx = db.begin().await?;
+    // One snapshot for every rule, and a guarantee that the audit writes nothing.
+    tx.execute_unprepared("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY").await?;
+    let mut findings = Vec::new();
+    for (rule, sql) in RULES {
+        let rows = tx.query_all_raw(stmt(sql, [fleet.map(str::to_owned).into()])).await?;
+        for row in rows {
+            findings.push(Finding {
+                fleet: row.try_get("", "fleet")?,
+                unit_id: row.try_get("", "unit_id")?,
+                rule: (*rule).to_owned(),
+                expected: row.try_get("", "expected")?,
+                found: row.try_get("", "found")?,
+            });
+        }
+    }
+    tx.commit().await?;
+    Ok(findings)
+}
+
+/// The names of the rules, in the order they run.
+pub fn rules() -> impl Iterator<Item = &'static str> {
+    RULES.iter().map(|(rule, _)| *rule)
+}

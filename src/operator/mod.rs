@@ -1,0 +1,6 @@
+//! Operator commands that work on the database directly, like the token
+//! commands: [`import`] a backlog, [`audit`] the ledger's cross-table
+//! invariants.
+
+pub mod audit;
+pub mod import;
