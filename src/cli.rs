@@ -13,7 +13,7 @@ use crate::embedded_pg::EmbeddedPostgres;
 use crate::graphql;
 use crate::http::Application;
 use crate::ledger::Ledger;
-use crate::operator::{audit, import};
+use crate::operator::{audit, backup, import};
 
 pub type AnyError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -42,7 +42,10 @@ async fn database(args: &DatabaseArgs) -> Result<(String, Option<EmbeddedPostgre
 }
 
 async fn dispatch(command: Command, url: &str) -> Result<(), AnyError> {
-    db::migrate(url).await?;
+    // A restore needs the database as empty as it was created; it migrates after.
+    if !matches!(command, Command::Restore { .. }) {
+        db::migrate(url).await?;
+    }
     match command {
         Command::Migrate => {
             eprintln!("migrations applied");
@@ -63,6 +66,16 @@ async fn dispatch(command: Command, url: &str) -> Result<(), AnyError> {
         }
         Command::Import(args) => import(args, url).await,
         Command::Audit { fleet } => audit(fleet.as_deref(), url).await,
+        Command::Backup { out } => {
+            backup::backup(url, &out).await?;
+            eprintln!("wrote {}", out.display());
+            Ok(())
+        }
+        Command::Restore { file } => {
+            backup::restore(url, &file).await?;
+            eprintln!("restored {} and applied pending migrations", file.display());
+            Ok(())
+        }
         Command::PrintSchema => Ok(()),
     }
 }

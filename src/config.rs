@@ -50,6 +50,17 @@ pub enum Command {
         Exit status: 0 when every line was imported or already present; 1 when a line was refused \
         (the others are imported all the same) or the database failed.")]
     Import(ImportArgs),
+    /// Write the ledger database to a file (pg_dump's custom format).
+    Backup {
+        /// The backup file to write.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Restore a backup into an empty database (DATABASE_URL), then migrate it.
+    Restore {
+        /// The backup file `backup` wrote.
+        file: PathBuf,
+    },
     /// Check every cross-table invariant of the ledger, read-only; exits non-zero on findings.
     Audit {
         /// Only this fleet (default: every fleet).

@@ -68,6 +68,16 @@ fn find_bin_dir() -> Option<PathBuf> {
 
 pub const BIN_DIR_ENV: &str = "WORK_LEDGER_PG_BIN_DIR";
 
+/// A PostgreSQL client program (`pg_dump`, `pg_restore`): the one beside the
+/// server binaries the embedded PostgreSQL would use, else the first on PATH.
+pub fn client_tool(name: &str) -> Option<PathBuf> {
+    let beside_server = find_bin_dir().map(|dir| dir.join(name)).filter(|p| p.is_file());
+    beside_server.or_else(|| {
+        let path = std::env::var_os("PATH")?;
+        std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| p.is_file())
+    })
+}
+
 /// uid and gid of the `postgres` user, when we are root and must drop to it.
 fn run_as() -> Result<Option<(u32, u32)>, EmbeddedError> {
     let id = |flag: &str| -> Option<u32> {

@@ -138,6 +138,11 @@ pub async fn spawn_app_with(config: ServerConfig) -> TestApp {
     start_server(cluster.url(&name), config).await
 }
 
+/// The real server in front of a database of the caller's (already migrated).
+pub async fn spawn_app_on(db_url: &str) -> TestApp {
+    start_server(db_url.to_owned(), test_config()).await
+}
+
 impl TestApp {
     /// Another server process on the same database (its own pools, listener
     /// and sweeper), as a replica behind a load balancer would be.

@@ -10,12 +10,18 @@ use std::process::Output;
 use serde_json::json;
 use work_ledger::auth::Role;
 
-use crate::helpers::{Agent, TestApp, spawn_app};
+use work_ledger::embedded_pg::EmbeddedPostgres;
+
+use crate::helpers::{Agent, TestApp, spawn_app, spawn_app_on};
 
 fn work_ledger(app: &TestApp, args: &[&str], stdin: Option<&str>) -> Output {
+    work_ledger_on(&app.db_url, args, stdin)
+}
+
+fn work_ledger_on(db_url: &str, args: &[&str], stdin: Option<&str>) -> Output {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_work-ledger"))
         .args(args)
-        .env("DATABASE_URL", &app.db_url)
+        .env("DATABASE_URL", db_url)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -191,4 +197,57 @@ async fn audit_is_clean_on_a_worked_ledger_and_catches_each_rule_broken_by_hand(
     // Another fleet's audit sees none of it.
     let elsewhere = work_ledger(&app, &["audit", "--fleet", "g"], None);
     assert!(elsewhere.status.success(), "{}", text(&elsewhere.stdout));
+}
+
+/// Per table, a digest of every row (as text, in a fixed order).
+async fn checksums(app: &TestApp) -> Vec<serde_json::Value> {
+    let tables = ["work_units", "work_unit_attempts", "work_unit_events", "blocking_questions", "api_tokens"];
+    let mut sums = Vec::new();
+    for table in tables {
+        let sql = format!(
+            "SELECT '{table}' AS t, count(*) AS n, md5(coalesce(string_agg(r::text, '|' ORDER BY r::text), '')) AS sum FROM {table} r"
+        );
+        sums.extend(app.sql_json(&sql).await);
+    }
+    sums
+}
+
+#[tokio::test]
+async fn the_restore_drill_brings_back_an_identical_ledger_that_keeps_working() {
+    let app = spawn_app().await;
+    worked_ledger(&app).await;
+    let agent = app.token("f", "agent-d", Role::Agent).await;
+    let dir = tempfile::Builder::new().prefix("wl-drill-").tempdir().expect("tempdir");
+    let file = dir.path().join("ledger.dump");
+    let file = file.to_str().expect("path");
+
+    let backup = work_ledger(&app, &["backup", "--out", file], None);
+    assert!(backup.status.success(), "{}", text(&backup.stderr));
+
+    // A second cluster, as after losing the first machine.
+    let cluster = EmbeddedPostgres::start(&dir.path().join("cluster")).await.expect("second cluster");
+    let restored_url = cluster.url().to_owned();
+    let restore = work_ledger_on(&restored_url, &["restore", file], None);
+    assert!(restore.status.success(), "{}", text(&restore.stderr));
+    let again = work_ledger_on(&restored_url, &["restore", file], None);
+    assert!(!again.status.success(), "a restore never goes into a database that holds data");
+    assert!(text(&again.stderr).contains("not empty"), "{}", text(&again.stderr));
+
+    let restored = spawn_app_on(&restored_url).await;
+    assert_eq!(checksums(&restored).await, checksums(&app).await, "every row came back as it was");
+    for url in [&app.db_url, &restored_url] {
+        let audit = work_ledger_on(url, &["audit"], None);
+        assert!(audit.status.success(), "{}{}", text(&audit.stdout), text(&audit.stderr));
+    }
+
+    // The restored ledger keeps working, with the tokens it had.
+    let agent = Agent { app: &restored, token: agent };
+    let unit = agent.claim_next(json!({})).await.str("id");
+    agent.transition(&unit, "IN_PROGRESS", json!({})).await.data();
+    agent.transition(&unit, "VERIFIED", json!({ "evidence": "https://ci.example/after-restore" })).await.data();
+    assert_eq!(agent.dispose(&unit, "MIGRATED", json!({})).await.str("state"), "DONE");
+    let audit = work_ledger_on(&restored_url, &["audit"], None);
+    assert!(audit.status.success(), "{}{}", text(&audit.stdout), text(&audit.stderr));
+    drop(restored);
+    cluster.stop().await;
 }
