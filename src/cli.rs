@@ -129,8 +129,13 @@ async fn serve(args: ServeArgs, url: &str) -> Result<(), AnyError> {
         println!("{secret}");
     }
     // The listener and the sweeper run beside the HTTP server and stop with it.
-    let app = Application::build_with(Ledger::new(pool.clone()), &args.listen, args.live.config()).await?;
+    let mut config = args.live.config();
+    config.metrics_listen = Some(args.metrics_listen.clone()).filter(|addr| !addr.trim().is_empty());
+    let app = Application::build_with(Ledger::new(pool.clone()), &args.listen, config).await?;
     tracing::info!(addr = %app.local_addr()?, "serving GraphQL on /graphql and /graphql/ws, GraphiQL on /");
+    if let Some(addr) = app.metrics_addr() {
+        tracing::info!(metrics_addr = %addr, "Prometheus metrics on /metrics");
+    }
     app.run_until(shutdown_signal()).await?;
     pool.close().await?;
     tracing::info!("stopped");

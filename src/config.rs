@@ -110,6 +110,9 @@ pub struct ServeArgs {
     /// Fleet of the operator token minted on first start.
     #[arg(long, env = "WORK_LEDGER_FLEET", default_value = "default")]
     pub fleet: String,
+    /// Where Prometheus metrics are served (`GET /metrics`); empty: off.
+    #[arg(long, env = "WORK_LEDGER_METRICS_LISTEN", default_value = "127.0.0.1:9464")]
+    pub metrics_listen: String,
     #[command(flatten)]
     pub live: LiveArgs,
 }
@@ -155,6 +158,8 @@ impl LiveArgs {
                 ping_interval: self.ws_ping_interval,
                 max_subscriptions: self.ws_max_subscriptions,
             },
+            // `serve` sets it from its own flag.
+            metrics_listen: None,
         }
     }
 }

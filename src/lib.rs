@@ -12,4 +12,5 @@ pub mod http;
 pub mod ledger;
 pub mod live;
 pub mod mcp;
+pub mod metrics;
 pub mod operator;

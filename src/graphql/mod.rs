@@ -4,6 +4,7 @@ pub mod error;
 pub mod events;
 mod guidance;
 pub mod loaders;
+mod operation_metrics;
 mod pagination;
 mod query;
 mod reads;
@@ -38,6 +39,7 @@ pub fn build_schema(ledger: Ledger) -> LedgerSchema {
         .data(ledger)
         .extension(loaders::LoadersPerOperation)
         .extension(guidance::Guidance)
+        .extension(operation_metrics::OperationMetrics)
         .limit_depth(MAX_DEPTH)
         .limit_complexity(MAX_COMPLEXITY)
         .finish()

@@ -40,6 +40,8 @@ pub const MAX_BATCH: usize = 10;
 pub struct ServerConfig {
     pub live: LiveConfig,
     pub ws: WsConfig,
+    /// Where `GET /metrics` (Prometheus) listens; `None`: nowhere.
+    pub metrics_listen: Option<String>,
 }
 
 #[derive(Clone)]
@@ -60,6 +62,8 @@ pub struct Application {
     router: Router,
     live: Live,
     connections: TaskTracker,
+    /// The metrics listener and its router, when configured.
+    metrics: Option<(TcpListener, Router)>,
 }
 
 /// How long stopping waits for WebSocket connections to close.
@@ -73,6 +77,10 @@ impl Application {
 
     pub async fn build_with(ledger: Ledger, listen: &str, config: ServerConfig) -> std::io::Result<Self> {
         let listener = TcpListener::bind(listen).await?;
+        let metrics_listener = match &config.metrics_listen {
+            Some(addr) => Some(TcpListener::bind(addr).await?),
+            None => None,
+        };
         let live = Live::new(ledger.db(), config.live);
         let connections = TaskTracker::new();
         let schema = build_schema(ledger.clone());
@@ -94,13 +102,19 @@ impl Application {
             .route("/graphql/ws", get(graphql_ws))
             .route("/healthz", get(|| async { "ok" }))
             .route("/readyz", get(readyz))
-            .with_state(state)
+            .with_state(state.clone())
             .merge(mcp);
-        Ok(Self { listener, router, live, connections })
+        let metrics = metrics_listener.map(|l| (l, Router::new().route("/metrics", get(metrics)).with_state(state)));
+        Ok(Self { listener, router, live, connections, metrics })
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
+    }
+
+    /// Where `GET /metrics` listens, when it does.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|(listener, _)| listener.local_addr().ok())
     }
 
     /// The live subsystem (tests wait for the listener or a sweep through it).
@@ -126,6 +140,10 @@ impl Application {
             sweeper.run_sweeper().await;
             ("sweeper", Ok(()))
         });
+        if let Some((listener, router)) = self.metrics {
+            let server = axum::serve(listener, router).with_graceful_shutdown(live.stopping_owned());
+            tasks.spawn(async move { ("metrics listener", server.await) });
+        }
 
         let mut result = Ok(());
         tokio::select! {
@@ -165,6 +183,21 @@ async fn root(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let base = format!("http://{}", host.unwrap_or_else(|| state.local_addr.to_string()));
     let text = quickstart::render(&base, &state.descriptions);
     ([(header::CONTENT_TYPE, "text/plain; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")], text).into_response()
+}
+
+/// `GET /metrics` on the metrics listener: Prometheus text, the states
+/// sampled now.
+async fn metrics(State(state): State<AppState>) -> Response {
+    let pool = state.ledger.db().get_postgres_connection_pool();
+    let sample = crate::metrics::Sample {
+        pool_size: pool.size(),
+        pool_idle: pool.num_idle(),
+        listener_connects: *state.live.listener_connects().borrow(),
+        listener_up: state.live.is_listening(),
+        websockets: state.connections.len(),
+    };
+    let text = state.ledger.metrics().render(sample);
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response()
 }
 
 /// Ready when the database answers and this process LISTENs for events

@@ -30,6 +30,7 @@ impl Ledger {
                 Box::pin(async move {
                     let actor = ctx.actor();
                     if let Some(unit) = claims::claim_next(tx, &actor, lease, domain.as_deref()).await? {
+                        ctx.mark_claimed();
                         return Ok(Some(unit));
                     }
                     // Nothing claimed: either nothing is claimable, or the
@@ -65,6 +66,7 @@ impl Ledger {
                 Box::pin(async move {
                     let actor = ctx.actor();
                     if let Some(unit) = claims::claim_unit(tx, &actor, lease, unit_id).await? {
+                        ctx.mark_claimed();
                         return Ok(unit);
                     }
                     let unit = load(tx, unit_id).await?;

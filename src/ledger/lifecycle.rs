@@ -7,7 +7,7 @@
 use serde_json::json;
 use uuid::Uuid;
 
-use super::write::or_explain;
+use super::write::{Outcome, or_explain};
 use super::{Ledger, LedgerError, UnitModel, load, refusals, state_machine, validate};
 use crate::auth::{Permission, Principal};
 use crate::db::entities::{AttemptOutcome, Disposition, WorkState};
@@ -252,6 +252,9 @@ impl Ledger {
                 })
             })
             .await?;
+        if matches!(outcome, Outcome::Done(_)) {
+            self.metrics.disposition(disposition.as_sql());
+        }
         Ok(outcome.unit())
     }
 }

@@ -25,12 +25,15 @@ mod write;
 
 pub use error::{LedgerError, UnitFacts};
 pub use lifecycle::{CostTarget, Dispose, Release};
+use std::sync::Arc;
+
 use sea_orm::{DatabaseConnection, DatabaseTransaction};
 use uuid::Uuid;
 
 use crate::auth::{Permission, Principal};
 use crate::db::entities::{attempt, work_unit};
 use crate::db::{self, units};
+use crate::metrics::Metrics;
 
 pub type UnitModel = work_unit::Model;
 
@@ -46,15 +49,21 @@ pub const DEFAULT_DOMAIN: &str = "default";
 #[derive(Clone)]
 pub struct Ledger {
     db: DatabaseConnection,
+    metrics: Arc<Metrics>,
 }
 
 impl Ledger {
     pub fn new(db: DatabaseConnection) -> Self {
-        Self { db }
+        Self { db, metrics: Metrics::new() }
     }
 
     pub fn db(&self) -> &DatabaseConnection {
         &self.db
+    }
+
+    /// What this ledger counted (claims, dispositions, operations).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     pub async fn register_units(

@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use sea_orm::DatabaseTransaction;
 use serde_json::Value;
@@ -20,9 +21,16 @@ pub struct WriteCtx {
     pub who: Principal,
     /// The idempotency key and the request's fingerprint, when the caller sent a key.
     key: Option<(String, String)>,
+    /// Set by an operation whose run claimed a unit (counted once committed).
+    claimed: AtomicBool,
 }
 
 impl WriteCtx {
+    /// This run claimed a unit (not a renewal of a held one).
+    pub fn mark_claimed(&self) {
+        self.claimed.store(true, Ordering::Relaxed);
+    }
+
     /// The caller as the SQL of a write sees it.
     pub fn actor(&self) -> Actor<'_> {
         let key = self.key.as_ref().map(|(id, hash)| IdempotencyKey { id, hash });
@@ -76,11 +84,13 @@ impl Ledger {
         validate::idempotency_key(key.as_deref())?;
         // Only a keyed request needs its fingerprint.
         let key = key.map(|key| (key, idempotency::fingerprint(operation, &args)));
-        let ctx = Arc::new(WriteCtx { who: who.clone(), key });
+        let ctx = Arc::new(WriteCtx { who: who.clone(), key, claimed: AtomicBool::new(false) });
         let op = Arc::new(op);
         for _ in 0..RETRIES {
-            let (ctx, op) = (ctx.clone(), op.clone());
+            ctx.claimed.store(false, Ordering::Relaxed);
+            let (run_ctx, op) = (ctx.clone(), op.clone());
             let result = db::in_fleet(&self.db, &who.fleet, move |tx| {
+                let ctx = run_ctx;
                 Box::pin(async move {
                     if let Some(unit) = idempotency::replayed(tx, &ctx.who.fleet, ctx.actor().key).await? {
                         let unit = units::by_id(tx, unit)
@@ -94,7 +104,12 @@ impl Ledger {
             .await;
             match result {
                 Err(LedgerError::Retry) => continue,
-                other => return other,
+                other => {
+                    if other.is_ok() && ctx.claimed.load(Ordering::Relaxed) {
+                        self.metrics.claims.inc();
+                    }
+                    return other;
+                }
             }
         }
         Err(LedgerError::internal(format!("{operation}: still conflicting after {RETRIES} runs")))

@@ -20,6 +20,7 @@ async fn start_serve(data_dir: &Path) -> Serve {
         .env_remove("DATABASE_URL")
         .env("WORK_LEDGER_DATA_DIR", data_dir)
         .env("WORK_LEDGER_LISTEN", "127.0.0.1:0")
+        .env("WORK_LEDGER_METRICS_LISTEN", "127.0.0.1:0")
         .env("WORK_LEDGER_LOG", "info")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

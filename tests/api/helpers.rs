@@ -110,6 +110,8 @@ pub struct TestApp {
     /// The server's live subsystem (listener, sweeper): tests wait on it
     /// instead of sleeping.
     pub live: Live,
+    /// Where `GET /metrics` listens, when the config asked for it.
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 pub async fn spawn_app() -> TestApp {
@@ -171,6 +173,7 @@ async fn start_server(db_url: String, config: ServerConfig) -> TestApp {
     });
     let app = Application::build_with(Ledger::new(pool), "127.0.0.1:0", config).await.expect("bind");
     let addr = app.local_addr().expect("addr");
+    let metrics_addr = app.metrics_addr();
     let live = app.live().clone();
     tokio::spawn(app.run_until(std::future::pending()));
     let owner = db::connect(&db_url, 5).await.expect("connect owner pool");
@@ -179,7 +182,7 @@ async fn start_server(db_url: String, config: ServerConfig) -> TestApp {
         .await
         .expect("the LISTEN connection within 30 s")
         .expect("listener status");
-    TestApp { addr, db_url, owner, http: reqwest::Client::new(), statements, live }
+    TestApp { addr, db_url, owner, http: reqwest::Client::new(), statements, live, metrics_addr }
 }
 
 /// A GraphQL response as the client sees it.

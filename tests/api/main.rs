@@ -17,6 +17,7 @@ mod limits;
 mod live;
 mod live_ws;
 mod mcp;
+mod metrics;
 mod node_client;
 mod operator;
 mod reads;
