@@ -66,6 +66,12 @@ fn find_bin_dir() -> Option<PathBuf> {
     on_path.into_iter().chain(versioned).chain(fixed).find(has_server)
 }
 
+/// The folder of the PostgreSQL binaries the embedded server uses (its
+/// `pg_dump` and `pg_restore` are there too).
+pub fn bin_dir() -> Option<PathBuf> {
+    find_bin_dir()
+}
+
 pub const BIN_DIR_ENV: &str = "WORK_LEDGER_PG_BIN_DIR";
 
 /// A PostgreSQL client program (`pg_dump`, `pg_restore`): the one beside the

@@ -157,6 +157,11 @@ impl TestApp {
     }
 }
 
+/// The server over any database (say, one restored into another cluster).
+pub async fn serve(db_url: String, live: LiveConfig) -> TestApp {
+    start_server(db_url, live).await
+}
+
 /// Starts the server as `serve` does (HTTP, listener, sweeper) and returns
 /// once its LISTEN connection is up.
 async fn start_server(db_url: String, config: ServerConfig) -> TestApp {
