@@ -124,7 +124,7 @@ impl Subscription {
                 let e = &event.event;
                 let wanted =
                     unit_id.is_none_or(|u| e.unit_id == u) && types.as_ref().is_none_or(|t| t.contains(&e.event_type));
-                Ok(wanted.then(|| WorkUnitEvent(e.clone())))
+                Ok(wanted.then(|| WorkUnitEvent::streamed(e.clone())))
             }
         }))
     }

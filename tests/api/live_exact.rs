@@ -237,7 +237,7 @@ async fn notifications_until(listener: &mut PgListener, channels: &[&str], senti
 async fn a_reader_of_another_fleet_learns_nothing_from_notifications_and_forgeries_change_nothing() {
     let app = spawn_app().await;
     let role = format!("grafana_t{}", uuid::Uuid::new_v4().simple());
-    db::readers::create(&app.owner, &role, "fleet-b", "s3cret").await.expect("create reader");
+    db::reader_logins::create(&app.owner, &role, "fleet-b", "s3cret").await.expect("create reader");
     let mut url = url::Url::parse(&app.db_url).expect("url");
     url.set_username(&role).expect("user");
     url.set_password(Some("s3cret")).expect("password");
@@ -318,7 +318,7 @@ async fn reader_logins_and_the_service_run_with_timeouts_and_the_queue_is_watche
     config.listener.health_interval = Duration::from_millis(100);
     let app = spawn_app_with(config).await;
     let role = format!("grafana_t{}", uuid::Uuid::new_v4().simple());
-    db::readers::create(&app.owner, &role, "f", "s3cret").await.expect("create reader");
+    db::reader_logins::create(&app.owner, &role, "f", "s3cret").await.expect("create reader");
     let mut url = url::Url::parse(&app.db_url).expect("url");
     url.set_username(&role).expect("user");
     url.set_password(Some("s3cret")).expect("password");
