@@ -174,6 +174,15 @@ pub async fn position_of(db: &impl ConnectionTrait, id: Uuid) -> Result<Option<P
         .transpose()
 }
 
+/// The opaque tag of `fleet` that event notifications carry (migration 0004).
+pub async fn fleet_tag(db: &impl ConnectionTrait, fleet: &str) -> Result<String, DbErr> {
+    let row = db
+        .query_one_raw(stmt("SELECT live_fleet_tag($1) AS tag", [fleet.into()]))
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound("live_fleet_tag".into()))?;
+    row.try_get("", "tag")
+}
+
 /// The oldest in-flight transaction that appended events (it holds live
 /// delivery back until it ends).
 #[derive(Debug, Clone)]
