@@ -87,12 +87,18 @@ CREATE VIEW live_event_writers AS
        AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database());
 
 -- W: every batch below it is final (see above). The caller reads the log in
--- a later statement. VOLATILE and plpgsql so that step 1 runs before step 2.
+-- a later statement of a READ COMMITTED transaction (or in autocommit). VOLATILE and plpgsql so that step 1 runs before step 2.
 CREATE FUNCTION live_delivery_watermark() RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     last_drawn bigint;
     oldest_writer bigint;
 BEGIN
+    -- Under REPEATABLE READ or SERIALIZABLE the caller's later statement
+    -- would reuse a snapshot older than this function's reads.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'live_delivery_watermark() needs READ COMMITTED, not %',
+            current_setting('transaction_isolation') USING ERRCODE = 'WL010';
+    END IF;
     last_drawn := coalesce(pg_sequence_last_value('work_unit_events_batch_seq'), 0);
     SELECT min(w.batch_floor) INTO oldest_writer FROM live_event_writers w;
     RETURN least(last_drawn, oldest_writer) + 1;
