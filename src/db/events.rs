@@ -144,14 +144,8 @@ pub async fn events_after(
            ) e ON true
           ORDER BY e.batch, e.tx_id, e.seq"
     );
-    let values = [
-        fleet.into(),
-        after.batch.into(),
-        after.tx.into(),
-        after.seq.into(),
-        watermark.into(),
-        (limit as i64).into(),
-    ];
+    let values =
+        [fleet.into(), after.batch.into(), after.tx.into(), after.seq.into(), watermark.into(), (limit as i64).into()];
     let rows = db.query_all_raw(stmt(&sql, values)).await?;
     let mut batch = Batch { events: Vec::with_capacity(rows.len()), watermark, held: false };
     for row in rows {
@@ -170,8 +164,10 @@ pub async fn events_after(
 pub async fn position_of(db: &impl ConnectionTrait, id: Uuid) -> Result<Option<Position>, DbErr> {
     let row =
         db.query_one_raw(stmt("SELECT batch, tx_id, seq FROM work_unit_events WHERE id = $1", [id.into()])).await?;
-    row.map(|r| Ok(Position { batch: r.try_get("", "batch")?, tx: r.try_get("", "tx_id")?, seq: r.try_get("", "seq")? }))
-        .transpose()
+    row.map(|r| {
+        Ok(Position { batch: r.try_get("", "batch")?, tx: r.try_get("", "tx_id")?, seq: r.try_get("", "seq")? })
+    })
+    .transpose()
 }
 
 /// The opaque tag of `fleet` that event notifications carry (migration 0004).

@@ -139,7 +139,12 @@ mod tests {
         assert_eq!(streamed.encode(), cursor.encode(List::Events));
         assert_eq!(EventCursor::decode(&streamed.encode()).ok(), Some(streamed));
         let id = cursor.id;
-        for bad in [format!("wl1:e:1:{id}:x"), format!("wl1:e:1:{id}:-1"), format!("wl1:u:1:{id}:5"), format!("wl1:e:1:{id}:5:6")] {
+        for bad in [
+            format!("wl1:e:1:{id}:x"),
+            format!("wl1:e:1:{id}:-1"),
+            format!("wl1:u:1:{id}:5"),
+            format!("wl1:e:1:{id}:5:6"),
+        ] {
             assert!(EventCursor::decode(&URL_SAFE_NO_PAD.encode(&bad)).is_err(), "{bad}");
         }
     }

@@ -154,7 +154,7 @@ impl FeedTask {
         loop {
             let fleet = self.fleet.clone();
             let tag = db::in_fleet::<_, DbErr, _>(&self.db, &self.fleet, move |tx| {
-                Box::pin(async move { Ok(events::fleet_tag(tx, &fleet).await?) })
+                Box::pin(async move { events::fleet_tag(tx, &fleet).await })
             })
             .await;
             match tag {
@@ -162,7 +162,9 @@ impl FeedTask {
                     let _ = self.tag.set(tag);
                     return true;
                 }
-                Err(err) => tracing::warn!(fleet = %self.fleet, error = %err, "cannot learn the fleet's notification tag"),
+                Err(err) => {
+                    tracing::warn!(fleet = %self.fleet, error = %err, "cannot learn the fleet's notification tag")
+                }
             }
             tokio::select! {
                 _ = self.stop.cancelled() => return false,

@@ -35,7 +35,9 @@ async fn next_event(ws: &mut Ws) -> Value {
 
 /// The next event, which must come promptly.
 async fn prompt_event(ws: &mut Ws, what: &str) -> Value {
-    tokio::time::timeout(PROMPT, next_event(ws)).await.unwrap_or_else(|_| panic!("{what}: not delivered within {PROMPT:?}"))
+    tokio::time::timeout(PROMPT, next_event(ws))
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not delivered within {PROMPT:?}"))
 }
 
 fn unit_ref(event: &Value) -> String {
@@ -71,7 +73,10 @@ async fn transactions_that_append_no_event_delay_nothing() {
 
     // One in this database that wrote, but no event.
     let same_db = app.owner.begin().await.expect("begin");
-    same_db.execute_unprepared("INSERT INTO work_units (fleet, external_ref) VALUES ('f', 'quiet')").await.expect("unit");
+    same_db
+        .execute_unprepared("INSERT INTO work_units (fleet, external_ref) VALUES ('f', 'quiet')")
+        .await
+        .expect("unit");
     app.register(&op, &["while-a-unit-is-written"]).await;
     assert_eq!(unit_ref(&prompt_event(&mut ws, "this database, no event").await), "while-a-unit-is-written");
     assert!(app.live.oldest_event_writer().await.expect("writers").is_none(), "no event writer in flight");
@@ -105,10 +110,8 @@ async fn an_open_event_writer_holds_later_events_back_until_it_ends_then_all_arr
     assert!(read.held, "later events are committed and held back");
     open.commit().await.expect("commit");
 
-    let got: Vec<String> = [next_event(&mut ws).await, next_event(&mut ws).await, next_event(&mut ws).await]
-        .iter()
-        .map(tag)
-        .collect();
+    let got: Vec<String> =
+        [next_event(&mut ws).await, next_event(&mut ws).await, next_event(&mut ws).await].iter().map(tag).collect();
     assert_eq!(got, ["open", "later-1", "later-2"], "the writer's event first, then the held ones");
     assert!(app.live.oldest_event_writer().await.expect("writers").is_none());
     app.sql(&insert_event(&unit, "last")).await;
@@ -181,10 +184,16 @@ async fn a_stream_resumes_exactly_after_the_ledger_is_restored_into_a_fresh_clus
 
     let dir = tempfile::Builder::new().prefix("wl-restore-").tempdir().expect("tempdir");
     let dump = dir.path().join("ledger.dump");
-    let out = pg_tool("pg_dump").args(["--format=custom", "--file"]).arg(&dump).arg(&source.db_url).output().expect("pg_dump");
+    let out = pg_tool("pg_dump")
+        .args(["--format=custom", "--file"])
+        .arg(&dump)
+        .arg(&source.db_url)
+        .output()
+        .expect("pg_dump");
     assert!(out.status.success(), "pg_dump: {}", String::from_utf8_lossy(&out.stderr));
 
-    let cluster = work_ledger::embedded_pg::EmbeddedPostgres::start(&dir.path().join("cluster")).await.expect("fresh cluster");
+    let cluster =
+        work_ledger::embedded_pg::EmbeddedPostgres::start(&dir.path().join("cluster")).await.expect("fresh cluster");
     let fresh = db::connect(cluster.url(), 1).await.expect("connect");
     // Roles are cluster-wide and not part of a database's dump.
     fresh
@@ -192,7 +201,11 @@ async fn a_stream_resumes_exactly_after_the_ledger_is_restored_into_a_fresh_clus
         .await
         .expect("roles");
     fresh.close().await.expect("close");
-    let out = pg_tool("pg_restore").args(["--exit-on-error", "--dbname", cluster.url()]).arg(&dump).output().expect("pg_restore");
+    let out = pg_tool("pg_restore")
+        .args(["--exit-on-error", "--dbname", cluster.url()])
+        .arg(&dump)
+        .output()
+        .expect("pg_restore");
     assert!(out.status.success(), "pg_restore: {}", String::from_utf8_lossy(&out.stderr));
 
     let restored = serve(cluster.url().to_owned(), test_config()).await;
