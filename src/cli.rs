@@ -122,7 +122,7 @@ async fn audit(fleet: Option<&str>, url: &str) -> Result<(), AnyError> {
 }
 
 async fn serve(args: ServeArgs, url: &str) -> Result<(), AnyError> {
-    let pool = db::connect(url, args.db_pool_size).await?;
+    let pool = db::connect_service(url, args.db_pool_size).await?;
     if !db::tokens::any_live(&pool).await? {
         let secret = mint(&pool, &args.fleet, "operator", Role::Operator).await?;
         eprintln!("first start: minted an operator token for fleet `{}` (shown once):", args.fleet);

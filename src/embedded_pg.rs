@@ -66,6 +66,14 @@ fn find_bin_dir() -> Option<PathBuf> {
     on_path.into_iter().chain(versioned).chain(fixed).find(has_server)
 }
 
+/// The folder of the PostgreSQL binaries the embedded server uses, links
+/// followed (`pg_dump` and `pg_restore` of the same version are there).
+pub fn bin_dir() -> Option<PathBuf> {
+    let dir = find_bin_dir()?;
+    let real = dir.join("initdb").canonicalize().ok().and_then(|p| p.parent().map(Path::to_path_buf));
+    Some(real.unwrap_or(dir))
+}
+
 pub const BIN_DIR_ENV: &str = "WORK_LEDGER_PG_BIN_DIR";
 
 /// A PostgreSQL client program (`pg_dump`, `pg_restore`): the one beside the

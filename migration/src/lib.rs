@@ -50,6 +50,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261130_000002_views", "0002_views"),
             // Live events: each event's transaction id (exact resume cursors), revocation notices.
             sql_migration!("m20261130_000003_live", "0003_live"),
+            // Exact and isolated live events: batch positions and in-flight writer markers, opaque notifications.
+            sql_migration!("m20261130_000004_live_exact", "0004_live_exact"),
         ]
     }
 }

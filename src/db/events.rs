@@ -2,11 +2,13 @@
 //! and who appends them ([`Actor`]), the log read in delivery order, the start
 //! position of a new subscription, and the sweeper's stall report.
 //!
-//! Delivery order is `(tx_id, seq)` (migration 0003 explains why): an event
-//! is delivered only once every transaction that could still write an event
-//! before it has ended, i.e. when its `tx_id` is below the reading snapshot's
-//! xmin. The delivered part of the log then only ever grows at its end, so a
-//! position in it is exact: no gap and no duplicate, whatever the commit order.
+//! Delivery order is `(batch, tx_id, seq)` (migrations 0003 and 0004 explain
+//! why): an event is delivered only once every transaction that could still
+//! append an event before it has ended, i.e. when its batch is below the
+//! delivery watermark, which only in-flight event writers of this database
+//! hold back. The delivered part of the log then only ever grows at its end,
+//! so a position in it is exact: no gap and no duplicate, whatever the commit
+//! order.
 
 use std::collections::HashSet;
 
@@ -54,18 +56,23 @@ impl Actor<'_> {
     }
 }
 
-/// A place in delivery order. Every event at or before it has been handled.
+/// A place in delivery order: `(batch, tx_id, seq)` (migration 0004). Every
+/// event at or before it has been handled. A batch is drawn from a sequence
+/// of this database by each transaction when it appends its first event, so
+/// positions survive a dump and restore into another cluster; events written
+/// before migration 0004 have batch 0 and keep their `(tx_id, seq)` order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Position {
+    pub batch: i64,
     pub tx: i64,
     pub seq: i64,
 }
 
 impl Position {
-    /// Just before every event of transaction `tx` and after every event of
-    /// the transactions below it (seq starts at 1).
-    pub fn before_tx(tx: i64) -> Self {
-        Self { tx, seq: 0 }
+    /// Just before every event of batch `batch` and after every event of the
+    /// batches below it (tx_id and seq are never negative).
+    pub fn before_batch(batch: i64) -> Self {
+        Self { batch, tx: -1, seq: -1 }
     }
 }
 
@@ -79,12 +86,11 @@ pub struct LiveEvent {
 /// What one read of the log found.
 pub struct Batch {
     pub events: Vec<LiveEvent>,
-    /// Every event of a transaction below this id is final and was in reach
-    /// of this read.
+    /// Every event of a batch below it is final and was in reach of this
+    /// read (see [`watermark`]).
     pub watermark: i64,
-    /// Committed events exist that wait for an older transaction to end:
-    /// read again soon even if no notification comes (the older one may
-    /// write no event, or live in another database of the cluster).
+    /// Committed events exist that wait for an older in-flight event writer
+    /// to end: read again soon even if no notification comes.
     pub held: bool,
 }
 
@@ -94,45 +100,61 @@ impl Batch {
     pub fn next_after(&self, after: Position, limit: usize) -> Position {
         match self.events.last() {
             Some(last) if self.events.len() >= limit => last.position,
-            Some(last) => last.position.max(Position::before_tx(self.watermark)),
-            None => after.max(Position::before_tx(self.watermark)),
+            Some(last) => last.position.max(Position::before_batch(self.watermark)),
+            None => after.max(Position::before_batch(self.watermark)),
         }
     }
 }
 
+/// The delivery watermark W (migration 0004 has the argument): every event
+/// of a batch below W is final, i.e. committed and visible to any statement
+/// that starts after this one, or never to be. Only in-flight transactions
+/// that appended events in this database hold it back. Read the log in a
+/// LATER statement: in the same one, a writer that commits between the
+/// statement's snapshot and the marker read would be missed.
+pub async fn watermark(db: &impl ConnectionTrait) -> Result<i64, DbErr> {
+    let row = db
+        .query_one_raw(stmt("SELECT live_delivery_watermark() AS w", []))
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound("live_delivery_watermark".into()))?;
+    row.try_get("", "w")
+}
+
 /// Up to `limit` events of `fleet` after `after`, in delivery order, that no
-/// running transaction can precede. The watermark and the rows come from one
-/// statement, so from one snapshot.
+/// in-flight event writer can precede: the watermark first, then the rows
+/// (two statements, so the rows come from a later snapshot; the caller's
+/// transaction must be READ COMMITTED, as every transaction here is).
 pub async fn events_after(
     db: &impl ConnectionTrait,
     fleet: &str,
     after: Position,
     limit: usize,
 ) -> Result<Batch, DbErr> {
+    let watermark = watermark(db).await?;
     let sql = format!(
         "WITH w AS (
-             SELECT x.xmin, EXISTS (SELECT 1 FROM work_unit_events h WHERE h.fleet = $1 AND h.tx_id >= x.xmin) AS held
-               FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin) x
+             SELECT EXISTS (SELECT 1 FROM work_unit_events h WHERE h.fleet = $1 AND h.batch >= $5) AS held
          )
-         SELECT w.xmin AS watermark, w.held, e.tx_id, {EVENT_COLUMNS}
+         SELECT w.held, e.batch, e.tx_id, {EVENT_COLUMNS}
            FROM w LEFT JOIN LATERAL (
                 SELECT * FROM work_unit_events e
-                 WHERE e.fleet = $1 AND (e.tx_id, e.seq) > ($2, $3) AND e.tx_id < w.xmin
-                 ORDER BY e.tx_id, e.seq
-                 LIMIT $4
+                 WHERE e.fleet = $1 AND (e.batch, e.tx_id, e.seq) > ($2, $3, $4) AND e.batch < $5
+                 ORDER BY e.batch, e.tx_id, e.seq
+                 LIMIT $6
            ) e ON true
-          ORDER BY e.tx_id, e.seq"
+          ORDER BY e.batch, e.tx_id, e.seq"
     );
-    let rows =
-        db.query_all_raw(stmt(&sql, [fleet.into(), after.tx.into(), after.seq.into(), (limit as i64).into()])).await?;
-    let mut batch = Batch { events: Vec::with_capacity(rows.len()), watermark: 0, held: false };
+    let values =
+        [fleet.into(), after.batch.into(), after.tx.into(), after.seq.into(), watermark.into(), (limit as i64).into()];
+    let rows = db.query_all_raw(stmt(&sql, values)).await?;
+    let mut batch = Batch { events: Vec::with_capacity(rows.len()), watermark, held: false };
     for row in rows {
-        batch.watermark = row.try_get("", "watermark")?;
         batch.held = row.try_get("", "held")?;
         // The LEFT JOIN yields one row of NULLs when there is no event.
-        let Some(tx) = row.try_get::<Option<i64>>("", "tx_id")? else { continue };
+        let Some(batch_no) = row.try_get::<Option<i64>>("", "batch")? else { continue };
+        let tx: i64 = row.try_get("", "tx_id")?;
         let event = event::Model::from_query_result(&row, "")?;
-        batch.events.push(LiveEvent { position: Position { tx, seq: event.seq }, event });
+        batch.events.push(LiveEvent { position: Position { batch: batch_no, tx, seq: event.seq }, event });
     }
     Ok(batch)
 }
@@ -140,14 +162,60 @@ pub async fn events_after(
 /// The place in delivery order of one event, when the caller's fleet has it
 /// (row-level security hides the others).
 pub async fn position_of(db: &impl ConnectionTrait, id: Uuid) -> Result<Option<Position>, DbErr> {
-    let row = db.query_one_raw(stmt("SELECT tx_id, seq FROM work_unit_events WHERE id = $1", [id.into()])).await?;
-    row.map(|r| Ok(Position { tx: r.try_get("", "tx_id")?, seq: r.try_get("", "seq")? })).transpose()
+    let row =
+        db.query_one_raw(stmt("SELECT batch, tx_id, seq FROM work_unit_events WHERE id = $1", [id.into()])).await?;
+    row.map(|r| {
+        Ok(Position { batch: r.try_get("", "batch")?, tx: r.try_get("", "tx_id")?, seq: r.try_get("", "seq")? })
+    })
+    .transpose()
 }
 
-/// The moment a subscription begins, as a snapshot: what had committed then
-/// is "before", everything else "after".
+/// The opaque tag of `fleet` that event notifications carry (migration 0004).
+pub async fn fleet_tag(db: &impl ConnectionTrait, fleet: &str) -> Result<String, DbErr> {
+    let row = db
+        .query_one_raw(stmt("SELECT live_fleet_tag($1) AS tag", [fleet.into()]))
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound("live_fleet_tag".into()))?;
+    row.try_get("", "tag")
+}
+
+/// The oldest in-flight transaction that appended events (it holds live
+/// delivery back until it ends).
+#[derive(Debug, Clone)]
+pub struct EventWriter {
+    /// Its backend's process id (`pg_stat_activity.pid`).
+    pub pid: i32,
+    /// How long its transaction has been open, when this role may see it in
+    /// `pg_stat_activity` (its own sessions, or with `pg_read_all_stats`).
+    pub age: Option<std::time::Duration>,
+}
+
+pub async fn oldest_event_writer(db: &impl ConnectionTrait) -> Result<Option<EventWriter>, DbErr> {
+    let row = db
+        .query_one_raw(stmt(
+            "SELECT w.pid, extract(epoch FROM clock_timestamp() - a.xact_start)::float8 AS age
+               FROM live_event_writers w LEFT JOIN pg_stat_activity a ON a.pid = w.pid
+              ORDER BY w.batch_floor, a.xact_start NULLS LAST
+              LIMIT 1",
+            [],
+        ))
+        .await?;
+    let Some(row) = row else { return Ok(None) };
+    let age: Option<f64> = row.try_get("", "age")?;
+    Ok(Some(EventWriter {
+        pid: row.try_get("", "pid")?,
+        age: age.map(|a| std::time::Duration::from_secs_f64(a.max(0.0))),
+    }))
+}
+
+/// The moment a subscription begins: what had committed then is "before",
+/// everything else "after". The watermark is taken first and the snapshot in
+/// a later statement, so every batch below the watermark had committed (or
+/// never will) by the time of the snapshot.
 #[derive(Debug, Clone)]
 pub struct Start {
+    /// Every batch below it is "before".
+    pub watermark: i64,
     /// Every transaction below it had ended.
     pub xmin: i64,
     /// Every transaction from it on had not started.
@@ -157,19 +225,22 @@ pub struct Start {
 }
 
 impl Start {
-    /// The position that skips every transaction below `xmin`.
+    /// The position that skips every batch below the watermark.
     pub fn position(&self) -> Position {
-        Position::before_tx(self.xmin)
+        Position::before_batch(self.watermark)
     }
 
-    /// True for an event of a transaction that had committed at the start
-    /// although it is not below `xmin` (it ended while an older one ran).
+    /// True for an event at or past the watermark whose transaction had
+    /// committed at the start (it ended while an older event writer ran).
+    /// Transaction ids are compared only for such events, which were all
+    /// written in this cluster since the subscription's server started.
     pub fn committed_before(&self, position: Position) -> bool {
-        position.tx >= self.xmin && position.tx < self.xmax && !self.running.contains(&position.tx)
+        let tx = position.tx;
+        position.batch >= self.watermark && (tx < self.xmin || (tx < self.xmax && !self.running.contains(&tx)))
     }
 
     /// Parses `pg_current_snapshot()::text`: `xmin:xmax:xip,xip,...`.
-    fn parse(text: &str) -> Option<Self> {
+    fn parse(watermark: i64, text: &str) -> Option<Self> {
         let mut parts = text.split(':');
         let xmin = parts.next()?.parse().ok()?;
         let xmax = parts.next()?.parse().ok()?;
@@ -177,17 +248,18 @@ impl Start {
             "" => HashSet::new(),
             list => list.split(',').map(|x| x.parse().ok()).collect::<Option<HashSet<i64>>>()?,
         };
-        Some(Self { xmin, xmax, running })
+        Some(Self { watermark, xmin, xmax, running })
     }
 }
 
 pub async fn start(db: &impl ConnectionTrait) -> Result<Start, DbErr> {
+    let watermark = watermark(db).await?;
     let row = db
         .query_one_raw(stmt("SELECT pg_current_snapshot()::text AS snapshot", []))
         .await?
         .ok_or_else(|| DbErr::RecordNotFound("pg_current_snapshot".into()))?;
     let text: String = row.try_get("", "snapshot")?;
-    Start::parse(&text).ok_or_else(|| DbErr::Type(format!("unexpected snapshot text {text:?}")))
+    Start::parse(watermark, &text).ok_or_else(|| DbErr::Type(format!("unexpected snapshot text {text:?}")))
 }
 
 /// What one sweep statement did.
@@ -243,21 +315,23 @@ mod tests {
 
     #[test]
     fn parses_snapshots() {
-        let s = Start::parse("100:105:101,103").expect("snapshot");
+        let s = Start::parse(20, "100:105:101,103").expect("snapshot");
         assert_eq!((s.xmin, s.xmax), (100, 105));
-        assert!(!s.committed_before(Position { tx: 99, seq: 1 }), "below xmin: covered by the position");
-        assert!(!s.committed_before(Position { tx: 101, seq: 1 }), "running at the start");
-        assert!(s.committed_before(Position { tx: 102, seq: 1 }), "ended before the start");
-        assert!(!s.committed_before(Position { tx: 105, seq: 1 }), "started after");
-        let empty = Start::parse("7:7:").expect("snapshot");
+        let at = |batch, tx| Position { batch, tx, seq: 1 };
+        assert!(!s.committed_before(at(19, 99)), "below the watermark: covered by the position");
+        assert!(s.committed_before(at(20, 99)), "ended before the start, held back then");
+        assert!(!s.committed_before(at(20, 101)), "running at the start");
+        assert!(s.committed_before(at(21, 102)), "ended before the start");
+        assert!(!s.committed_before(at(22, 105)), "started after");
+        let empty = Start::parse(1, "7:7:").expect("snapshot");
         assert!(empty.running.is_empty());
-        assert!(Start::parse("7:x:").is_none());
+        assert!(Start::parse(1, "7:x:").is_none());
     }
 
     #[test]
     fn a_read_cut_short_resumes_after_its_last_event() {
-        let event = |tx, seq| LiveEvent {
-            position: Position { tx, seq },
+        let event = |batch, seq| LiveEvent {
+            position: Position { batch, tx: 7, seq },
             event: event::Model {
                 id: Uuid::nil(),
                 seq,
@@ -275,12 +349,14 @@ mod tests {
                 created_at: chrono::Utc::now(),
             },
         };
-        let start = Position { tx: 1, seq: 1 };
+        let start = Position { batch: 1, tx: 7, seq: 1 };
         let full = Batch { events: vec![event(5, 9), event(6, 10)], watermark: 50, held: false };
-        assert_eq!(full.next_after(start, 2), Position { tx: 6, seq: 10 });
-        assert_eq!(full.next_after(start, 3), Position::before_tx(50));
+        assert_eq!(full.next_after(start, 2), Position { batch: 6, tx: 7, seq: 10 });
+        assert_eq!(full.next_after(start, 3), Position::before_batch(50));
         let empty = Batch { events: vec![], watermark: 40, held: true };
-        assert_eq!(empty.next_after(start, 3), Position::before_tx(40));
-        assert_eq!(empty.next_after(Position::before_tx(60), 3), Position::before_tx(60), "never moves back");
+        assert_eq!(empty.next_after(start, 3), Position::before_batch(40));
+        assert_eq!(empty.next_after(Position::before_batch(60), 3), Position::before_batch(60), "never moves back");
+        assert!(Position::before_batch(3) < Position { batch: 3, tx: 0, seq: 1 }, "before a batch's first event");
+        assert!(Position { batch: 2, tx: i64::MAX, seq: i64::MAX } < Position::before_batch(3));
     }
 }

@@ -40,15 +40,39 @@ pub const APP_ROLE: &str = "work_ledger_app";
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Opens the connection pool the server and the CLI use.
+/// Opens a connection pool of the CLI (migrations, tokens, reader logins).
 pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnection, DbErr> {
+    Database::connect(pool_options(url, max_connections)).await
+}
+
+/// Session limits of every connection the service opens (requests, live
+/// pool, LISTEN connection). Role settings of `work_ledger_app` (migration
+/// 0004) say the same, but `SET ROLE` does not apply role settings.
+pub const SERVICE_STATEMENT_TIMEOUT: &str = "30s";
+pub const SERVICE_IDLE_IN_TRANSACTION_TIMEOUT: &str = "30s";
+
+/// The pool `serve` uses: as [`connect`], with the service's session limits,
+/// so that no transaction of the service sits open for long (holding live
+/// delivery back, or pinning the notification queue).
+pub async fn connect_service(url: &str, max_connections: u32) -> Result<DatabaseConnection, DbErr> {
+    let mut options = pool_options(url, max_connections);
+    options.map_sqlx_postgres_opts(|o| {
+        o.options([
+            ("statement_timeout", SERVICE_STATEMENT_TIMEOUT),
+            ("idle_in_transaction_session_timeout", SERVICE_IDLE_IN_TRANSACTION_TIMEOUT),
+        ])
+    });
+    Database::connect(options).await
+}
+
+fn pool_options(url: &str, max_connections: u32) -> ConnectOptions {
     let mut options = ConnectOptions::new(url);
     options
         .max_connections(max_connections)
         .min_connections(1)
         .acquire_timeout(Duration::from_secs(10))
         .sqlx_logging(false);
-    Database::connect(options).await
+    options
 }
 
 /// Applies pending migrations under the advisory lock, on a connection of

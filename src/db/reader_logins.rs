@@ -5,24 +5,41 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, TransactionTrait};
 
 use super::stmt;
 
+/// Limits every reader login gets (migration 0004): a session that LISTENs
+/// and then idles in a transaction, or runs one endless statement, would pin
+/// the notification queue, and a full queue stops every write.
+pub const READER_STATEMENT_TIMEOUT: &str = "60s";
+pub const READER_IDLE_IN_TRANSACTION_TIMEOUT: &str = "60s";
+
 /// Creates LOGIN role `role` for `fleet`: member of `work_ledger_reader`,
-/// `work_ledger.fleet` as its default setting, and pinned to the fleet by the
-/// `fleet_reader` policies whatever it sets.
+/// `work_ledger.fleet` as its default setting, pinned to the fleet by the
+/// `fleet_reader` policies whatever it sets, with `statement_timeout` and
+/// `idle_in_transaction_session_timeout` as role settings.
 pub async fn create(db: &DatabaseConnection, role: &str, fleet: &str, password: &str) -> Result<(), DbErr> {
     let tx = db.begin().await?;
     // format() quotes the identifier and the literals; DDL takes no parameters.
     let row = tx
         .query_one_raw(stmt(
             "SELECT format('CREATE ROLE %I LOGIN PASSWORD %L NOSUPERUSER NOBYPASSRLS IN ROLE work_ledger_reader', $1::text, $3::text) AS create_role,
-                    format('ALTER ROLE %I SET work_ledger.fleet = %L', $1::text, $2::text) AS set_fleet",
-            [role.into(), fleet.into(), password.into()],
+                    format('ALTER ROLE %I SET work_ledger.fleet = %L', $1::text, $2::text) AS set_fleet,
+                    format('ALTER ROLE %I SET statement_timeout = %L', $1::text, $4::text) AS set_statement_timeout,
+                    format('ALTER ROLE %I SET idle_in_transaction_session_timeout = %L', $1::text, $5::text) AS set_idle_timeout",
+            [
+                role.into(),
+                fleet.into(),
+                password.into(),
+                READER_STATEMENT_TIMEOUT.into(),
+                READER_IDLE_IN_TRANSACTION_TIMEOUT.into(),
+            ],
         ))
         .await?
         .ok_or(DbErr::RecordNotFound("format".into()))?;
     let create_role: String = row.try_get("", "create_role")?;
-    let set_fleet: String = row.try_get("", "set_fleet")?;
     tx.execute_unprepared(&create_role).await?;
-    tx.execute_unprepared(&set_fleet).await?;
+    for setting in ["set_fleet", "set_statement_timeout", "set_idle_timeout"] {
+        let sql: String = row.try_get("", setting)?;
+        tx.execute_unprepared(&sql).await?;
+    }
     tx.execute_raw(stmt("INSERT INTO fleet_readers (role_name, fleet) VALUES ($1, $2)", [role.into(), fleet.into()]))
         .await?;
     tx.commit().await

@@ -8,13 +8,24 @@ use super::loaders::UnitId;
 use super::types::WorkUnit;
 use super::{Result, loaders};
 use crate::db::entities::{EventType, WorkState, event};
-use crate::ledger::cursor::{Cursor, CursorText, List};
+use crate::ledger::cursor::{Cursor, EventCursor};
 
-pub struct WorkUnitEvent(pub event::Model);
+/// An event, and the floor of the list it was read through (`None` when a
+/// stream delivered it); see [`EventCursor`].
+pub struct WorkUnitEvent(pub event::Model, pub Option<i64>);
 
 impl WorkUnitEvent {
-    pub fn cursor_of(e: &event::Model) -> Cursor {
-        Cursor { created_at: e.created_at, id: e.id }
+    /// An event read through a list whose floor was `floor`.
+    pub fn listed(floor: i64) -> impl Fn(event::Model) -> Self {
+        move |e| Self(e, Some(floor))
+    }
+
+    pub fn streamed(e: event::Model) -> Self {
+        Self(e, None)
+    }
+
+    pub fn cursor_text(e: &event::Model, floor: Option<i64>) -> String {
+        EventCursor { at: Cursor { created_at: e.created_at, id: e.id }, floor }.encode()
     }
 }
 
@@ -24,8 +35,13 @@ impl WorkUnitEvent {
         self.0.id
     }
     /// Opaque position of this event, for `events(after:)` and `ledgerEvents(after:)`.
+    /// A `ledgerEvents` stream resumed from the cursor of an event it delivered
+    /// continues exactly after that event. One resumed from a cursor read through
+    /// a list (`events`, `WorkUnit.events`) starts early enough that no event of
+    /// a transaction still open when the list was read is skipped, and so may
+    /// repeat events the list already showed; ids are stable for de-duplication.
     async fn cursor(&self) -> String {
-        Self::cursor_of(&self.0).encode(List::Events)
+        Self::cursor_text(&self.0, self.1)
     }
     async fn unit_id(&self) -> Uuid {
         self.0.unit_id

@@ -158,8 +158,9 @@ impl Loader<QuestionsOf> for LedgerLoader {
 }
 
 impl Loader<EventsOf> for LedgerLoader {
-    /// `first + 1` rows at most: the extra one tells whether a next page exists.
-    type Value = Vec<event::Model>;
+    /// `first + 1` rows at most (the extra one tells whether a next page
+    /// exists), and the floor of their read (see `EventCursor`).
+    type Value = (Vec<event::Model>, i64);
     type Error = Error;
 
     async fn load(&self, keys: &[EventsOf]) -> Result<HashMap<EventsOf, Self::Value>, Error> {
@@ -168,10 +169,10 @@ impl Loader<EventsOf> for LedgerLoader {
         let mut out = HashMap::with_capacity(keys.len());
         for ((first, after), keys) in shapes {
             let units: Vec<Uuid> = keys.iter().map(|k| k.unit).collect();
-            let rows = self.ledger.events_of_units(&self.who, units, first, after).await?;
+            let (rows, floor) = self.ledger.events_of_units(&self.who, units, first, after).await?;
             let mut grouped = group_by(rows, |e| e.unit_id);
             for k in keys {
-                out.insert(k, grouped.remove(&k.unit).unwrap_or_default());
+                out.insert(k, (grouped.remove(&k.unit).unwrap_or_default(), floor));
             }
         }
         Ok(out)

@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use super::events::WorkUnitEvent;
 use super::loaders::{self as unit_cache, UnitId};
-use super::pagination::connection;
+use super::pagination::{connection, connection_with};
 use super::types::{BlockingQuestion, WorkUnit};
 use super::{Result, ledger, loaders, principal};
 use crate::db::entities::{Disposition, EventType, QuestionStatus, WorkState, question, work_unit};
@@ -143,8 +143,8 @@ impl ReadQuery {
         filter: Option<EventFilter>,
     ) -> Result<Connection<String, WorkUnitEvent>> {
         let filter = filter.unwrap_or_default().into();
-        let page = ledger(ctx).events_page(principal(ctx)?, PageArgs { first, after }, filter).await?;
-        Ok(connection(page, List::Events, WorkUnitEvent::cursor_of, WorkUnitEvent))
+        let (page, floor) = ledger(ctx).events_page(principal(ctx)?, PageArgs { first, after }, filter).await?;
+        Ok(connection_with(page, |e| WorkUnitEvent::cursor_text(e, Some(floor)), WorkUnitEvent::listed(floor)))
     }
 
     /// Blocking questions, oldest first.

@@ -104,7 +104,12 @@ impl Subscription {
     /// Without `after` it starts with what commits after the subscription
     /// began; with the `cursor` of an event it replays everything after that
     /// event, then goes on live, with no gap and no duplicate at the seam
-    /// (also when transactions commit out of order).
+    /// (also when transactions commit out of order). The cursor of an event
+    /// this stream delivered resumes exactly; one read through a list
+    /// (`events`, `WorkUnit.events`) never skips an event but may repeat some
+    /// the list showed. Cursors stay valid after the ledger is restored from a
+    /// backup into another cluster. An event waits only for transactions that
+    /// appended events before it and are still open.
     async fn ledger_events(
         &self,
         ctx: &Context<'_>,
@@ -124,7 +129,7 @@ impl Subscription {
                 let e = &event.event;
                 let wanted =
                     unit_id.is_none_or(|u| e.unit_id == u) && types.as_ref().is_none_or(|t| t.contains(&e.event_type));
-                Ok(wanted.then(|| WorkUnitEvent(e.clone())))
+                Ok(wanted.then(|| WorkUnitEvent::streamed(e.clone())))
             }
         }))
     }

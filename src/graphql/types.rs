@@ -8,11 +8,10 @@ use async_graphql::connection::Connection;
 
 use super::events::WorkUnitEvent;
 use super::loaders::{AttemptId, AttemptsOf, EventsOf, QuestionsOf, UnitId};
-use super::pagination::connection;
+use super::pagination::connection_with;
 use super::{Result, ledger, loaders, principal};
 use crate::auth::Principal;
 use crate::db::entities::{AttemptOutcome, Disposition, QuestionStatus, WorkState, attempt, question, work_unit};
-use crate::ledger::cursor::List;
 use crate::ledger::reads::{Page, PageArgs};
 use crate::ledger::state_machine;
 
@@ -131,10 +130,11 @@ impl WorkUnit {
         after: Option<String>,
     ) -> Result<Connection<String, WorkUnitEvent>> {
         let (first, after) = ledger(ctx).unit_events_args(&PageArgs { first, after })?;
-        let rows = loaders(ctx)?.load_one(EventsOf { unit: self.0.id, first, after }).await?.unwrap_or_default();
+        let (rows, floor) =
+            loaders(ctx)?.load_one(EventsOf { unit: self.0.id, first, after }).await?.unwrap_or_default();
         let page =
             Page { has_next: rows.len() > first as usize, items: rows.into_iter().take(first as usize).collect() };
-        Ok(connection(page, List::Events, WorkUnitEvent::cursor_of, WorkUnitEvent))
+        Ok(connection_with(page, |e| WorkUnitEvent::cursor_text(e, Some(floor)), WorkUnitEvent::listed(floor)))
     }
     /// The question the unit is blocked on, if any.
     async fn open_question(&self, ctx: &Context<'_>) -> Result<Option<BlockingQuestion>> {

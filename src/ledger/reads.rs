@@ -7,6 +7,7 @@ use super::cursor::{Cursor, CursorText, List};
 use super::{Ledger, LedgerError, UnitModel, validate};
 use crate::auth::Principal;
 use crate::db::entities::{Disposition, QuestionStatus, attempt, event, question};
+use crate::db::events;
 use crate::db::reads::{self, CostRow, DispositionRow, Query, QueueDepthRow};
 pub use crate::db::reads::{EventFilter, UnitFilter};
 
@@ -93,12 +94,20 @@ impl Ledger {
         who: &Principal,
         args: PageArgs,
         filter: EventFilter,
-    ) -> Result<Page<event::Model>, LedgerError> {
+    ) -> Result<(Page<event::Model>, i64), LedgerError> {
         let (first, cursor) = page_args(List::Events, &args)?;
         let mut query = reads::events(&who.fleet, &filter);
         query.page("e", cursor, true, first + 1);
-        let rows = self.read(who, move |tx| Box::pin(async move { Ok(reads::events_page(tx, query).await?) })).await?;
-        Ok(split(rows, first))
+        let (rows, floor) = self
+            .read(who, move |tx| {
+                Box::pin(async move {
+                    // The floor first: the page's statement then has a later snapshot.
+                    let floor = events::watermark(tx).await?;
+                    Ok((reads::events_page(tx, query).await?, floor))
+                })
+            })
+            .await?;
+        Ok((split(rows, first), floor))
     }
 
     pub async fn questions_page(
@@ -185,9 +194,12 @@ impl Ledger {
         units: Vec<Uuid>,
         first: i32,
         after: Option<Cursor>,
-    ) -> Result<Vec<event::Model>, LedgerError> {
+    ) -> Result<(Vec<event::Model>, i64), LedgerError> {
         self.read(who, move |tx| {
-            Box::pin(async move { Ok(reads::events_of_units(tx, &units, after, first + 1).await?) })
+            Box::pin(async move {
+                let floor = events::watermark(tx).await?;
+                Ok((reads::events_of_units(tx, &units, after, first + 1).await?, floor))
+            })
         })
         .await
     }

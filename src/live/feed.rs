@@ -1,12 +1,15 @@
 //! Fan-out: one feed per fleet that has subscribers in this process. The
-//! listener only says "fleet F has news"; the feed then reads the fleet's new
-//! events once, in delivery order and under the fleet's row-level security
-//! (`db::in_fleet`), and broadcasts them to that fleet's subscribers alone.
-//! One read per fleet and wake-up, however many subscribers it has.
+//! listener only says "the fleet with this opaque tag has news" (the tag is
+//! an HMAC of the fleet name that only the database can compute, migration
+//! 0004; each feed asks for its own fleet's tag when it starts); the feed
+//! then reads the fleet's new events once, in delivery order and under the
+//! fleet's row-level security (`db::in_fleet`), and broadcasts them to that
+//! fleet's subscribers alone. One read per fleet and wake-up, however many
+//! subscribers it has. A forged notification costs at most one such read.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use sea_orm::{DatabaseConnection, DbErr};
@@ -47,6 +50,8 @@ struct Entry {
     feed: Weak<Feed>,
     wake: Arc<Notify>,
     held: Arc<AtomicBool>,
+    /// The fleet's notification tag, once the feed has learnt it.
+    tag: Arc<OnceLock<String>>,
 }
 
 pub struct Feeds {
@@ -70,26 +75,30 @@ impl Feeds {
         entries.retain(|_, e| e.feed.strong_count() > 0);
         let wake = Arc::new(Notify::new());
         let held = Arc::new(AtomicBool::new(false));
+        let tag = Arc::new(OnceLock::new());
         let feed = Arc::new(Feed { events: broadcast::channel(self.capacity).0, wake: wake.clone() });
-        entries.insert(fleet.to_owned(), Entry { feed: Arc::downgrade(&feed), wake: wake.clone(), held: held.clone() });
+        let entry = Entry { feed: Arc::downgrade(&feed), wake: wake.clone(), held: held.clone(), tag: tag.clone() };
+        entries.insert(fleet.to_owned(), entry);
         let task = FeedTask {
             db: self.db.clone(),
             fleet: fleet.to_owned(),
             feed: Arc::downgrade(&feed),
             wake,
             held,
+            tag,
             stop: self.stop.clone(),
         };
         tokio::spawn(task.run());
         feed
     }
 
-    /// Fleet `fleet` committed events. Feeds whose events wait for an older
-    /// transaction are woken too: any commit may be the one they wait for.
-    pub fn wake(&self, fleet: &str) {
+    /// The fleet tagged `tag` committed events (a tag no feed has is
+    /// ignored). Feeds whose events wait for an older event writer are woken
+    /// too: any commit may be the one they wait for.
+    pub fn wake_tagged(&self, tag: &str) {
         let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        for (name, entry) in entries.iter() {
-            if name == fleet || entry.held.load(Ordering::Relaxed) {
+        for entry in entries.values() {
+            if entry.tag.get().is_some_and(|t| t == tag) || entry.held.load(Ordering::Relaxed) {
                 entry.wake.notify_one();
             }
         }
@@ -111,11 +120,15 @@ struct FeedTask {
     feed: Weak<Feed>,
     wake: Arc<Notify>,
     held: Arc<AtomicBool>,
+    tag: Arc<OnceLock<String>>,
     stop: CancellationToken,
 }
 
 impl FeedTask {
     async fn run(self) {
+        if !self.learn_tag().await {
+            return;
+        }
         // Where the feed starts does not matter for correctness: each
         // subscriber reads up to the present itself before it listens.
         let mut after: Option<Position> = None;
@@ -129,6 +142,36 @@ impl FeedTask {
                 _ = self.stop.cancelled() => return,
                 _ = self.wake.notified() => recheck = RECHECK_MIN,
                 _ = tokio::time::sleep(recheck), if held => recheck = (recheck * 2).min(RECHECK_MAX),
+            }
+        }
+    }
+
+    /// Asks the database for the fleet's notification tag, until it answers
+    /// (false: the server stops or the feed's subscribers left meanwhile).
+    /// Notifications before it are not needed: the first read comes after.
+    async fn learn_tag(&self) -> bool {
+        let mut retry = RECHECK_MIN;
+        loop {
+            let fleet = self.fleet.clone();
+            let tag = db::in_fleet::<_, DbErr, _>(&self.db, &self.fleet, move |tx| {
+                Box::pin(async move { events::fleet_tag(tx, &fleet).await })
+            })
+            .await;
+            match tag {
+                Ok(tag) => {
+                    let _ = self.tag.set(tag);
+                    return true;
+                }
+                Err(err) => {
+                    tracing::warn!(fleet = %self.fleet, error = %err, "cannot learn the fleet's notification tag")
+                }
+            }
+            tokio::select! {
+                _ = self.stop.cancelled() => return false,
+                _ = tokio::time::sleep(retry) => retry = (retry * 2).min(RECHECK_MAX),
+            }
+            if self.feed.strong_count() == 0 {
+                return false;
             }
         }
     }

@@ -12,13 +12,14 @@
 //! silent). So the listener pings itself: every `health_interval` it sends
 //! a NOTIFY through the ordinary pool and expects it back on the LISTEN
 //! connection within `health_timeout`, or it drops the connection. This
-//! checks the very path notifications take, unlike a `SELECT 1`.
+//! checks the very path notifications take, unlike a `SELECT 1`. The same
+//! tick samples the notification queue's usage (a warning past half full:
+//! when it is full every write fails) and the oldest in-flight event writer.
 
 use std::time::{Duration, Instant};
 
 use sea_orm::ConnectionTrait;
 use sea_orm::sqlx::postgres::{PgConnectOptions, PgListener, PgNotification, PgPoolOptions};
-use serde::Deserialize;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
@@ -46,13 +47,6 @@ impl Default for ListenerConfig {
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The payload of a `work_ledger_events` notification (see the
-/// `work_unit_events_notify` trigger); only the fleet matters here.
-#[derive(Deserialize)]
-struct EventNote {
-    fleet: String,
-}
 
 enum Ended {
     Stopped,
@@ -138,14 +132,11 @@ async fn listen(live: &Live, mut listener: PgListener) -> Ended {
             _ = live.stopping() => return Ended::Stopped,
             received = rx.recv() => match received {
                 Some(Ok(n)) => match n.channel() {
-                    EVENTS_CHANNEL => match serde_json::from_str::<EventNote>(n.payload()) {
-                        Ok(note) => live.feeds().wake(&note.fleet),
-                        Err(_) => live.feeds().wake_all(),
-                    },
-                    TOKENS_CHANNEL => match n.payload().parse::<Uuid>() {
-                        Ok(token) => live.token_revoked(token),
-                        Err(_) => tracing::warn!(payload = n.payload(), "ignored a malformed token notification"),
-                    },
+                    // Payloads are opaque and anyone may forge them: a tag
+                    // wakes at most one re-read, a revocation notice only
+                    // makes the open connections' tokens be checked again.
+                    EVENTS_CHANNEL => live.feeds().wake_tagged(n.payload()),
+                    TOKENS_CHANNEL => live.recheck_tokens(),
                     PING_CHANNEL if awaiting.as_ref().is_some_and(|(payload, _)| payload == n.payload()) => {
                         awaiting = None;
                     }
@@ -166,13 +157,20 @@ async fn listen(live: &Live, mut listener: PgListener) -> Ended {
                 }
                 ping_no += 1;
                 let payload = format!("{instance}:{ping_no}");
-                let ping = stmt("SELECT pg_notify($1, $2)", [PING_CHANNEL.into(), payload.clone().into()]);
-                let sent = tokio::time::timeout(config.health_timeout, live.db().execute_raw(ping)).await;
+                let ping = stmt(
+                    "SELECT pg_notify($1, $2), pg_notification_queue_usage() AS usage",
+                    [PING_CHANNEL.into(), payload.clone().into()],
+                );
+                let sent = tokio::time::timeout(config.health_timeout, live.db().query_one_raw(ping)).await;
                 // If the database cannot be reached at all, the LISTEN
                 // connection will report that itself.
-                if matches!(sent, Ok(Ok(_))) {
+                if let Ok(Ok(row)) = sent {
                     awaiting = Some((payload, Instant::now()));
+                    if let Some(usage) = row.and_then(|r| r.try_get::<f64>("", "usage").ok()) {
+                        live.record_queue_usage(usage);
+                    }
                 }
+                live.sample_event_writers(config.health_timeout).await;
             }
         }
     }

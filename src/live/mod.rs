@@ -4,12 +4,15 @@
 //! that carries its payloads in [`crate::http::ws`].
 //!
 //! Data flow: a write commits its event rows and their `pg_notify` (a
-//! trigger); the process's one [`listener`] hears "fleet F has news" and wakes
-//! F's [`feed`], which reads F's new events once under F's row-level security
-//! and broadcasts them; each subscription's [`tail`] takes them in delivery
-//! order exactly once and its resolver turns them into GraphQL payloads. The
-//! [`sweeper`] appends `stalled` events, which travel the same way. The event table is the truth and notifications are only hints,
-//! which is what makes reconnects, replicas and resumed streams exact.
+//! trigger); the process's one [`listener`] hears "the fleet with tag T has
+//! news" (an opaque tag: payloads name nothing) and wakes that fleet's
+//! [`feed`], which reads the fleet's new events once under its row-level
+//! security and broadcasts them; each subscription's [`tail`] takes them in
+//! delivery order exactly once and its resolver turns them into GraphQL
+//! payloads. The [`sweeper`] appends `stalled` events, which travel the same
+//! way. The event table is the truth and notifications are only hints, which
+//! is what makes reconnects, replicas, resumed streams and forged
+//! notifications harmless.
 
 pub mod feed;
 pub mod listener;
@@ -22,7 +25,7 @@ use std::time::Duration;
 
 use sea_orm::sqlx::postgres::PgPoolOptions;
 use sea_orm::{DatabaseConnection, DbErr, SqlxPostgresConnector};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{Notify, broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -30,6 +33,7 @@ pub use listener::ListenerConfig;
 pub use sweeper::SweeperConfig;
 
 use crate::db;
+pub use crate::db::events::EventWriter;
 
 use feed::Feeds;
 use sweeper::Sweeper;
@@ -72,10 +76,23 @@ struct Inner {
     connects: watch::Sender<u64>,
     revoked: broadcast::Sender<Uuid>,
     /// Tokens of the open WebSocket connections, with their counts: checked
-    /// again after a reconnect, when revocation notices may have been lost.
+    /// again on every revocation notice and after a reconnect.
     tokens: Mutex<HashMap<Uuid, usize>>,
+    /// Asks the token checker for one more check (notices coalesce).
+    token_check: Notify,
+    /// `pg_notification_queue_usage()` at the last health tick.
+    queue_usage: watch::Sender<Option<f64>>,
+    /// The oldest in-flight event writer at the last health tick.
+    oldest_writer: watch::Sender<Option<EventWriter>>,
     stop: CancellationToken,
 }
+
+/// Past this share of the notification queue, the listener warns: once the
+/// queue is full, every write's `pg_notify` fails.
+pub const QUEUE_USAGE_WARNING: f64 = 0.5;
+/// An event writer open this long is logged at every health tick: it holds
+/// live delivery back for every fleet until it ends.
+pub const WRITER_AGE_WARNING: Duration = Duration::from_secs(30);
 
 impl Live {
     /// Prepares the subsystem over the database `requests` connects to (with
@@ -97,16 +114,61 @@ impl Live {
             connects: watch::channel(0).0,
             revoked: broadcast::channel(256).0,
             tokens: Mutex::new(HashMap::new()),
+            token_check: Notify::new(),
+            queue_usage: watch::channel(None).0,
+            oldest_writer: watch::channel(None).0,
             config,
             db,
             stop,
         }))
     }
 
-    /// The listener until [`Live::stop`].
+    /// The listener (and the token checker it drives) until [`Live::stop`].
     pub async fn run_listener(&self) {
         let options = (*self.0.db.get_postgres_connection_pool().connect_options()).clone();
-        listener::run(self.clone(), options).await
+        tokio::join!(listener::run(self.clone(), options), self.check_tokens_on_notice());
+    }
+
+    /// `pg_notification_queue_usage()` (0 to 1) as the listener last saw it,
+    /// as it changes; `None` before the first health tick.
+    pub fn notification_queue_usage(&self) -> watch::Receiver<Option<f64>> {
+        self.0.queue_usage.subscribe()
+    }
+
+    /// The oldest in-flight transaction that appended events in this
+    /// database, asked now. Only such transactions hold live delivery back.
+    pub async fn oldest_event_writer(&self) -> Result<Option<EventWriter>, DbErr> {
+        db::events::oldest_event_writer(&self.0.db).await
+    }
+
+    /// The oldest in-flight event writer as the last health tick saw it.
+    pub fn oldest_event_writer_sampled(&self) -> watch::Receiver<Option<EventWriter>> {
+        self.0.oldest_writer.subscribe()
+    }
+
+    fn record_queue_usage(&self, usage: f64) {
+        if usage > QUEUE_USAGE_WARNING {
+            tracing::warn!(
+                usage = format!("{:.1}%", usage * 100.0),
+                "the notification queue is more than half full; a session that LISTENs and stays in a \
+                 transaction holds it (see pg_stat_activity); when it is full every write fails"
+            );
+        }
+        self.0.queue_usage.send_replace(Some(usage));
+    }
+
+    async fn sample_event_writers(&self, limit: Duration) {
+        let Ok(Ok(writer)) = tokio::time::timeout(limit, self.oldest_event_writer()).await else { return };
+        if let Some(EventWriter { pid, age: Some(age) }) = &writer
+            && *age >= WRITER_AGE_WARNING
+        {
+            tracing::warn!(
+                pid,
+                open_for = ?age,
+                "live delivery is held back by a transaction that appended events and is still open"
+            );
+        }
+        self.0.oldest_writer.send_replace(writer);
     }
 
     /// The sweeper until [`Live::stop`].
@@ -189,6 +251,33 @@ impl Live {
         let _ = self.0.revoked.send(token);
     }
 
+    /// Some token was revoked (the notice says not which, nor of what
+    /// fleet): check the open connections' tokens.
+    fn recheck_tokens(&self) {
+        self.0.token_check.notify_one();
+    }
+
+    async fn check_tokens_on_notice(&self) {
+        loop {
+            tokio::select! {
+                _ = self.stopping() => return,
+                _ = self.0.token_check.notified() => self.check_tokens().await,
+            }
+        }
+    }
+
+    /// Closes the connections of every tracked token that was revoked or deleted.
+    async fn check_tokens(&self) {
+        let tokens: Vec<Uuid> = self.0.tokens.lock().unwrap_or_else(|e| e.into_inner()).keys().copied().collect();
+        if tokens.is_empty() {
+            return;
+        }
+        match db::tokens::revoked_among(&self.0.db, tokens).await {
+            Ok(revoked) => revoked.into_iter().for_each(|t| self.token_revoked(t)),
+            Err(err) => tracing::warn!(error = %err, "cannot re-check the tokens of open subscriptions"),
+        }
+    }
+
     /// Registers an open connection's token, so that after a reconnect (when
     /// revocation notices may have been lost) it is checked again.
     pub fn track_token(&self, token: Uuid) -> TrackedToken {
@@ -200,14 +289,7 @@ impl Live {
     /// of open connections are checked for revocations missed meanwhile.
     async fn catch_up(&self) {
         self.0.feeds.wake_all();
-        let tokens: Vec<Uuid> = self.0.tokens.lock().unwrap_or_else(|e| e.into_inner()).keys().copied().collect();
-        if tokens.is_empty() {
-            return;
-        }
-        match db::tokens::revoked_among(&self.0.db, tokens).await {
-            Ok(revoked) => revoked.into_iter().for_each(|t| self.token_revoked(t)),
-            Err(err) => tracing::warn!(error = %err, "cannot re-check the tokens of open subscriptions"),
-        }
+        self.check_tokens().await;
     }
 }
 

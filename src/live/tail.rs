@@ -18,7 +18,7 @@ use super::Live;
 use super::feed::Feed;
 use crate::auth::Principal;
 use crate::db::events::{self, LiveEvent, Position, Start};
-use crate::ledger::cursor::{Cursor, CursorText, List};
+use crate::ledger::cursor::EventCursor;
 use crate::ledger::{Ledger, LedgerError};
 
 /// Events per read of the table when catching up.
@@ -48,12 +48,19 @@ impl Tail {
     }
 
     /// Starts right after the event `cursor` names (a `WorkUnitEvent.cursor`).
+    /// A cursor read from a list carries the list's floor: the tail then
+    /// starts no later than just before that batch, so nothing that was not
+    /// yet committed when the list was read is behind it (see [`EventCursor`]).
     pub async fn after(live: &Live, ledger: &Ledger, who: &Principal, cursor: &str) -> Result<Self, LedgerError> {
-        let Cursor { id, .. } = Cursor::decode(List::Events, cursor).map_err(|_| foreign_cursor())?;
+        let EventCursor { at, floor } = EventCursor::decode(cursor).map_err(|_| foreign_cursor())?;
         let (feed, receiver) = join(live, who);
+        let id = at.id;
         let position =
             ledger.read(who, move |tx| Box::pin(async move { Ok(events::position_of(tx, id).await?) })).await?;
-        let position = position.ok_or_else(foreign_cursor)?;
+        let mut position = position.ok_or_else(foreign_cursor)?;
+        if let Some(floor) = floor {
+            position = position.min(Position::before_batch(floor));
+        }
         Ok(Self::new(ledger, who, feed, receiver, position, None))
     }
 

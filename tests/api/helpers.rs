@@ -157,10 +157,15 @@ impl TestApp {
     }
 }
 
+/// The server over any database (say, one restored into another cluster).
+pub async fn serve(db_url: String, config: ServerConfig) -> TestApp {
+    start_server(db_url, config).await
+}
+
 /// Starts the server as `serve` does (HTTP, listener, sweeper) and returns
 /// once its LISTEN connection is up.
 async fn start_server(db_url: String, config: ServerConfig) -> TestApp {
-    let mut pool = db::connect(&db_url, 20).await.expect("connect app pool");
+    let mut pool = db::connect_service(&db_url, 20).await.expect("connect app pool");
     // Counts every statement the server sends on behalf of requests: the N+1
     // tests read it. The listener's periodic health ping (a NOTIFY through this
     // pool) is not a request's statement and would make those counts flaky.

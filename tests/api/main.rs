@@ -15,6 +15,7 @@ mod lease;
 mod lifecycle;
 mod limits;
 mod live;
+mod live_exact;
 mod live_ws;
 mod mcp;
 mod metrics;

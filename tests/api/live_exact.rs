@@ -1,0 +1,371 @@
+//! Live events that are exact and isolated (issue 9): delivery held back
+//! only by in-flight transactions that appended ledger events, no event lost
+//! behind a cursor of the `events` list, streams that survive pg_dump /
+//! pg_restore into a fresh cluster, and notifications that reveal nothing
+//! across fleets. Assertions are on delivered messages and on what the
+//! database recorded; timeouts are failure guards.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use sea_orm::sqlx::postgres::PgListener;
+use sea_orm::{ConnectionTrait, TransactionTrait};
+use serde_json::{Value, json};
+use work_ledger::auth::Role;
+use work_ledger::db;
+use work_ledger::db::events::{self, Position};
+
+use crate::helpers::{Agent, TestApp, serve, spawn_app, spawn_app_with, test_config};
+use crate::ws_client::Ws;
+
+const EVENTS: &str = "subscription($after: String, $unit: UUID, $types: [EventType!]) {
+    ledgerEvents(after: $after, unitId: $unit, types: $types) { id cursor unitId eventType detail unit { externalRef } } }";
+
+/// Normal delivery takes milliseconds; this only bounds a failure.
+const PROMPT: Duration = Duration::from_secs(5);
+
+async fn newest_cursor(app: &TestApp, token: &str) -> String {
+    let resp = app.gql(token, "{ events(first: 1) { edges { cursor } } }", json!({})).await;
+    resp.data()["events"]["edges"][0]["cursor"].as_str().expect("an event").to_owned()
+}
+
+async fn next_event(ws: &mut Ws) -> Value {
+    ws.next_data().await["ledgerEvents"].clone()
+}
+
+/// The next event, which must come promptly.
+async fn prompt_event(ws: &mut Ws, what: &str) -> Value {
+    tokio::time::timeout(PROMPT, next_event(ws))
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not delivered within {PROMPT:?}"))
+}
+
+fn unit_ref(event: &Value) -> String {
+    event["unit"]["externalRef"].as_str().unwrap_or_default().to_owned()
+}
+
+fn tag(event: &Value) -> String {
+    event["detail"]["tx"].as_str().unwrap_or_default().to_owned()
+}
+
+fn insert_event(unit: &str, tag: &str) -> String {
+    format!(
+        "INSERT INTO work_unit_events (fleet, unit_id, event_type, agent_id, detail)
+         VALUES ('f', '{unit}', 'heartbeat', 'writer', '{{\"tx\": \"{tag}\"}}')"
+    )
+}
+
+#[tokio::test]
+async fn transactions_that_append_no_event_delay_nothing() {
+    let app = spawn_app().await;
+    let elsewhere = spawn_app().await; // another database of the same cluster
+    let op = app.token("f", "op", Role::Operator).await;
+    app.register(&op, &["origin"]).await;
+    let origin = newest_cursor(&app, &op).await;
+    let reader = app.token("f", "reader", Role::Reader).await;
+    let mut ws = Ws::subscription(&app, &reader, EVENTS, json!({ "after": origin, "types": ["REGISTERED"] })).await;
+
+    // A transaction holding a transaction id in another database.
+    let other_db = elsewhere.owner.begin().await.expect("begin");
+    other_db.execute_unprepared("SELECT pg_current_xact_id()").await.expect("xid");
+    app.register(&op, &["while-another-database-writes"]).await;
+    assert_eq!(unit_ref(&prompt_event(&mut ws, "another database").await), "while-another-database-writes");
+
+    // One in this database that wrote, but no event.
+    let same_db = app.owner.begin().await.expect("begin");
+    same_db
+        .execute_unprepared("INSERT INTO work_units (fleet, external_ref) VALUES ('f', 'quiet')")
+        .await
+        .expect("unit");
+    app.register(&op, &["while-a-unit-is-written"]).await;
+    assert_eq!(unit_ref(&prompt_event(&mut ws, "this database, no event").await), "while-a-unit-is-written");
+    assert!(app.live.oldest_event_writer().await.expect("writers").is_none(), "no event writer in flight");
+
+    other_db.rollback().await.expect("rollback");
+    same_db.commit().await.expect("commit");
+    app.register(&op, &["after"]).await;
+    assert_eq!(unit_ref(&prompt_event(&mut ws, "after").await), "after", "nothing twice, nothing in between");
+}
+
+#[tokio::test]
+async fn an_open_event_writer_holds_later_events_back_until_it_ends_then_all_arrive_once_in_order() {
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    let unit = app.register(&op, &["target"]).await[0]["id"].as_str().expect("id").to_owned();
+    let origin = newest_cursor(&app, &op).await;
+    let reader = app.token("f", "reader", Role::Reader).await;
+    let mut ws = Ws::subscription(&app, &reader, EVENTS, json!({ "after": origin, "unit": unit })).await;
+
+    let open = app.owner.begin().await.expect("begin");
+    open.execute_unprepared(&insert_event(&unit, "open")).await.expect("insert");
+    let writer = app.live.oldest_event_writer().await.expect("writers").expect("one writer in flight");
+    assert!(writer.age.is_some_and(|a| a < Duration::from_secs(60)), "{writer:?}");
+    for later in ["later-1", "later-2"] {
+        app.sql(&insert_event(&unit, later)).await;
+    }
+    // Committed, but behind the open writer: not deliverable yet.
+    let read = events::events_after(&app.owner, "f", Position::before_batch(0), 100).await.expect("read");
+    let tags: Vec<&str> = read.events.iter().filter_map(|e| e.event.detail["tx"].as_str()).collect();
+    assert!(tags.is_empty(), "nothing after the open writer's marker is deliverable: {tags:?}");
+    assert!(read.held, "later events are committed and held back");
+    open.commit().await.expect("commit");
+
+    let got: Vec<String> =
+        [next_event(&mut ws).await, next_event(&mut ws).await, next_event(&mut ws).await].iter().map(tag).collect();
+    assert_eq!(got, ["open", "later-1", "later-2"], "the writer's event first, then the held ones");
+    assert!(app.live.oldest_event_writer().await.expect("writers").is_none());
+    app.sql(&insert_event(&unit, "last")).await;
+    assert_eq!(tag(&next_event(&mut ws).await), "last", "nothing twice");
+}
+
+#[tokio::test]
+async fn a_cursor_from_the_events_list_never_skips_an_event_of_a_transaction_still_open() {
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    let unit = app.register(&op, &["target"]).await[0]["id"].as_str().expect("id").to_owned();
+    let reader = app.token("f", "reader", Role::Reader).await;
+
+    // T1 appends E1 and stays open; T2 appends E2 and commits.
+    let t1 = app.owner.begin().await.expect("begin T1");
+    t1.execute_unprepared(&insert_event(&unit, "E1")).await.expect("E1");
+    app.sql(&insert_event(&unit, "E2")).await;
+    // The list shows E2 (E1 is not committed) with its cursor.
+    let listed = app.gql(&reader, "{ events(first: 1) { edges { cursor node { detail } } } }", json!({})).await;
+    let edge = &listed.data()["events"]["edges"][0];
+    assert_eq!(edge["node"]["detail"]["tx"], "E2");
+    let cursor = edge["cursor"].as_str().expect("cursor").to_owned();
+    t1.commit().await.expect("commit T1");
+
+    let mut ws = Ws::subscription(&app, &reader, EVENTS, json!({ "after": cursor, "unit": unit })).await;
+    app.sql(&insert_event(&unit, "E3")).await;
+    let mut got = Vec::new();
+    while got.last().map(String::as_str) != Some("E3") {
+        got.push(tag(&next_event(&mut ws).await));
+    }
+    // A resume from a list cursor may repeat what the list showed (E2), never skip.
+    assert_eq!(got, ["E1", "E2", "E3"]);
+}
+
+/// `pg_dump` and `pg_restore` from the folder of the embedded server's binaries.
+fn pg_tool(name: &str) -> std::process::Command {
+    let dir = work_ledger::embedded_pg::bin_dir().expect("PostgreSQL binaries");
+    std::process::Command::new(dir.join(name))
+}
+
+#[tokio::test]
+async fn a_stream_resumes_exactly_after_the_ledger_is_restored_into_a_fresh_cluster() {
+    let source = spawn_app().await;
+    // Make the source cluster's transaction ids far larger than a fresh
+    // cluster's, as they are in any cluster that has lived a while.
+    source
+        .sql(
+            "CREATE TABLE xid_burner (i int);
+             DO $$ BEGIN FOR i IN 1..20000 LOOP
+                 BEGIN INSERT INTO xid_burner VALUES (i); RAISE EXCEPTION 'burn'; EXCEPTION WHEN raise_exception THEN NULL; END;
+             END LOOP; END $$;
+             DROP TABLE xid_burner;",
+        )
+        .await;
+    let op = source.token("f", "op", Role::Operator).await;
+    source.register(&op, &["origin"]).await;
+    let origin = newest_cursor(&source, &op).await;
+    let reader = source.token("f", "reader", Role::Reader).await;
+    let only_registered = |after: Option<&str>| json!({ "after": after, "types": ["REGISTERED"] });
+    let mut before = Ws::subscription(&source, &reader, EVENTS, only_registered(Some(&origin))).await;
+    for r in ["r1", "r2", "r3"] {
+        source.register(&op, &[r]).await;
+    }
+    let seen = [next_event(&mut before).await, next_event(&mut before).await];
+    assert_eq!(seen.iter().map(unit_ref).collect::<Vec<_>>(), ["r1", "r2"]);
+    // The client stops after r2, with r2's cursor; r4 commits before the backup.
+    let resume_at = seen[1]["cursor"].as_str().expect("cursor").to_owned();
+    drop(before);
+    source.register(&op, &["r4"]).await;
+
+    let dir = tempfile::Builder::new().prefix("wl-restore-").tempdir().expect("tempdir");
+    let dump = dir.path().join("ledger.dump");
+    let out = pg_tool("pg_dump")
+        .args(["--format=custom", "--file"])
+        .arg(&dump)
+        .arg(&source.db_url)
+        .output()
+        .expect("pg_dump");
+    assert!(out.status.success(), "pg_dump: {}", String::from_utf8_lossy(&out.stderr));
+
+    let cluster =
+        work_ledger::embedded_pg::EmbeddedPostgres::start(&dir.path().join("cluster")).await.expect("fresh cluster");
+    let fresh = db::connect(cluster.url(), 1).await.expect("connect");
+    // Roles are cluster-wide and not part of a database's dump.
+    fresh
+        .execute_unprepared("CREATE ROLE work_ledger_app NOLOGIN; CREATE ROLE work_ledger_reader NOLOGIN;")
+        .await
+        .expect("roles");
+    fresh.close().await.expect("close");
+    let out = pg_tool("pg_restore")
+        .args(["--exit-on-error", "--dbname", cluster.url()])
+        .arg(&dump)
+        .output()
+        .expect("pg_restore");
+    assert!(out.status.success(), "pg_restore: {}", String::from_utf8_lossy(&out.stderr));
+
+    let restored = serve(cluster.url().to_owned(), test_config()).await;
+    // (a) Resuming from the pre-backup cursor: every later event, once.
+    let mut resumed = Ws::subscription(&restored, &reader, EVENTS, only_registered(Some(&resume_at))).await;
+    assert_eq!(unit_ref(&prompt_event(&mut resumed, "r3").await), "r3");
+    assert_eq!(unit_ref(&prompt_event(&mut resumed, "r4").await), "r4");
+    // (b) New writes are delivered live; (c) nothing restored comes as new.
+    let mut live = Ws::subscription(&restored, &reader, EVENTS, only_registered(None)).await;
+    let mut newest = newest_cursor(&restored, &op).await;
+    for r in ["n1", "n2", "n3"] {
+        restored.register(&op, &[r]).await;
+        assert_eq!(unit_ref(&prompt_event(&mut resumed, r).await), r);
+        let first = unit_ref(&prompt_event(&mut live, r).await);
+        assert!(first == r, "a fresh subscription got {first} before {r}");
+        let mut from_list = Ws::subscription(&restored, &reader, EVENTS, only_registered(Some(&newest))).await;
+        assert_eq!(unit_ref(&prompt_event(&mut from_list, r).await), r, "resumed from the list's newest");
+        newest = newest_cursor(&restored, &op).await;
+    }
+    restored.live.stop();
+    restored.owner.clone().close().await.ok();
+    cluster.stop().await;
+}
+
+/// Every notification on the service's channels until `sentinel` arrives on each.
+async fn notifications_until(listener: &mut PgListener, channels: &[&str], sentinel: &str) -> Vec<(String, String)> {
+    let mut open: HashSet<&str> = channels.iter().copied().collect();
+    let mut got = Vec::new();
+    while !open.is_empty() {
+        let n = tokio::time::timeout(crate::ws_client::GUARD, listener.recv())
+            .await
+            .expect("notifications within the guard")
+            .expect("notification");
+        if n.payload() == sentinel {
+            open.remove(n.channel());
+        } else {
+            got.push((n.channel().to_owned(), n.payload().to_owned()));
+        }
+    }
+    got
+}
+
+#[tokio::test]
+async fn a_reader_of_another_fleet_learns_nothing_from_notifications_and_forgeries_change_nothing() {
+    let app = spawn_app().await;
+    let role = format!("grafana_t{}", uuid::Uuid::new_v4().simple());
+    db::reader_logins::create(&app.owner, &role, "fleet-b", "s3cret").await.expect("create reader");
+    let mut url = url::Url::parse(&app.db_url).expect("url");
+    url.set_username(&role).expect("user");
+    url.set_password(Some("s3cret")).expect("password");
+    let channels = ["work_ledger_events", "work_ledger_tokens", "work_ledger_ping"];
+    let mut listener = PgListener::connect(url.as_str()).await.expect("the reader connects");
+    listener.listen_all(channels).await.expect("LISTEN is open to every role");
+
+    // Fleet "acme-secret" works: registers, claims, blocks, and revokes a token.
+    let op = app.token("acme-secret", "op", Role::Operator).await;
+    let units = app.register(&op, &["acme-1", "acme-2"]).await;
+    let agent = Agent::new(&app, "acme-secret", "acme-agent", Role::Agent).await;
+    let unit = agent.claim_next(json!({})).await.str("id");
+    agent.transition(&unit, "IN_PROGRESS", json!({})).await.data();
+    agent.block(&unit, "why?", json!({})).await.data();
+    let doomed = app.token("acme-secret", "doomed", Role::Reader).await;
+    let doomed_id = app.sql_id("SELECT id::text AS id FROM api_tokens WHERE name = 'doomed'").await;
+    assert!(db::tokens::revoke(&app.owner, doomed_id.parse().expect("uuid")).await.expect("revoke"));
+    let _ = doomed;
+    for channel in channels {
+        app.sql(&format!("SELECT pg_notify('{channel}', 'sentinel')")).await;
+    }
+    let heard = notifications_until(&mut listener, &channels, "sentinel").await;
+
+    let mut secrets: Vec<String> = vec!["acme".into(), doomed_id.clone()];
+    secrets.extend(units.iter().map(|u| u["id"].as_str().unwrap_or_default().to_owned()));
+    for table in ["work_unit_events", "work_unit_attempts", "blocking_questions", "api_tokens"] {
+        let ids = app.sql_json(&format!("SELECT id::text AS id FROM {table} WHERE fleet = 'acme-secret'")).await;
+        secrets.extend(ids.iter().map(|r| r["id"].as_str().unwrap_or_default().to_owned()));
+    }
+    assert!(heard.iter().any(|(c, _)| c == "work_ledger_events"), "the reader did hear event notifications");
+    assert!(heard.iter().any(|(c, _)| c == "work_ledger_tokens"), "and a revocation");
+    for (channel, payload) in &heard {
+        for secret in &secrets {
+            assert!(!payload.contains(secret.as_str()), "{channel} told the reader {secret:?}: {payload}");
+        }
+    }
+
+    // Forgeries, by the same reader, on every channel: what it heard, garbage,
+    // the old payload shapes and a live token's id.
+    let subscriber = app.token("acme-secret", "subscriber", Role::Reader).await;
+    let subscriber_id = app.sql_id("SELECT id::text AS id FROM api_tokens WHERE name = 'subscriber'").await;
+    let origin = newest_cursor(&app, &op).await;
+    let mut ws = Ws::subscription(&app, &subscriber, EVENTS, json!({ "after": origin })).await;
+    let reader = db::connect(url.as_str(), 1).await.expect("reader connects");
+    let mut forged: Vec<(String, String)> = heard.clone();
+    forged.extend([
+        ("work_ledger_events".into(), "garbage".into()),
+        ("work_ledger_events".into(), json!({ "fleet": "acme-secret", "id": units[0]["id"] }).to_string()),
+        ("work_ledger_tokens".into(), subscriber_id.clone()),
+        ("work_ledger_tokens".into(), "garbage".into()),
+        ("work_ledger_ping".into(), "garbage".into()),
+    ]);
+    for (channel, payload) in &forged {
+        reader
+            .execute_raw(db::stmt("SELECT pg_notify($1, $2)", [channel.clone().into(), payload.clone().into()]))
+            .await
+            .expect("any role can notify");
+    }
+    reader.close().await.expect("close");
+    // Everything forged was delivered (to this listener, and so to the server's).
+    for channel in channels {
+        app.sql(&format!("SELECT pg_notify('{channel}', 'sentinel-2')")).await;
+    }
+    let echoed = notifications_until(&mut listener, &channels, "sentinel-2").await;
+    assert!(echoed.len() >= forged.len(), "{echoed:?}");
+
+    // The subscriber's next message is the next real event, and its token works.
+    app.register(&op, &["acme-3"]).await;
+    let event = prompt_event(&mut ws, "the next real event").await;
+    assert_eq!((event["eventType"].as_str(), unit_ref(&event).as_str()), (Some("REGISTERED"), "acme-3"));
+    let still = app.gql(&subscriber, "{ events(first: 1) { edges { node { id } } } }", json!({})).await;
+    still.data();
+}
+
+#[tokio::test]
+async fn reader_logins_and_the_service_run_with_timeouts_and_the_queue_is_watched() {
+    let mut config = test_config();
+    config.live.listener.health_interval = Duration::from_millis(100);
+    let app = spawn_app_with(config).await;
+    let role = format!("grafana_t{}", uuid::Uuid::new_v4().simple());
+    db::reader_logins::create(&app.owner, &role, "f", "s3cret").await.expect("create reader");
+    let mut url = url::Url::parse(&app.db_url).expect("url");
+    url.set_username(&role).expect("user");
+    url.set_password(Some("s3cret")).expect("password");
+    let show = |pool: sea_orm::DatabaseConnection| async move {
+        let mut values = Vec::new();
+        for setting in ["statement_timeout", "idle_in_transaction_session_timeout"] {
+            let row = pool
+                .query_one_raw(db::stmt(&format!("SELECT current_setting('{setting}') AS v"), []))
+                .await
+                .expect("show")
+                .expect("row");
+            values.push(row.try_get::<String>("", "v").expect("text"));
+        }
+        pool.close().await.expect("close");
+        values
+    };
+    let reader = db::connect(url.as_str(), 1).await.expect("reader connects");
+    assert_eq!(show(reader).await, ["1min", "1min"], "a reader login");
+    let service = db::connect_service(&app.db_url, 1).await.expect("connect");
+    assert_eq!(show(service).await, ["30s", "30s"], "the service's connections");
+    let app_role = app
+        .sql_json("SELECT array_to_string(rolconfig, ',') AS c FROM pg_roles WHERE rolname = 'work_ledger_app'")
+        .await;
+    let config = app_role[0]["c"].as_str().unwrap_or_default();
+    assert!(config.contains("statement_timeout=30s"), "{config}");
+    assert!(config.contains("idle_in_transaction_session_timeout=30s"), "{config}");
+
+    let mut usage = app.live.notification_queue_usage();
+    let seen = tokio::time::timeout(crate::ws_client::GUARD, usage.wait_for(|u| u.is_some()))
+        .await
+        .expect("a queue usage sample")
+        .expect("usage")
+        .unwrap_or(1.0);
+    assert!((0.0..0.5).contains(&seen), "{seen}");
+}
