@@ -50,6 +50,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261130_000002_views", "0002_views"),
             // Live events: each event's transaction id (exact resume cursors), revocation notices.
             sql_migration!("m20261130_000003_live", "0003_live"),
+            // The operator's reads: reasons derived from the events, date-range indexes, North Star views.
+            sql_migration!("m20261130_000007_operator_reads", "0007_operator_reads"),
         ]
     }
 }

@@ -1,5 +1,6 @@
-//! SQL of the read path: keyset pages (never OFFSET, never COUNT(*) per page),
-//! the batched loads behind the DataLoaders, and the view queries.
+//! SQL of the read path: keyset pages (never OFFSET; a `count(*)` only for a
+//! `totalCount` the client asked for), the batched loads behind the
+//! DataLoaders, and the view queries.
 //! Every statement runs inside `in_fleet`, so RLS applies on top of the
 //! explicit `fleet = $1` that lets the planner use the fleet-leading indexes.
 
@@ -24,6 +25,7 @@ pub struct Cursor {
 }
 
 /// A statement under construction: SQL text plus its positional values.
+#[derive(Clone)]
 pub struct Query {
     sql: String,
     values: Vec<Value>,
@@ -78,6 +80,31 @@ impl Query {
         self
     }
 
+    /// Rows in `[from, until)` of a timestamp column; open where a bound is None.
+    pub fn range(&mut self, column: &str, range: &Range) -> &mut Self {
+        if let Some(from) = range.from {
+            self.and(&format!("{column} >= {{}}"), from);
+        }
+        if let Some(until) = range.until {
+            self.and(&format!("{column} < {{}}"), until);
+        }
+        self
+    }
+
+    /// The number of rows the query (not yet paged) selects: the `totalCount`
+    /// of its list, with the very same filter.
+    pub fn count(&self) -> Query {
+        Query { sql: format!("SELECT count(*) AS n FROM ({}) AS listed", self.sql), values: self.values.clone() }
+    }
+
+    pub async fn scalar(self, tx: &DatabaseTransaction) -> Result<i64, DbErr> {
+        #[derive(FromQueryResult)]
+        struct N {
+            n: i64,
+        }
+        Ok(N::find_by_statement(stmt(&self.sql, self.values)).one(tx).await?.map_or(0, |r| r.n))
+    }
+
     pub async fn units(self, tx: &DatabaseTransaction) -> Result<Vec<work_unit::Model>, DbErr> {
         work_unit::Entity::find().from_raw_sql(stmt(&self.sql, self.values)).all(tx).await
     }
@@ -85,6 +112,13 @@ impl Query {
     pub async fn rows<T: FromQueryResult>(self, tx: &DatabaseTransaction) -> Result<Vec<T>, DbErr> {
         T::find_by_statement(stmt(&self.sql, self.values)).all(tx).await
     }
+}
+
+/// A time range `[from, until)`; a missing bound is open.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Range {
+    pub from: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
 }
 
 /// Which units `units` lists (every field optional, all must hold).
@@ -95,6 +129,10 @@ pub struct UnitFilter {
     pub disposition: Option<Disposition>,
     pub claimed_by: Option<String>,
     pub external_ref_prefix: Option<String>,
+    /// CLAIMED or IN_PROGRESS with an expired lease (true), or not (false).
+    pub stalled: Option<bool>,
+    /// Registered in this range.
+    pub created: Range,
 }
 
 /// Which events `events` lists.
@@ -104,7 +142,21 @@ pub struct EventFilter {
     /// Any of these types; empty means every type.
     pub types: Vec<EventType>,
     pub agent_id: Option<String>,
+    /// Written in this range.
+    pub created: Range,
 }
+
+/// Which questions `questions` lists.
+#[derive(Debug, Clone, Default)]
+pub struct QuestionFilter {
+    pub status: Option<QuestionStatus>,
+    pub assignee_group: Option<String>,
+    /// Asked in this range.
+    pub created: Range,
+}
+
+/// The stall condition of `v_stall_list` and `v_queue_depth`, on `u`.
+const STALLED: &str = "(u.state IN ('claimed', 'in_progress') AND u.lease_expires_at < now())";
 
 /// `units`: oldest first, filtered.
 pub fn units(fleet: &str, filter: &UnitFilter) -> Query {
@@ -127,6 +179,12 @@ pub fn units(fleet: &str, filter: &UnitFilter) -> Query {
         // starts_with, not LIKE: a prefix is data, never a pattern.
         q.and("starts_with(u.external_ref, {})", prefix.clone());
     }
+    match filter.stalled {
+        Some(true) => q.push(&format!(" AND {STALLED}")),
+        Some(false) => q.push(&format!(" AND NOT {STALLED}")),
+        None => &mut q,
+    };
+    q.range("u.created_at", &filter.created);
     q
 }
 
@@ -156,6 +214,7 @@ pub fn events(fleet: &str, filter: &EventFilter) -> Query {
     if let Some(agent) = &filter.agent_id {
         q.and("e.agent_id = {}", agent.clone());
     }
+    q.range("e.created_at", &filter.created);
     q
 }
 
@@ -164,7 +223,7 @@ pub async fn events_page(tx: &DatabaseTransaction, q: Query) -> Result<Vec<event
 }
 
 /// `questions`: oldest first.
-pub fn questions(fleet: &str, status: Option<QuestionStatus>, group: Option<&str>) -> Query {
+pub fn questions(fleet: &str, filter: &QuestionFilter) -> Query {
     let mut q = Query::new(
         "SELECT q.id, q.fleet, q.unit_id, q.attempt_id, q.question, q.status::text AS status, q.answer, \
          q.assignee_group, q.asked_by, q.answered_by, q.created_at, q.answered_at, q.cancelled_at \
@@ -172,12 +231,13 @@ pub fn questions(fleet: &str, status: Option<QuestionStatus>, group: Option<&str
     );
     let p = q.bind(fleet);
     q.push(&p);
-    if let Some(status) = status {
+    if let Some(status) = filter.status {
         q.and("q.status = {}::question_status", status.to_value());
     }
-    if let Some(group) = group {
-        q.and("q.assignee_group = {}", group.to_owned());
+    if let Some(group) = &filter.assignee_group {
+        q.and("q.assignee_group = {}", group.clone());
     }
+    q.range("q.created_at", &filter.created);
     q
 }
 
@@ -212,27 +272,67 @@ pub async fn questions_of_units(tx: &DatabaseTransaction, units: &[Uuid]) -> Res
     question::Entity::find().from_raw_sql(stmt(sql, [units.to_vec().into()])).all(tx).await
 }
 
-/// The first `limit` events (newest first, after `cursor`) of each unit, in one statement.
+/// The first `limit` events (in the given order, after `cursor`) of each unit, in one statement.
 pub async fn events_of_units(
     tx: &DatabaseTransaction,
     units: &[Uuid],
     cursor: Option<Cursor>,
     limit: i32,
+    newest_first: bool,
 ) -> Result<Vec<event::Model>, DbErr> {
     let (t, i) = cursor.map(|c| (Some(c.created_at), Some(c.id))).unwrap_or((None, None));
+    let (cmp, dir) = if newest_first { ("<", "DESC") } else { (">", "ASC") };
     let sql = format!(
         "SELECT {EVENT_COLUMNS} FROM unnest($1::uuid[]) AS k(unit_id)
            CROSS JOIN LATERAL (
                SELECT * FROM work_unit_events x
-                WHERE x.unit_id = k.unit_id AND ($2::timestamptz IS NULL OR (x.created_at, x.id) < ($2, $3::uuid))
-                ORDER BY x.created_at DESC, x.id DESC LIMIT $4
+                WHERE x.unit_id = k.unit_id AND ($2::timestamptz IS NULL OR (x.created_at, x.id) {cmp} ($2, $3::uuid))
+                ORDER BY x.created_at {dir}, x.id {dir} LIMIT $4
            ) e
-          ORDER BY e.unit_id, e.created_at DESC, e.id DESC"
+          ORDER BY e.unit_id, e.created_at {dir}, e.id {dir}"
     );
     event::Entity::find()
         .from_raw_sql(stmt(&sql, [units.to_vec().into(), t.into(), i.into(), i64::from(limit).into()]))
         .all(tx)
         .await
+}
+
+/// How many events each unit has (units without events are left out).
+pub async fn event_counts_of_units(tx: &DatabaseTransaction, units: &[Uuid]) -> Result<Vec<UnitCount>, DbErr> {
+    let sql = "SELECT e.unit_id, count(*) AS n FROM work_unit_events e WHERE e.unit_id = ANY($1) GROUP BY e.unit_id";
+    UnitCount::find_by_statement(stmt(sql, [units.to_vec().into()])).all(tx).await
+}
+
+#[derive(Debug, Clone, FromQueryResult)]
+pub struct UnitCount {
+    pub unit_id: Uuid,
+    pub n: i64,
+}
+
+/// Who disposed of a unit and why (`v_disposals`, derived from its `disposed` event).
+#[derive(Debug, Clone, FromQueryResult)]
+pub struct DisposalRow {
+    pub unit_id: Uuid,
+    pub disposed_by: Option<String>,
+    pub disposition_reason: Option<String>,
+}
+
+pub async fn disposals_of_units(tx: &DatabaseTransaction, units: &[Uuid]) -> Result<Vec<DisposalRow>, DbErr> {
+    let sql = "SELECT d.unit_id, d.disposed_by, d.disposition_reason FROM v_disposals d WHERE d.unit_id = ANY($1)";
+    DisposalRow::find_by_statement(stmt(sql, [units.to_vec().into()])).all(tx).await
+}
+
+/// Who ended an attempt and why (`v_attempt_end`, derived from the event that ended it).
+#[derive(Debug, Clone, FromQueryResult)]
+pub struct AttemptEndRow {
+    pub attempt_id: Uuid,
+    pub ended_by: Option<String>,
+    pub end_reason: Option<String>,
+}
+
+pub async fn attempt_ends(tx: &DatabaseTransaction, attempts: &[Uuid]) -> Result<Vec<AttemptEndRow>, DbErr> {
+    let sql = "SELECT x.attempt_id, x.ended_by, x.end_reason FROM v_attempt_end x WHERE x.attempt_id = ANY($1)";
+    AttemptEndRow::find_by_statement(stmt(sql, [attempts.to_vec().into()])).all(tx).await
 }
 
 // --- Views -------------------------------------------------------------------
@@ -301,6 +401,97 @@ pub struct CostRow {
     pub cost_cents: i64,
     pub attempt_count: i32,
     pub created_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// What `costSummary` groups by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CostGroup {
+    Domain,
+    Disposition,
+    State,
+    Agent,
+}
+
+/// Units and cost of one group of `costSummary`.
+#[derive(Debug, Clone, FromQueryResult)]
+pub struct CostSummaryRow {
+    pub key: String,
+    pub units: i64,
+    pub cost_cents: i64,
+}
+
+/// Cost per group, open units included. Unbounded, every unit counts (with
+/// its whole cost); with a range, the cost recorded in it (from the
+/// `cost_recorded` events) and the units it was recorded for. AGENT groups
+/// by the agent of the attempt the cost was recorded on.
+pub async fn cost_summary(
+    tx: &DatabaseTransaction,
+    fleet: &str,
+    group: CostGroup,
+    range: &Range,
+    domain: Option<&str>,
+) -> Result<Vec<CostSummaryRow>, DbErr> {
+    let key = match group {
+        CostGroup::Domain => "u.domain",
+        CostGroup::Disposition => "coalesce(u.disposition::text, 'OPEN')",
+        CostGroup::State => "upper(u.state::text)",
+        CostGroup::Agent => "a.agent_id",
+    };
+    let bounded = range.from.is_some() || range.until.is_some();
+    let (units, cost, from) = match (bounded, group) {
+        (false, CostGroup::Agent) => (
+            "count(DISTINCT a.unit_id)",
+            "sum(a.cost_cents)",
+            "work_unit_attempts a JOIN work_units u ON u.id = a.unit_id WHERE a.fleet = ",
+        ),
+        (false, _) => ("count(*)", "sum(u.cost_cents)", "work_units u WHERE u.fleet = "),
+        (true, CostGroup::Agent) => (
+            "count(DISTINCT e.unit_id)",
+            "sum(e.cost_delta_cents)",
+            "work_unit_events e JOIN work_unit_attempts a ON a.id = e.attempt_id JOIN work_units u ON u.id = e.unit_id \
+             WHERE e.event_type = 'cost_recorded' AND e.fleet = ",
+        ),
+        (true, _) => (
+            "count(DISTINCT e.unit_id)",
+            "sum(e.cost_delta_cents)",
+            "work_unit_events e JOIN work_units u ON u.id = e.unit_id WHERE e.event_type = 'cost_recorded' AND e.fleet = ",
+        ),
+    };
+    let mut q = Query::new(&format!("SELECT {key} AS key, {units} AS units, coalesce({cost}, 0)::bigint AS cost_cents FROM {from}"));
+    let p = q.bind(fleet);
+    q.push(&p);
+    if bounded {
+        q.range("e.created_at", range);
+    }
+    if let Some(domain) = domain {
+        q.and("u.domain = {}", domain.to_owned());
+    }
+    q.push(" GROUP BY 1 ORDER BY 1");
+    q.rows(tx).await
+}
+
+/// Units disposed per bucket and disposition (the `throughput` SQL function
+/// of migration 0007, which the v_throughput_* views read too).
+#[derive(Debug, Clone, FromQueryResult)]
+pub struct ThroughputRow {
+    pub start: DateTime<Utc>,
+    pub disposition: String,
+    pub units: i64,
+    pub cost_cents: i64,
+    pub distinct_agents: i64,
+}
+
+pub async fn throughput(
+    tx: &DatabaseTransaction,
+    fleet: &str,
+    bucket: &str,
+    range: &Range,
+    domain: Option<&str>,
+) -> Result<Vec<ThroughputRow>, DbErr> {
+    let sql = "SELECT t.start, t.disposition::text AS disposition, t.units, t.cost_cents, t.distinct_agents \
+                 FROM throughput($2, $3, $4, $5) t WHERE t.fleet = $1 ORDER BY t.start, t.disposition";
+    let values = [fleet.into(), bucket.into(), range.from.into(), range.until.into(), domain.map(str::to_owned).into()];
+    ThroughputRow::find_by_statement(stmt(sql, values)).all(tx).await
 }
 
 pub fn cost_per_unit(fleet: &str, domain: Option<&str>) -> Query {

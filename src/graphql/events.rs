@@ -4,7 +4,7 @@ use async_graphql::{Context, Json, Object};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::loaders::UnitId;
+use super::loaders::{AttemptId, UnitId};
 use super::types::WorkUnit;
 use super::{Result, loaders};
 use crate::db::entities::{EventType, WorkState, event};
@@ -23,7 +23,8 @@ impl WorkUnitEvent {
     async fn id(&self) -> Uuid {
         self.0.id
     }
-    /// Opaque position of this event, for `events(after:)` and `ledgerEvents(after:)`.
+    /// Opaque position of this event, for `events(after:)` newest first and
+    /// `ledgerEvents(after:)` (an edge's `cursor` follows the list's order).
     async fn cursor(&self) -> String {
         Self::cursor_of(&self.0).encode(List::Events)
     }
@@ -32,6 +33,11 @@ impl WorkUnitEvent {
     }
     async fn attempt_id(&self) -> Option<Uuid> {
         self.0.attempt_id
+    }
+    /// The number of that attempt (1-based per unit).
+    async fn attempt_no(&self, ctx: &Context<'_>) -> Result<Option<i32>> {
+        let Some(id) = self.0.attempt_id else { return Ok(None) };
+        Ok(loaders(ctx)?.load_one(AttemptId(id)).await?.map(|a| a.attempt_no))
     }
     async fn event_type(&self) -> EventType {
         self.0.event_type

@@ -8,6 +8,7 @@ mod operation_metrics;
 mod pagination;
 mod query;
 mod reads;
+mod stalls;
 mod subscription;
 mod types;
 mod units;

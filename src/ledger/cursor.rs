@@ -1,6 +1,7 @@
 //! Opaque keyset cursors: the text form of a [`Cursor`] (`(created_at, id)`
 //! of the last row of a page), tagged with the list it belongs to. A cursor
-//! of another list, or anything that does not decode, is INVALID_INPUT.
+//! of another list (or of the same list in the other order), or anything that
+//! does not decode, is INVALID_INPUT.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -9,11 +10,16 @@ use chrono::DateTime;
 use super::LedgerError;
 pub use crate::db::reads::Cursor;
 
-/// The lists that page by keyset.
+/// The lists that page by keyset. A list read in its other order is another
+/// list: a position means "after this row" only in one direction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum List {
+    /// Oldest first (the default order of `units`).
     Units,
+    UnitsNewestFirst,
+    /// Newest first (the default order of `events`).
     Events,
+    EventsOldestFirst,
     Questions,
     Stalls,
     CostPerUnit,
@@ -22,10 +28,22 @@ pub enum List {
 }
 
 impl List {
+    /// `units` in the given order.
+    pub fn units(newest_first: bool) -> Self {
+        if newest_first { Self::UnitsNewestFirst } else { Self::Units }
+    }
+
+    /// `events` (top level or of one unit) in the given order.
+    pub fn events(newest_first: bool) -> Self {
+        if newest_first { Self::Events } else { Self::EventsOldestFirst }
+    }
+
     fn tag(self) -> &'static str {
         match self {
             Self::Units => "u",
+            Self::UnitsNewestFirst => "ud",
             Self::Events => "e",
+            Self::EventsOldestFirst => "ea",
             Self::Questions => "q",
             Self::Stalls => "s",
             Self::CostPerUnit => "c",
@@ -53,7 +71,8 @@ impl CursorText for Cursor {
         let invalid = || {
             LedgerError::invalid(
                 "after",
-                "not a cursor of this list: pass the `endCursor` (or an edge `cursor`) this same list returned",
+                "not a cursor of this list in this order: pass the `endCursor` (or an edge `cursor`) this same list \
+                 returned, with the same `order`",
             )
         };
         let bytes = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| invalid())?;
@@ -88,6 +107,10 @@ mod tests {
         let encoded = cursor.encode(List::Units);
         assert_eq!(Cursor::decode(List::Units, &encoded).ok(), Some(cursor));
         assert!(Cursor::decode(List::Events, &encoded).is_err());
+        assert!(Cursor::decode(List::UnitsNewestFirst, &encoded).is_err(), "the other order");
+        let newest_first = cursor.encode(List::UnitsNewestFirst);
+        assert_eq!(Cursor::decode(List::UnitsNewestFirst, &newest_first).ok(), Some(cursor));
+        assert!(Cursor::decode(List::Units, &newest_first).is_err());
         for garbage in ["", "!!!", "d2wxOnU6eDp5", &URL_SAFE_NO_PAD.encode("wl1:u:1:2:3")] {
             assert!(Cursor::decode(List::Units, garbage).is_err(), "{garbage}");
         }
