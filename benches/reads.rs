@@ -44,10 +44,12 @@ const SEED: &[&str] = &[
       WHERE fleet = 'bench' AND state = 'in_progress' AND substr(external_ref, 2)::int % 10 IN (3, 4)",
     "UPDATE work_unit_attempts a SET outcome = 'verified', ended_at = now(), evidence_url = u.evidence_urls[1]
        FROM work_units u WHERE u.id = a.unit_id AND u.state = 'verified'",
-    "UPDATE work_units SET state = 'done', disposition = 'MIGRATED', disposed_at = now()
+    "UPDATE work_units SET state = 'done', disposition = 'MIGRATED',
+            disposed_at = now() - substr(external_ref, 2)::int % 28 * interval '1 day'
       WHERE fleet = 'bench' AND state = 'verified' AND substr(external_ref, 2)::int % 10 = 4",
     "UPDATE work_units SET state = 'abandoned', disposition = (ARRAY['DROPPED', 'DEFERRED', 'DEAD'])[1 + substr(external_ref, 2)::int % 3]::disposition,
-            disposed_at = now(), evidence_urls = ARRAY['https://wiki.example/' || external_ref]
+            disposed_at = now() - substr(external_ref, 2)::int % 28 * interval '1 day',
+            evidence_urls = ARRAY['https://wiki.example/' || external_ref]
       WHERE fleet = 'bench' AND state = 'ready' AND substr(external_ref, 2)::int % 10 IN (5, 6)",
     // Bulk history: no listener needs these notifications.
     "ALTER TABLE work_unit_events DISABLE TRIGGER work_unit_events_notify",

@@ -438,26 +438,32 @@ pub async fn cost_summary(
         CostGroup::Agent => "a.agent_id",
     };
     let bounded = range.from.is_some() || range.until.is_some();
-    let (units, cost, from) = match (bounded, group) {
-        (false, CostGroup::Agent) => (
-            "count(DISTINCT a.unit_id)",
-            "sum(a.cost_cents)",
-            "work_unit_attempts a JOIN work_units u ON u.id = a.unit_id WHERE a.fleet = ",
-        ),
-        (false, _) => ("count(*)", "sum(u.cost_cents)", "work_units u WHERE u.fleet = "),
-        (true, CostGroup::Agent) => (
-            "count(DISTINCT e.unit_id)",
-            "sum(e.cost_delta_cents)",
+    // Per (key, unit) first, then per key: a unit counts once in its group
+    // (an agent may have several attempts on it) without count(DISTINCT).
+    let from = match (bounded, group) {
+        (false, CostGroup::Agent) if domain.is_some() => {
+            "work_unit_attempts a JOIN work_units u ON u.id = a.unit_id WHERE a.fleet = "
+        }
+        (false, CostGroup::Agent) => "work_unit_attempts a WHERE a.fleet = ",
+        (false, _) => "work_units u WHERE u.fleet = ",
+        (true, CostGroup::Agent) => {
             "work_unit_events e JOIN work_unit_attempts a ON a.id = e.attempt_id JOIN work_units u ON u.id = e.unit_id \
-             WHERE e.event_type = 'cost_recorded' AND e.fleet = ",
-        ),
-        (true, _) => (
-            "count(DISTINCT e.unit_id)",
-            "sum(e.cost_delta_cents)",
-            "work_unit_events e JOIN work_units u ON u.id = e.unit_id WHERE e.event_type = 'cost_recorded' AND e.fleet = ",
-        ),
+             WHERE e.event_type = 'cost_recorded' AND e.fleet = "
+        }
+        (true, _) => {
+            "work_unit_events e JOIN work_units u ON u.id = e.unit_id WHERE e.event_type = 'cost_recorded' AND e.fleet = "
+        }
     };
-    let mut q = Query::new(&format!("SELECT {key} AS key, {units} AS units, coalesce({cost}, 0)::bigint AS cost_cents FROM {from}"));
+    // One row per unit already (no inner grouping) when reading work_units alone.
+    let (unit, cost, per_unit) = match (bounded, group) {
+        (false, CostGroup::Agent) => ("a.unit_id", "sum(a.cost_cents)", " GROUP BY 1, 2"),
+        (false, _) => ("u.id", "u.cost_cents", ""),
+        (true, _) => ("e.unit_id", "sum(e.cost_delta_cents)", " GROUP BY 1, 2"),
+    };
+    let mut q = Query::new(&format!(
+        "SELECT key, count(*) AS units, coalesce(sum(cost), 0)::bigint AS cost_cents FROM (\
+           SELECT {key} AS key, {unit} AS unit, {cost} AS cost FROM {from}"
+    ));
     let p = q.bind(fleet);
     q.push(&p);
     if bounded {
@@ -466,7 +472,8 @@ pub async fn cost_summary(
     if let Some(domain) = domain {
         q.and("u.domain = {}", domain.to_owned());
     }
-    q.push(" GROUP BY 1 ORDER BY 1");
+    q.push(per_unit);
+    q.push(") AS per_unit GROUP BY 1 ORDER BY 1");
     q.rows(tx).await
 }
 

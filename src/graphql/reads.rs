@@ -305,12 +305,7 @@ impl ReadQuery {
     }
 
     /// Units that needed more than one attempt (`v_rework`), oldest first.
-    async fn rework(
-        &self,
-        ctx: &Context<'_>,
-        first: Option<i32>,
-        after: Option<String>,
-    ) -> Result<Conn<WorkUnit>> {
+    async fn rework(&self, ctx: &Context<'_>, first: Option<i32>, after: Option<String>) -> Result<Conn<WorkUnit>> {
         let page = ledger(ctx).rework_page(principal(ctx)?, PageArgs { first, after }).await?;
         unit_connection(ctx, page, List::Rework).await
     }

@@ -31,8 +31,7 @@ impl EdgeNameType for StallEdgeName {
     }
 }
 
-pub type StallConnection =
-    Connection<String, WorkUnit, TotalCount, Stall, StallConnectionName, StallEdgeName>;
+pub type StallConnection = Connection<String, WorkUnit, TotalCount, Stall, StallConnectionName, StallEdgeName>;
 
 pub fn stall_connection(ctx: &Context<'_>, page: Page<work_unit::Model>) -> StallConnection {
     let now = loader::now(ctx);

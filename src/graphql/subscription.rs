@@ -179,7 +179,8 @@ async fn open_questions(
     let mut after = None;
     loop {
         let args = PageArgs { first: Some(SNAPSHOT_PAGE), after };
-        let filter = QuestionFilter { status: Some(QuestionStatus::Open), assignee_group: group.clone(), ..Default::default() };
+        let filter =
+            QuestionFilter { status: Some(QuestionStatus::Open), assignee_group: group.clone(), ..Default::default() };
         let page = ledger.questions_page(who, args, filter).await?;
         after = page.items.last().map(|q| Cursor { created_at: q.created_at, id: q.id }.encode(List::Questions));
         all.extend(page.items);

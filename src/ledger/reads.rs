@@ -268,7 +268,11 @@ impl Ledger {
         page_args(List::events(newest_first), args)
     }
 
-    pub async fn event_counts_of_units(&self, who: &Principal, units: Vec<Uuid>) -> Result<Vec<UnitCount>, LedgerError> {
+    pub async fn event_counts_of_units(
+        &self,
+        who: &Principal,
+        units: Vec<Uuid>,
+    ) -> Result<Vec<UnitCount>, LedgerError> {
         self.read(who, move |tx| Box::pin(async move { Ok(reads::event_counts_of_units(tx, &units).await?) })).await
     }
 

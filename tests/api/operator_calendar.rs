@@ -48,7 +48,8 @@ async fn event(app: &TestApp, unit: &str, kind: &str, cents: i64, at: &str) {
 
 async fn start(app: &TestApp, unit: &str, at: &str) {
     event(app, unit, "transitioned", 0, at).await;
-    app.sql(&format!("UPDATE work_units SET state = 'in_progress' WHERE fleet = 'g' AND external_ref = '{unit}'")).await;
+    app.sql(&format!("UPDATE work_units SET state = 'in_progress' WHERE fleet = 'g' AND external_ref = '{unit}'"))
+        .await;
 }
 
 async fn cost(app: &TestApp, unit: &str, cents: i64, at: &str) {
@@ -177,10 +178,22 @@ async fn lists_take_date_ranges_on_the_time_that_matters_to_each() {
     );
 
     for (query, argument) in [
-        (r#"{ units(filter: { from: "2026-01-02T00:00:00Z", until: "2026-01-01T00:00:00Z" }) { totalCount } }"#, "filter.until"),
-        (r#"{ events(filter: { from: "2026-01-02T00:00:00Z", until: "2026-01-01T00:00:00Z" }) { totalCount } }"#, "filter.until"),
-        (r#"{ dispositions(disposed: { from: "2026-01-02T00:00:00Z", until: "2026-01-01T00:00:00Z" }) { totalCount } }"#, "disposed.until"),
-        (r#"{ questions(asked: { from: "2026-01-02T00:00:00Z", until: "2026-01-01T00:00:00Z" }) { totalCount } }"#, "asked.until"),
+        (
+            r#"{ units(filter: { from: "2026-01-02T00:00:00Z", until: "2026-01-01T00:00:00Z" }) { totalCount } }"#,
+            "filter.until",
+        ),
+        (
+            r#"{ events(filter: { from: "2026-01-02T00:00:00Z", until: "2026-01-01T00:00:00Z" }) { totalCount } }"#,
+            "filter.until",
+        ),
+        (
+            r#"{ dispositions(disposed: { from: "2026-01-02T00:00:00Z", until: "2026-01-01T00:00:00Z" }) { totalCount } }"#,
+            "disposed.until",
+        ),
+        (
+            r#"{ questions(asked: { from: "2026-01-02T00:00:00Z", until: "2026-01-01T00:00:00Z" }) { totalCount } }"#,
+            "asked.until",
+        ),
     ] {
         let r = op.run(query, json!({})).await;
         r.assert_code("INVALID_INPUT");
@@ -223,9 +236,15 @@ async fn throughput_per_day_and_week_and_cost_over_a_range() {
     );
     assert_eq!(
         run(json!({ "b": "DAY", "from": "2026-01-06T00:00:00Z", "until": "2026-01-07T00:00:00Z" })).await,
-        json!([bucket("2026-01-06T00:00:00+00:00", "MIGRATED", 1, 50, 2), bucket("2026-01-06T00:00:00+00:00", "DEAD", 1, 30, 1)])
+        json!([
+            bucket("2026-01-06T00:00:00+00:00", "MIGRATED", 1, 50, 2),
+            bucket("2026-01-06T00:00:00+00:00", "DEAD", 1, 30, 1)
+        ])
     );
-    assert_eq!(run(json!({ "b": "WEEK", "d": "asm" })).await, json!([bucket("2026-01-05T00:00:00+00:00", "DEAD", 1, 30, 1)]));
+    assert_eq!(
+        run(json!({ "b": "WEEK", "d": "asm" })).await,
+        json!([bucket("2026-01-05T00:00:00+00:00", "DEAD", 1, 30, 1)])
+    );
     op.run(THROUGHPUT, json!({ "b": "DAY", "from": "2026-01-07T00:00:00Z", "until": "2026-01-06T00:00:00Z" }))
         .await
         .assert_code("INVALID_INPUT");
@@ -287,7 +306,8 @@ async fn north_star_views_report_exact_numbers_under_row_level_security() {
         ]
     );
     assert_eq!(
-        q("SELECT week, claims, verified, conversion, stale, stale_rate, never_transitioned FROM v_claims_weekly").await,
+        q("SELECT week, claims, verified, conversion, stale, stale_rate, never_transitioned FROM v_claims_weekly")
+            .await,
         vec![json!({ "week": "2026-01-05T00:00:00+00:00", "claims": 4, "verified": 2, "conversion": 0.5,
                      "stale": 1, "stale_rate": 0.25, "never_transitioned": 2 })]
     );
@@ -299,7 +319,8 @@ async fn north_star_views_report_exact_numbers_under_row_level_security() {
         ]
     );
     assert_eq!(
-        q("SELECT external_ref, attempt_no, agent_id, outcome FROM v_claimed_never_transitioned ORDER BY external_ref").await,
+        q("SELECT external_ref, attempt_no, agent_id, outcome FROM v_claimed_never_transitioned ORDER BY external_ref")
+            .await,
         vec![
             json!({ "external_ref": "g2", "attempt_no": 1, "agent_id": "C", "outcome": "superseded" }),
             json!({ "external_ref": "g3", "attempt_no": 1, "agent_id": "A", "outcome": "abandoned" }),

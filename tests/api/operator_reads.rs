@@ -73,7 +73,10 @@ async fn total_counts_follow_each_lists_filter_and_are_counted_only_when_asked()
     // Another fleet counts nothing of this one.
     let other = Agent::new(&app, "other", "op", Role::Reader).await;
     let e = other.run("{ units { totalCount } events { totalCount } stalls { totalCount } }", json!({})).await;
-    assert_eq!(e.data(), &json!({ "units": { "totalCount": 0 }, "events": { "totalCount": 0 }, "stalls": { "totalCount": 0 } }));
+    assert_eq!(
+        e.data(),
+        &json!({ "units": { "totalCount": 0 }, "events": { "totalCount": 0 }, "stalls": { "totalCount": 0 } })
+    );
 
     // The count is a statement of its own, sent only when totalCount is selected.
     let statements = |query: &'static str| {
@@ -102,17 +105,17 @@ async fn cost_summary_groups_every_unit_open_ones_included() {
         let op = &op;
         async move { op.run(COST, vars).await.data()["costSummary"].clone() }
     };
-    let row = |key: &str, units: i64, cost: i64, avg: f64| {
-        json!({ "key": key, "units": units, "costCents": cost, "avgCostCents": avg })
-    };
-    assert_eq!(
-        summary(json!({ "g": "DOMAIN" })).await,
-        json!([row("cobol", 8, 420, 52.5), row("jcl", 2, 0, 0.0)])
-    );
+    let row = |key: &str, units: i64, cost: i64, avg: f64| json!({ "key": key, "units": units, "costCents": cost, "avgCostCents": avg });
+    assert_eq!(summary(json!({ "g": "DOMAIN" })).await, json!([row("cobol", 8, 420, 52.5), row("jcl", 2, 0, 0.0)]));
     // dispositionSummary leaves out v1 (VERIFIED, 70 cents): OPEN keeps it.
     assert_eq!(
         summary(json!({ "g": "DISPOSITION" })).await,
-        json!([row("DEAD", 1, 50, 50.0), row("DROPPED", 1, 0, 0.0), row("MIGRATED", 1, 300, 300.0), row("OPEN", 7, 70, 10.0)])
+        json!([
+            row("DEAD", 1, 50, 50.0),
+            row("DROPPED", 1, 0, 0.0),
+            row("MIGRATED", 1, 300, 300.0),
+            row("OPEN", 7, 70, 10.0)
+        ])
     );
     assert_eq!(
         summary(json!({ "g": "STATE" })).await,
@@ -150,7 +153,12 @@ async fn cost_summary_groups_every_unit_open_ones_included() {
     assert_eq!(summary(json!({ "g": "DOMAIN", "from": from, "to": to })).await, json!([row("cobol", 3, 420, 140.0)]));
     assert_eq!(
         summary(json!({ "g": "AGENT", "from": from, "to": to })).await,
-        json!([row("a-d1", 1, 200, 200.0), row("a-d1-first", 1, 100, 100.0), row("a-v1", 1, 70, 70.0), row("a-x1", 1, 50, 50.0)])
+        json!([
+            row("a-d1", 1, 200, 200.0),
+            row("a-d1-first", 1, 100, 100.0),
+            row("a-v1", 1, 70, 70.0),
+            row("a-x1", 1, 50, 50.0)
+        ])
     );
     assert_eq!(
         summary(json!({ "g": "DISPOSITION", "to": (now - hour).to_rfc3339() })).await,
@@ -211,7 +219,10 @@ async fn stall_edges_and_question_ages_are_measured_on_the_servers_clock() {
     op.unblock(&b1, "yes", json!({})).await.data();
     app.sql("UPDATE blocking_questions SET answered_at = created_at + interval '123.5 seconds'").await;
     let later = op.run("{ questions { edges { node { status openForSeconds } } } }", json!({})).await;
-    assert_eq!(later.data()["questions"]["edges"], json!([{ "node": { "status": "ANSWERED", "openForSeconds": 123 } }]));
+    assert_eq!(
+        later.data()["questions"]["edges"],
+        json!([{ "node": { "status": "ANSWERED", "openForSeconds": 123 } }])
+    );
 }
 
 const REASONS: &str = "query($r: String!) { unitByRef(externalRef: $r) {
@@ -235,9 +246,7 @@ async fn reasons_and_who_are_fields_derived_from_the_events() {
         let op = &op;
         async move { op.run(REASONS, json!({ "r": r })).await.data()["unitByRef"].clone() }
     };
-    let attempt = |no: i64, outcome: &str, reason: Value, by: &str| {
-        json!({ "attemptNo": no, "outcome": outcome, "endReason": reason, "endedBy": by })
-    };
+    let attempt = |no: i64, outcome: &str, reason: Value, by: &str| json!({ "attemptNo": no, "outcome": outcome, "endReason": reason, "endedBy": by });
     assert_eq!(
         unit("x1").await,
         json!({ "disposition": "DEAD", "dispositionReason": "no source left", "disposedBy": "a-x1",
@@ -264,8 +273,11 @@ async fn reasons_and_who_are_fields_derived_from_the_events() {
 
     // The same, for Grafana: views derived from the events, under row-level security.
     assert_eq!(
-        app.app_role_query(Some("f"), "SELECT external_ref, disposed_by, disposition_reason FROM v_disposals ORDER BY external_ref")
-            .await,
+        app.app_role_query(
+            Some("f"),
+            "SELECT external_ref, disposed_by, disposition_reason FROM v_disposals ORDER BY external_ref"
+        )
+        .await,
         vec![
             json!({ "external_ref": "d1", "disposed_by": "a-d1", "disposition_reason": null }),
             json!({ "external_ref": "j2", "disposed_by": "op", "disposition_reason": "out of scope" }),
@@ -329,8 +341,10 @@ async fn events_carry_their_attempt_number_and_read_in_either_order() {
     assert_eq!(newest, expected.iter().rev().take(4).cloned().collect::<Vec<_>>(), "newest first by default");
 
     // A cursor is valid only in the order that produced it.
-    let asc = op.run(HISTORY, json!({ "order": "ASC" })).await.data()["unitByRef"]["events"]["pageInfo"]["endCursor"].clone();
-    let desc = op.run(HISTORY, json!({ "order": "DESC" })).await.data()["unitByRef"]["events"]["pageInfo"]["endCursor"].clone();
+    let asc =
+        op.run(HISTORY, json!({ "order": "ASC" })).await.data()["unitByRef"]["events"]["pageInfo"]["endCursor"].clone();
+    let desc = op.run(HISTORY, json!({ "order": "DESC" })).await.data()["unitByRef"]["events"]["pageInfo"]["endCursor"]
+        .clone();
     op.run(HISTORY, json!({ "order": "DESC", "after": asc })).await.assert_code("INVALID_INPUT");
     op.run(HISTORY, json!({ "order": "ASC", "after": desc })).await.assert_code("INVALID_INPUT");
 }
@@ -388,4 +402,42 @@ async fn units_and_events_page_in_either_order_with_cursors_of_their_own() {
     assert_eq!(default_units, oldest);
     let default_events = op.run(EVENTS, json!({})).await;
     assert_eq!(default_events.data()["events"]["edges"][0]["node"], events[events.len() - 1]);
+}
+
+/// GraphiQL's default document, as the page's own script holds it.
+async fn graphiql_default_document(app: &crate::helpers::TestApp) -> String {
+    let js =
+        app.http.get(app.url("/assets/graphiql/work-ledger.js")).send().await.expect("GET").text().await.expect("js");
+    let start = js.find("var DEFAULT_QUERY = [").expect("DEFAULT_QUERY");
+    let end = start + js[start..].find("].join").expect("join");
+    js[start..end]
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.trim().strip_prefix('\'')?.strip_suffix("',").map(str::to_owned))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn graphiqls_default_document_answers_what_it_cost_and_what_is_open() {
+    let app = spawn_app().await;
+    let op = fixture(&app).await;
+    let document = graphiql_default_document(&app).await;
+    assert!(document.contains("costSummary(groupBy: DISPOSITION)"), "{document}");
+    let resp = op.run(&document, json!({})).await;
+    let d = resp.data();
+    assert_eq!(
+        d["costSummary"],
+        json!([
+            { "key": "DEAD", "units": 1, "costCents": 50, "avgCostCents": 50.0 },
+            { "key": "DROPPED", "units": 1, "costCents": 0, "avgCostCents": 0.0 },
+            { "key": "MIGRATED", "units": 1, "costCents": 300, "avgCostCents": 300.0 },
+            { "key": "OPEN", "units": 7, "costCents": 70, "avgCostCents": 10.0 },
+        ])
+    );
+    assert_eq!(d["stalls"]["totalCount"], 1);
+    assert_eq!(d["stalls"]["edges"][0]["holder"], "a-s1");
+    let expired = app.sql_json("SELECT lease_expires_at AS t FROM work_units WHERE external_ref = 's1'").await;
+    let expired = time(&expired[0]["t"]);
+    assert_eq!(d["stalls"]["edges"][0]["stalledForSeconds"], (time(&d["serverTime"]) - expired).num_seconds());
 }
