@@ -1,6 +1,6 @@
 //! The read queries of SPEC §4: keyset connections and the view fields.
 
-use async_graphql::{Context, Enum, InputObject, Object, SimpleObject};
+use async_graphql::{Context, InputObject, Object, SimpleObject};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
@@ -11,9 +11,9 @@ use super::stalls::{StallConnection, stall_connection};
 use super::types::{BlockingQuestion, WorkUnit};
 use super::{Result, ledger, loaders, principal};
 use crate::db::entities::{Disposition, EventType, QuestionStatus, WorkState, question, work_unit};
-use crate::db::reads::{self as db_reads, CostRow, CostSummaryRow, DispositionRow, QueueDepthRow, ThroughputRow};
+use crate::db::reads::{self as db_reads, CostRow, DispositionRow, QueueDepthRow};
 use crate::ledger::cursor::{Cursor, List};
-use crate::ledger::reads::{Bucket, CostGroup, Page, PageArgs, QuestionFilter, Range};
+use crate::ledger::reads::{Page, PageArgs, QuestionFilter, Range};
 
 pub fn unit_cursor(u: &work_unit::Model) -> Cursor {
     Cursor { created_at: u.created_at, id: u.id }
@@ -93,81 +93,6 @@ impl From<Option<TimeRange>> for Range {
     }
 }
 
-/// What `costSummary` groups units and cost by.
-#[derive(Enum, Clone, Copy, PartialEq, Eq)]
-pub enum CostGroupBy {
-    Domain,
-    /// MIGRATED, DROPPED, DEFERRED, DEAD, and OPEN for units not yet disposed.
-    Disposition,
-    /// The unit's state, e.g. IN_PROGRESS.
-    State,
-    /// The agent of the attempts (units it attempted, the cost of its own attempts).
-    Agent,
-}
-
-impl From<CostGroupBy> for CostGroup {
-    fn from(g: CostGroupBy) -> Self {
-        match g {
-            CostGroupBy::Domain => Self::Domain,
-            CostGroupBy::Disposition => Self::Disposition,
-            CostGroupBy::State => Self::State,
-            CostGroupBy::Agent => Self::Agent,
-        }
-    }
-}
-
-/// Units and cost of one group of `costSummary`.
-#[derive(SimpleObject)]
-pub struct CostGroupSummary {
-    /// The group: a domain, a disposition (OPEN: not yet disposed), a state or an agent id.
-    pub key: String,
-    pub units: i64,
-    pub cost_cents: i64,
-    /// costCents / units.
-    pub avg_cost_cents: f64,
-}
-
-impl From<CostSummaryRow> for CostGroupSummary {
-    fn from(r: CostSummaryRow) -> Self {
-        let avg_cost_cents = if r.units == 0 { 0.0 } else { r.cost_cents as f64 / r.units as f64 };
-        Self { key: r.key, units: r.units, cost_cents: r.cost_cents, avg_cost_cents }
-    }
-}
-
-/// The time buckets of `throughput` (UTC).
-#[derive(Enum, Clone, Copy, PartialEq, Eq)]
-pub enum ThroughputBucket {
-    Day,
-    /// Weeks start on Monday.
-    Week,
-}
-
-/// Units disposed in one bucket with one disposition.
-#[derive(SimpleObject)]
-pub struct Throughput {
-    /// The bucket's first instant (UTC midnight; a Monday for weeks).
-    pub start: DateTime<Utc>,
-    pub disposition: Disposition,
-    /// Units disposed in the bucket with this disposition.
-    pub count: i64,
-    /// Their whole cost.
-    pub cost_cents: i64,
-    /// Distinct agents that made attempts on them.
-    pub distinct_agents: i64,
-}
-
-impl From<ThroughputRow> for Throughput {
-    fn from(r: ThroughputRow) -> Self {
-        Self {
-            start: r.start,
-            disposition: disposition_of(&r.disposition),
-            count: r.units,
-            cost_cents: r.cost_cents,
-            distinct_agents: r.distinct_agents,
-        }
-    }
-}
-
 /// Open work of one domain (`v_queue_depth`).
 #[derive(SimpleObject)]
 pub struct QueueDepth {
@@ -212,7 +137,7 @@ impl CostPerUnit {
     }
 }
 
-fn disposition_of(name: &str) -> Disposition {
+pub fn disposition_of(name: &str) -> Disposition {
     match name {
         "MIGRATED" => Disposition::Migrated,
         "DROPPED" => Disposition::Dropped,
@@ -338,40 +263,5 @@ impl ReadQuery {
         let args = PageArgs { first, after };
         let page = ledger(ctx).dispositions_page(principal(ctx)?, args, disposition, domain, disposed.into()).await?;
         unit_connection(ctx, page, List::Dispositions).await
-    }
-
-    /// Units and cost per group, open units included, ordered by key. Without
-    /// `from`/`to` every unit counts with its whole cost; with them, the cost
-    /// recorded in `[from, to)` and the units it was recorded for.
-    async fn cost_summary(
-        &self,
-        ctx: &Context<'_>,
-        group_by: CostGroupBy,
-        from: Option<DateTime<Utc>>,
-        to: Option<DateTime<Utc>>,
-        domain: Option<String>,
-    ) -> Result<Vec<CostGroupSummary>> {
-        let range = Range { from, until: to };
-        let rows = ledger(ctx).cost_summary(principal(ctx)?, group_by.into(), range, domain).await?;
-        Ok(rows.into_iter().map(CostGroupSummary::from).collect())
-    }
-
-    /// Units disposed per UTC day or week and disposition, disposed in
-    /// `[from, until)`, oldest bucket first (the SQL of `v_throughput_daily`
-    /// and `v_throughput_weekly`). Buckets without dispositions are left out.
-    async fn throughput(
-        &self,
-        ctx: &Context<'_>,
-        bucket: ThroughputBucket,
-        from: Option<DateTime<Utc>>,
-        until: Option<DateTime<Utc>>,
-        domain: Option<String>,
-    ) -> Result<Vec<Throughput>> {
-        let bucket = match bucket {
-            ThroughputBucket::Day => Bucket::Day,
-            ThroughputBucket::Week => Bucket::Week,
-        };
-        let rows = ledger(ctx).throughput(principal(ctx)?, bucket, Range { from, until }, domain).await?;
-        Ok(rows.into_iter().map(Throughput::from).collect())
     }
 }

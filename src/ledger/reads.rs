@@ -7,11 +7,8 @@ use super::cursor::{Cursor, CursorText, List};
 use super::{Ledger, LedgerError, UnitModel, validate};
 use crate::auth::Principal;
 use crate::db::entities::{Disposition, attempt, event, question};
-use crate::db::reads::{
-    self, AttemptEndRow, CostRow, CostSummaryRow, DisposalRow, DispositionRow, Query, QueueDepthRow, ThroughputRow,
-    UnitCount,
-};
-pub use crate::db::reads::{CostGroup, EventFilter, QuestionFilter, Range, UnitFilter};
+use crate::db::reads::{self, AttemptEndRow, CostRow, DisposalRow, DispositionRow, Query, QueueDepthRow, UnitCount};
+pub use crate::db::reads::{EventFilter, QuestionFilter, Range, UnitFilter};
 
 /// One page of a keyset list.
 pub struct Page<T> {
@@ -24,13 +21,6 @@ pub struct Page<T> {
 /// The `count(*)` of a list, run only when a client asks for its `totalCount`.
 #[derive(Clone)]
 pub struct Total(Query);
-
-/// The buckets of `throughput`: UTC days, or UTC weeks from Monday.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Bucket {
-    Day,
-    Week,
-}
 
 /// Which rows of a list: at most `first` (1..=500, default 100) after a cursor.
 pub struct PageArgs {
@@ -161,42 +151,6 @@ impl Ledger {
         query.page_on("v", "unit_id", cursor, false, first + 1);
         let rows = self.read(who, move |tx| Box::pin(async move { Ok(query.rows::<CostRow>(tx).await?) })).await?;
         Ok(split(rows, first, total))
-    }
-
-    /// Units and cost per group, open units included (see `db::reads::cost_summary`).
-    pub async fn cost_summary(
-        &self,
-        who: &Principal,
-        group: CostGroup,
-        range: Range,
-        domain: Option<String>,
-    ) -> Result<Vec<CostSummaryRow>, LedgerError> {
-        validate::range("from", "to", &range)?;
-        let fleet = who.fleet.clone();
-        self.read(who, move |tx| {
-            Box::pin(async move { Ok(reads::cost_summary(tx, &fleet, group, &range, domain.as_deref()).await?) })
-        })
-        .await
-    }
-
-    /// Units disposed per bucket (UTC days, or weeks from Monday) and disposition.
-    pub async fn throughput(
-        &self,
-        who: &Principal,
-        bucket: Bucket,
-        range: Range,
-        domain: Option<String>,
-    ) -> Result<Vec<ThroughputRow>, LedgerError> {
-        validate::range("from", "until", &range)?;
-        let fleet = who.fleet.clone();
-        let bucket = match bucket {
-            Bucket::Day => "day",
-            Bucket::Week => "week",
-        };
-        self.read(who, move |tx| {
-            Box::pin(async move { Ok(reads::throughput(tx, &fleet, bucket, &range, domain.as_deref()).await?) })
-        })
-        .await
     }
 
     pub async fn queue_depth(

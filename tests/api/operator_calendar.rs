@@ -327,6 +327,45 @@ async fn north_star_views_report_exact_numbers_under_row_level_security() {
         ]
     );
 
+    // The same numbers in GraphQL.
+    let op = Agent::new(&app, "g", "op", Role::Reader).await;
+    let resp = op
+        .run(
+            "{ weeklyMetrics { week claims verifiedClaims conversion staleClaims staleClaimRate neverStarted
+                               disposed reworked reworkRate verifiedUnits verifiedCostCents medianCycleSeconds p90CycleSeconds }
+               claimingAgents { day agents claims }
+               later: weeklyMetrics(from: \"2026-01-06T00:00:00Z\") { week }
+               tuesday: claimingAgents(from: \"2026-01-06T00:00:00Z\", until: \"2026-01-07T00:00:00Z\") { day } }",
+            json!({}),
+        )
+        .await;
+    let d = resp.data();
+    assert_eq!(
+        d["weeklyMetrics"],
+        json!([
+            { "week": "2026-01-05T00:00:00+00:00", "claims": 4, "verifiedClaims": 2, "conversion": 0.5, "staleClaims": 1,
+              "staleClaimRate": 0.25, "neverStarted": 2, "disposed": 3, "reworked": 1, "reworkRate": 0.3333,
+              "verifiedUnits": 3, "verifiedCostCents": 180, "medianCycleSeconds": 10800.0, "p90CycleSeconds": 62640.0 },
+            { "week": "2026-01-12T00:00:00+00:00", "claims": 0, "verifiedClaims": 0, "conversion": null, "staleClaims": 0,
+              "staleClaimRate": null, "neverStarted": 0, "disposed": 1, "reworked": 0, "reworkRate": 0.0,
+              "verifiedUnits": 0, "verifiedCostCents": 0, "medianCycleSeconds": null, "p90CycleSeconds": null },
+        ])
+    );
+    assert_eq!(
+        d["claimingAgents"],
+        json!([
+            { "day": "2026-01-05T00:00:00+00:00", "agents": 2, "claims": 2 },
+            { "day": "2026-01-06T00:00:00+00:00", "agents": 2, "claims": 2 },
+        ])
+    );
+    assert_eq!(d["later"], json!([{ "week": "2026-01-12T00:00:00+00:00" }]));
+    assert_eq!(d["tuesday"], json!([{ "day": "2026-01-06T00:00:00+00:00" }]));
+    let other = Agent::new(&app, "other", "op", Role::Reader).await;
+    assert_eq!(
+        other.run("{ weeklyMetrics { week } claimingAgents { day } }", json!({})).await.data(),
+        &json!({ "weeklyMetrics": [], "claimingAgents": [] })
+    );
+
     // Every view is security_invoker: another fleet's session sees none of it.
     for view in [
         "v_throughput_daily",
