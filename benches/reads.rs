@@ -1,7 +1,8 @@
 //! Read-path benchmark on a large ledger (100,000 units, 500,000 events):
 //! p50/p99 over HTTP of a nested `units(first: 500)` page, of `events(first: 500)`
-//! a hundred pages deep, and of `dispositionSummary`, with the EXPLAIN plans
-//! of their statements.
+//! a hundred pages deep, of `dispositionSummary`, and of the operator's
+//! grouped and ranged reads (`costSummary`, `throughput`, `totalCount`, date
+//! ranges), with the EXPLAIN plans of their statements.
 //!
 //!   cargo bench --bench reads -- [--runs 40]
 
@@ -44,10 +45,12 @@ const SEED: &[&str] = &[
       WHERE fleet = 'bench' AND state = 'in_progress' AND substr(external_ref, 2)::int % 10 IN (3, 4)",
     "UPDATE work_unit_attempts a SET outcome = 'verified', ended_at = now(), evidence_url = u.evidence_urls[1]
        FROM work_units u WHERE u.id = a.unit_id AND u.state = 'verified'",
-    "UPDATE work_units SET state = 'done', disposition = 'MIGRATED', disposed_at = now()
+    "UPDATE work_units SET state = 'done', disposition = 'MIGRATED',
+            disposed_at = now() - substr(external_ref, 2)::int % 28 * interval '1 day'
       WHERE fleet = 'bench' AND state = 'verified' AND substr(external_ref, 2)::int % 10 = 4",
     "UPDATE work_units SET state = 'abandoned', disposition = (ARRAY['DROPPED', 'DEFERRED', 'DEAD'])[1 + substr(external_ref, 2)::int % 3]::disposition,
-            disposed_at = now(), evidence_urls = ARRAY['https://wiki.example/' || external_ref]
+            disposed_at = now() - substr(external_ref, 2)::int % 28 * interval '1 day',
+            evidence_urls = ARRAY['https://wiki.example/' || external_ref]
       WHERE fleet = 'bench' AND state = 'ready' AND substr(external_ref, 2)::int % 10 IN (5, 6)",
     // Bulk history: no listener needs these notifications.
     "ALTER TABLE work_unit_events DISABLE TRIGGER work_unit_events_notify",
@@ -65,6 +68,40 @@ const NESTED: &str = "query($after: String) { units(first: 500, after: $after) {
 const EVENTS: &str = "query($after: String) { events(first: 500, after: $after) {
     edges { node { id eventType createdAt } } pageInfo { hasNextPage endCursor } } }";
 const SUMMARY: &str = "{ dispositionSummary { disposition count costCents } }";
+
+/// The operator's grouped and ranged reads (issue 14); `$from`/`$until` are
+/// the last seven days (dispositions are spread over four weeks), `$costFrom`/
+/// `$costTo` the first 100 s of the cost records (a tenth of them).
+const OPERATOR: &[(&str, &str)] = &[
+    ("costSummary(groupBy: DOMAIN)", "{ costSummary(groupBy: DOMAIN) { key units costCents avgCostCents } }"),
+    ("costSummary(groupBy: DISPOSITION)", "{ costSummary(groupBy: DISPOSITION) { key units costCents avgCostCents } }"),
+    ("costSummary(groupBy: STATE)", "{ costSummary(groupBy: STATE) { key units costCents avgCostCents } }"),
+    (
+        "costSummary(groupBy: AGENT), 50,000 agents",
+        "{ costSummary(groupBy: AGENT) { key units costCents avgCostCents } }",
+    ),
+    (
+        "costSummary(groupBy: DOMAIN, from, to): 10,000 cost records",
+        "query($costFrom: DateTime, $costTo: DateTime) { costSummary(groupBy: DOMAIN, from: $costFrom, to: $costTo) { key units costCents avgCostCents } }",
+    ),
+    ("throughput(bucket: WEEK)", "{ throughput(bucket: WEEK) { start disposition count costCents distinctAgents } }"),
+    (
+        "throughput(bucket: DAY, from, until): 7 days",
+        "query($from: DateTime, $until: DateTime) { throughput(bucket: DAY, from: $from, until: $until) { start disposition count costCents distinctAgents } }",
+    ),
+    (
+        "units(first: 100, filter: {domain}) with totalCount",
+        "{ units(first: 100, filter: { domain: \"cobol\" }) { totalCount edges { node { id } } } }",
+    ),
+    (
+        "units(first: 100, filter: {stalled: false}, order: DESC)",
+        "{ units(first: 100, filter: { stalled: false }, order: DESC) { edges { node { id } } } }",
+    ),
+    (
+        "dispositions(first: 100, disposed: 7 days) with totalCount",
+        "query($from: DateTime) { dispositions(first: 100, disposed: { from: $from }) { totalCount edges { node { id } } } }",
+    ),
+];
 
 async fn gql(client: &reqwest::Client, url: &str, token: &str, query: &str, vars: Value) -> Value {
     let resp = client.post(url).bearer_auth(token).json(&json!({ "query": query, "variables": vars })).send().await;
@@ -148,6 +185,27 @@ async fn main() -> Result<(), AnyError> {
         timed(&mut summary, gql(&client, &url, &secret, SUMMARY, json!({}))).await;
     }
 
+    let first_cost = owner
+        .query_one_raw(stmt("SELECT min(created_at) AS t FROM work_unit_events WHERE event_type = 'cost_recorded'", []))
+        .await?
+        .ok_or("no cost records")?;
+    let first_cost: chrono::DateTime<chrono::Utc> = first_cost.try_get("", "t")?;
+    let now = chrono::Utc::now();
+    let vars = json!({
+        "from": (now - chrono::Duration::days(7)).to_rfc3339(),
+        "until": now.to_rfc3339(),
+        "costFrom": first_cost.to_rfc3339(),
+        "costTo": (first_cost + chrono::Duration::seconds(100)).to_rfc3339(),
+    });
+    let mut operator = Vec::new();
+    for (name, query) in OPERATOR {
+        let mut samples = Samples::default();
+        for _ in 0..runs {
+            timed(&mut samples, gql(&client, &url, &secret, query, vars.clone())).await;
+        }
+        operator.push((*name, samples));
+    }
+
     println!("Machine: {}", support::machine(&owner).await?);
     println!("Ledger: {units} units, {events} events; {runs} requests per query, sequential, over HTTP\n");
     println!("| query | p50 ms | p99 ms |");
@@ -157,6 +215,9 @@ async fn main() -> Result<(), AnyError> {
         ("events(first: 500), page 100", &deep),
         ("dispositionSummary", &summary),
     ] {
+        println!("| {name} | {:.1} | {:.1} |", s.pct(0.5), s.pct(0.99));
+    }
+    for (name, s) in &operator {
         println!("| {name} | {:.1} | {:.1} |", s.pct(0.5), s.pct(0.99));
     }
 
@@ -187,6 +248,48 @@ async fn main() -> Result<(), AnyError> {
         "SELECT d.disposition, coalesce(sum(s.units), 0), coalesce(sum(s.cost_cents), 0) FROM unnest(enum_range(NULL::disposition)) AS d(disposition) LEFT JOIN v_disposition_summary s ON s.disposition = d.disposition AND s.fleet = 'bench' GROUP BY d.disposition",
     )
     .await?;
+
+    let (week_ago, cost_from, cost_to) = (
+        (now - chrono::Duration::days(7)).to_rfc3339(),
+        first_cost.to_rfc3339(),
+        (first_cost + chrono::Duration::seconds(100)).to_rfc3339(),
+    );
+    for (title, sql) in [
+        (
+            "costSummary(groupBy: DOMAIN)".to_owned(),
+            "SELECT key, count(*), sum(cost) FROM (SELECT u.domain AS key, u.id AS unit, u.cost_cents AS cost FROM work_units u WHERE u.fleet = 'bench') p GROUP BY 1 ORDER BY 1".to_owned(),
+        ),
+        (
+            "costSummary(groupBy: AGENT)".to_owned(),
+            "SELECT key, count(*), sum(cost) FROM (SELECT a.agent_id AS key, a.unit_id AS unit, sum(a.cost_cents) AS cost FROM work_unit_attempts a WHERE a.fleet = 'bench' GROUP BY 1, 2) p GROUP BY 1 ORDER BY 1".to_owned(),
+        ),
+        (
+            "costSummary(groupBy: DOMAIN, from, to)".to_owned(),
+            format!("SELECT key, count(*), sum(cost) FROM (SELECT u.domain AS key, e.unit_id AS unit, sum(e.cost_delta_cents) AS cost FROM work_unit_events e JOIN work_units u ON u.id = e.unit_id WHERE e.event_type = 'cost_recorded' AND e.fleet = 'bench' AND e.created_at >= '{cost_from}' AND e.created_at < '{cost_to}' GROUP BY 1, 2) p GROUP BY 1 ORDER BY 1"),
+        ),
+        (
+            "throughput(bucket: WEEK)".to_owned(),
+            "SELECT t.* FROM throughput('week', NULL, NULL, NULL) t WHERE t.fleet = 'bench' ORDER BY t.start, t.disposition".to_owned(),
+        ),
+        (
+            "throughput(bucket: DAY, from, until)".to_owned(),
+            format!("SELECT t.* FROM throughput('day', '{week_ago}', now(), NULL) t WHERE t.fleet = 'bench' ORDER BY t.start, t.disposition"),
+        ),
+        (
+            "totalCount of units(filter: {domain})".to_owned(),
+            "SELECT count(*) FROM (SELECT u.id FROM work_units u WHERE u.fleet = 'bench' AND u.domain = 'cobol') listed".to_owned(),
+        ),
+        (
+            "units(filter: {stalled: false}, order: DESC)".to_owned(),
+            "SELECT u.* FROM work_units u WHERE u.fleet = 'bench' AND NOT (u.state IN ('claimed', 'in_progress') AND u.lease_expires_at < now()) ORDER BY u.created_at DESC, u.id DESC LIMIT 101".to_owned(),
+        ),
+        (
+            "dispositions(disposed: 7 days)".to_owned(),
+            format!("SELECT u.* FROM v_disposition_detail v JOIN work_units u ON u.id = v.unit_id WHERE v.fleet = 'bench' AND v.disposed_at >= '{week_ago}' ORDER BY u.created_at, u.id LIMIT 101"),
+        ),
+    ] {
+        explain(&owner, &title, &sql).await?;
+    }
 
     owner.close().await?;
     if let Some(pg) = scratch.embedded {

@@ -35,7 +35,7 @@ use uuid::Uuid;
 use crate::auth::{self, Permission, Principal};
 use crate::db::entities::{AttemptOutcome, Disposition, QuestionStatus, WorkState, question};
 use crate::graphql::error_object;
-use crate::ledger::reads::PageArgs;
+use crate::ledger::reads::{PageArgs, QuestionFilter};
 use crate::ledger::state_machine::legal_actions;
 use crate::ledger::{CostTarget, Dispose, Ledger, LedgerError, Release, UnitModel};
 
@@ -484,7 +484,12 @@ impl LedgerTools {
             "open_questions" => {
                 let a: QuestionsArgs = parse(args)?;
                 let page = PageArgs { first: Some(100), after: None };
-                let page = ledger.questions_page(who, page, Some(QuestionStatus::Open), a.assignee_group).await?;
+                let filter = QuestionFilter {
+                    status: Some(QuestionStatus::Open),
+                    assignee_group: a.assignee_group,
+                    ..Default::default()
+                };
+                let page = ledger.questions_page(who, page, filter).await?;
                 return Ok(json!({ "questions": page.items.iter().map(question_json).collect::<Vec<_>>() }));
             }
             "answer_question" => {

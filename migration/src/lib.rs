@@ -52,6 +52,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261130_000003_live", "0003_live"),
             // Exact and isolated live events: batch positions and in-flight writer markers, opaque notifications.
             sql_migration!("m20261130_000004_live_exact", "0004_live_exact"),
+            // The operator's reads: reasons derived from the events, date-range indexes, North Star views.
+            sql_migration!("m20261130_000007_operator_reads", "0007_operator_reads"),
         ]
     }
 }

@@ -19,6 +19,7 @@ pub mod claims;
 pub mod entities;
 pub mod events;
 pub mod idempotency;
+pub mod metrics;
 pub mod reader_logins;
 pub mod reads;
 pub mod tokens;

@@ -1,5 +1,6 @@
-//! SQL of the read path: keyset pages (never OFFSET, never COUNT(*) per page),
-//! the batched loads behind the DataLoaders, and the view queries.
+//! SQL of the read path: keyset pages (never OFFSET; a `count(*)` only for a
+//! `totalCount` the client asked for), the batched loads behind the
+//! DataLoaders, and the view queries.
 //! Every statement runs inside `in_fleet`, so RLS applies on top of the
 //! explicit `fleet = $1` that lets the planner use the fleet-leading indexes.
 
@@ -24,6 +25,7 @@ pub struct Cursor {
 }
 
 /// A statement under construction: SQL text plus its positional values.
+#[derive(Clone)]
 pub struct Query {
     sql: String,
     values: Vec<Value>,
@@ -78,6 +80,31 @@ impl Query {
         self
     }
 
+    /// Rows in `[from, until)` of a timestamp column; open where a bound is None.
+    pub fn range(&mut self, column: &str, range: &Range) -> &mut Self {
+        if let Some(from) = range.from {
+            self.and(&format!("{column} >= {{}}"), from);
+        }
+        if let Some(until) = range.until {
+            self.and(&format!("{column} < {{}}"), until);
+        }
+        self
+    }
+
+    /// The number of rows the query (not yet paged) selects: the `totalCount`
+    /// of its list, with the very same filter.
+    pub fn count(&self) -> Query {
+        Query { sql: format!("SELECT count(*) AS n FROM ({}) AS listed", self.sql), values: self.values.clone() }
+    }
+
+    pub async fn scalar(self, tx: &DatabaseTransaction) -> Result<i64, DbErr> {
+        #[derive(FromQueryResult)]
+        struct N {
+            n: i64,
+        }
+        Ok(N::find_by_statement(stmt(&self.sql, self.values)).one(tx).await?.map_or(0, |r| r.n))
+    }
+
     pub async fn units(self, tx: &DatabaseTransaction) -> Result<Vec<work_unit::Model>, DbErr> {
         work_unit::Entity::find().from_raw_sql(stmt(&self.sql, self.values)).all(tx).await
     }
@@ -85,6 +112,13 @@ impl Query {
     pub async fn rows<T: FromQueryResult>(self, tx: &DatabaseTransaction) -> Result<Vec<T>, DbErr> {
         T::find_by_statement(stmt(&self.sql, self.values)).all(tx).await
     }
+}
+
+/// A time range `[from, until)`; a missing bound is open.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Range {
+    pub from: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
 }
 
 /// Which units `units` lists (every field optional, all must hold).
@@ -95,6 +129,10 @@ pub struct UnitFilter {
     pub disposition: Option<Disposition>,
     pub claimed_by: Option<String>,
     pub external_ref_prefix: Option<String>,
+    /// CLAIMED or IN_PROGRESS with an expired lease (true), or not (false).
+    pub stalled: Option<bool>,
+    /// Registered in this range.
+    pub created: Range,
 }
 
 /// Which events `events` lists.
@@ -104,7 +142,21 @@ pub struct EventFilter {
     /// Any of these types; empty means every type.
     pub types: Vec<EventType>,
     pub agent_id: Option<String>,
+    /// Written in this range.
+    pub created: Range,
 }
+
+/// Which questions `questions` lists.
+#[derive(Debug, Clone, Default)]
+pub struct QuestionFilter {
+    pub status: Option<QuestionStatus>,
+    pub assignee_group: Option<String>,
+    /// Asked in this range.
+    pub created: Range,
+}
+
+/// The stall condition of `v_stall_list` and `v_queue_depth`, on `u`.
+const STALLED: &str = "(u.state IN ('claimed', 'in_progress') AND u.lease_expires_at < now())";
 
 /// `units`: oldest first, filtered.
 pub fn units(fleet: &str, filter: &UnitFilter) -> Query {
@@ -127,6 +179,12 @@ pub fn units(fleet: &str, filter: &UnitFilter) -> Query {
         // starts_with, not LIKE: a prefix is data, never a pattern.
         q.and("starts_with(u.external_ref, {})", prefix.clone());
     }
+    match filter.stalled {
+        Some(true) => q.push(&format!(" AND {STALLED}")),
+        Some(false) => q.push(&format!(" AND NOT {STALLED}")),
+        None => &mut q,
+    };
+    q.range("u.created_at", &filter.created);
     q
 }
 
@@ -156,6 +214,7 @@ pub fn events(fleet: &str, filter: &EventFilter) -> Query {
     if let Some(agent) = &filter.agent_id {
         q.and("e.agent_id = {}", agent.clone());
     }
+    q.range("e.created_at", &filter.created);
     q
 }
 
@@ -164,7 +223,7 @@ pub async fn events_page(tx: &DatabaseTransaction, q: Query) -> Result<Vec<event
 }
 
 /// `questions`: oldest first.
-pub fn questions(fleet: &str, status: Option<QuestionStatus>, group: Option<&str>) -> Query {
+pub fn questions(fleet: &str, filter: &QuestionFilter) -> Query {
     let mut q = Query::new(
         "SELECT q.id, q.fleet, q.unit_id, q.attempt_id, q.question, q.status::text AS status, q.answer, \
          q.assignee_group, q.asked_by, q.answered_by, q.created_at, q.answered_at, q.cancelled_at \
@@ -172,12 +231,13 @@ pub fn questions(fleet: &str, status: Option<QuestionStatus>, group: Option<&str
     );
     let p = q.bind(fleet);
     q.push(&p);
-    if let Some(status) = status {
+    if let Some(status) = filter.status {
         q.and("q.status = {}::question_status", status.to_value());
     }
-    if let Some(group) = group {
-        q.and("q.assignee_group = {}", group.to_owned());
+    if let Some(group) = &filter.assignee_group {
+        q.and("q.assignee_group = {}", group.clone());
     }
+    q.range("q.created_at", &filter.created);
     q
 }
 
@@ -212,27 +272,67 @@ pub async fn questions_of_units(tx: &DatabaseTransaction, units: &[Uuid]) -> Res
     question::Entity::find().from_raw_sql(stmt(sql, [units.to_vec().into()])).all(tx).await
 }
 
-/// The first `limit` events (newest first, after `cursor`) of each unit, in one statement.
+/// The first `limit` events (in the given order, after `cursor`) of each unit, in one statement.
 pub async fn events_of_units(
     tx: &DatabaseTransaction,
     units: &[Uuid],
     cursor: Option<Cursor>,
     limit: i32,
+    newest_first: bool,
 ) -> Result<Vec<event::Model>, DbErr> {
     let (t, i) = cursor.map(|c| (Some(c.created_at), Some(c.id))).unwrap_or((None, None));
+    let (cmp, dir) = if newest_first { ("<", "DESC") } else { (">", "ASC") };
     let sql = format!(
         "SELECT {EVENT_COLUMNS} FROM unnest($1::uuid[]) AS k(unit_id)
            CROSS JOIN LATERAL (
                SELECT * FROM work_unit_events x
-                WHERE x.unit_id = k.unit_id AND ($2::timestamptz IS NULL OR (x.created_at, x.id) < ($2, $3::uuid))
-                ORDER BY x.created_at DESC, x.id DESC LIMIT $4
+                WHERE x.unit_id = k.unit_id AND ($2::timestamptz IS NULL OR (x.created_at, x.id) {cmp} ($2, $3::uuid))
+                ORDER BY x.created_at {dir}, x.id {dir} LIMIT $4
            ) e
-          ORDER BY e.unit_id, e.created_at DESC, e.id DESC"
+          ORDER BY e.unit_id, e.created_at {dir}, e.id {dir}"
     );
     event::Entity::find()
         .from_raw_sql(stmt(&sql, [units.to_vec().into(), t.into(), i.into(), i64::from(limit).into()]))
         .all(tx)
         .await
+}
+
+/// How many events each unit has (units without events are left out).
+pub async fn event_counts_of_units(tx: &DatabaseTransaction, units: &[Uuid]) -> Result<Vec<UnitCount>, DbErr> {
+    let sql = "SELECT e.unit_id, count(*) AS n FROM work_unit_events e WHERE e.unit_id = ANY($1) GROUP BY e.unit_id";
+    UnitCount::find_by_statement(stmt(sql, [units.to_vec().into()])).all(tx).await
+}
+
+#[derive(Debug, Clone, FromQueryResult)]
+pub struct UnitCount {
+    pub unit_id: Uuid,
+    pub n: i64,
+}
+
+/// Who disposed of a unit and why (`v_disposals`, derived from its `disposed` event).
+#[derive(Debug, Clone, FromQueryResult)]
+pub struct DisposalRow {
+    pub unit_id: Uuid,
+    pub disposed_by: Option<String>,
+    pub disposition_reason: Option<String>,
+}
+
+pub async fn disposals_of_units(tx: &DatabaseTransaction, units: &[Uuid]) -> Result<Vec<DisposalRow>, DbErr> {
+    let sql = "SELECT d.unit_id, d.disposed_by, d.disposition_reason FROM v_disposals d WHERE d.unit_id = ANY($1)";
+    DisposalRow::find_by_statement(stmt(sql, [units.to_vec().into()])).all(tx).await
+}
+
+/// Who ended an attempt and why (`v_attempt_end`, derived from the event that ended it).
+#[derive(Debug, Clone, FromQueryResult)]
+pub struct AttemptEndRow {
+    pub attempt_id: Uuid,
+    pub ended_by: Option<String>,
+    pub end_reason: Option<String>,
+}
+
+pub async fn attempt_ends(tx: &DatabaseTransaction, attempts: &[Uuid]) -> Result<Vec<AttemptEndRow>, DbErr> {
+    let sql = "SELECT x.attempt_id, x.ended_by, x.end_reason FROM v_attempt_end x WHERE x.attempt_id = ANY($1)";
+    AttemptEndRow::find_by_statement(stmt(sql, [attempts.to_vec().into()])).all(tx).await
 }
 
 // --- Views -------------------------------------------------------------------

@@ -4,11 +4,11 @@ use async_graphql::{Context, Json, Object};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::loaders::UnitId;
+use super::loaders::{AttemptId, UnitId};
 use super::types::WorkUnit;
 use super::{Result, loaders};
 use crate::db::entities::{EventType, WorkState, event};
-use crate::ledger::cursor::{Cursor, EventCursor};
+use crate::ledger::cursor::{Cursor, EventCursor, List};
 
 /// An event, and the floor of the list it was read through (`None` when a
 /// stream delivered it); see [`EventCursor`].
@@ -24,8 +24,9 @@ impl WorkUnitEvent {
         Self(e, None)
     }
 
-    pub fn cursor_text(e: &event::Model, floor: Option<i64>) -> String {
-        EventCursor { at: Cursor { created_at: e.created_at, id: e.id }, floor }.encode()
+    /// The cursor of `e` in `list` (an event list, in its order).
+    pub fn cursor_text(e: &event::Model, floor: Option<i64>, list: List) -> String {
+        EventCursor { at: Cursor { created_at: e.created_at, id: e.id }, floor, list }.encode()
     }
 }
 
@@ -40,14 +41,20 @@ impl WorkUnitEvent {
     /// a list (`events`, `WorkUnit.events`) starts early enough that no event of
     /// a transaction still open when the list was read is skipped, and so may
     /// repeat events the list already showed; ids are stable for de-duplication.
+    /// (An edge's `cursor` follows its list's order; this one pages newest first.)
     async fn cursor(&self) -> String {
-        Self::cursor_text(&self.0, self.1)
+        Self::cursor_text(&self.0, self.1, List::Events)
     }
     async fn unit_id(&self) -> Uuid {
         self.0.unit_id
     }
     async fn attempt_id(&self) -> Option<Uuid> {
         self.0.attempt_id
+    }
+    /// The number of that attempt (1-based per unit).
+    async fn attempt_no(&self, ctx: &Context<'_>) -> Result<Option<i32>> {
+        let Some(id) = self.0.attempt_id else { return Ok(None) };
+        Ok(loaders(ctx)?.load_one(AttemptId(id)).await?.map(|a| a.attempt_no))
     }
     async fn event_type(&self) -> EventType {
         self.0.event_type

@@ -10,11 +10,12 @@ use std::sync::Arc;
 use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
 use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextExecute};
 use async_graphql::{Context, Data, Response};
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::auth::Principal;
 use crate::db::entities::{attempt, event, question, work_unit};
-use crate::db::reads::group_by;
+use crate::db::reads::{AttemptEndRow, DisposalRow, group_by};
 use crate::ledger::Ledger;
 use crate::ledger::cursor::Cursor;
 
@@ -47,8 +48,8 @@ pub async fn prefetch(ctx: &Context<'_>, loaders: &Loaders, units: &[work_unit::
         Ok::<_, Error>(())
     };
     let events = async {
-        if let Some(first) = first_page_of_events(&node) {
-            loaders.load_many(ids().map(|unit| EventsOf { unit, first, after: None })).await?;
+        if let Some((first, newest_first)) = first_page_of_events(&node) {
+            loaders.load_many(ids().map(|unit| EventsOf { unit, first, after: None, newest_first })).await?;
         }
         Ok::<_, Error>(())
     };
@@ -56,22 +57,28 @@ pub async fn prefetch(ctx: &Context<'_>, loaders: &Loaders, units: &[work_unit::
     Ok(())
 }
 
-/// `first` of the selected `events(first:)` when every selection of it asks
-/// for the first page with a valid size; otherwise None (the resolver then
-/// validates and loads on its own).
-fn first_page_of_events(node: &async_graphql::Lookahead<'_>) -> Option<i32> {
+/// `first` and order of the selected `events(first:, order:)` when every
+/// selection of it asks for the first page with a valid size in the same
+/// order; otherwise None (the resolver then validates and loads on its own).
+fn first_page_of_events(node: &async_graphql::Lookahead<'_>) -> Option<(i32, bool)> {
+    use async_graphql::Value;
     let selections = node.field("events").selection_fields();
     let mut firsts = selections.iter().map(|field| {
         let args = field.arguments().ok()?;
-        if args.iter().any(|(name, value)| name.as_str() == "after" && *value != async_graphql::Value::Null) {
+        if args.iter().any(|(name, value)| name.as_str() == "after" && *value != Value::Null) {
             return None;
         }
         let first = match args.iter().find(|(name, _)| name.as_str() == "first") {
-            Some((_, async_graphql::Value::Number(n))) => i32::try_from(n.as_i64()?).ok()?,
-            Some((_, async_graphql::Value::Null)) | None => crate::ledger::validate::DEFAULT_PAGE,
+            Some((_, Value::Number(n))) => i32::try_from(n.as_i64()?).ok()?,
+            Some((_, Value::Null)) | None => crate::ledger::validate::DEFAULT_PAGE,
             Some(_) => return None,
         };
-        crate::ledger::validate::first(Some(first)).ok()
+        let newest_first = match args.iter().find(|(name, _)| name.as_str() == "order") {
+            Some((_, Value::Enum(order))) => order.as_str() != "ASC",
+            Some((_, Value::Null)) | None => true,
+            Some(_) => return None,
+        };
+        crate::ledger::validate::first(Some(first)).ok().map(|first| (first, newest_first))
     });
     let first = firsts.next()??;
     firsts.all(|other| other == Some(first)).then_some(first)
@@ -105,13 +112,23 @@ pub struct AttemptId(pub Uuid);
 pub struct AttemptsOf(pub Uuid);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct QuestionsOf(pub Uuid);
-/// A page of one unit's events: `first` rows after `after`, newest first.
+/// A page of one unit's events: `first` rows after `after`, newest first or oldest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct EventsOf {
     pub unit: Uuid,
     pub first: i32,
     pub after: Option<Cursor>,
+    pub newest_first: bool,
 }
+/// How many events a unit has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EventCountOf(pub Uuid);
+/// Who disposed of a unit and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DisposalOf(pub Uuid);
+/// Who ended an attempt and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AttemptEndOf(pub Uuid);
 
 type Error = async_graphql::Error;
 
@@ -165,11 +182,11 @@ impl Loader<EventsOf> for LedgerLoader {
 
     async fn load(&self, keys: &[EventsOf]) -> Result<HashMap<EventsOf, Self::Value>, Error> {
         // Siblings almost always ask for the same page shape: one statement per shape.
-        let shapes = group_by(keys.to_vec(), |k| (k.first, k.after));
+        let shapes = group_by(keys.to_vec(), |k| (k.first, k.after, k.newest_first));
         let mut out = HashMap::with_capacity(keys.len());
-        for ((first, after), keys) in shapes {
+        for ((first, after, newest_first), keys) in shapes {
             let units: Vec<Uuid> = keys.iter().map(|k| k.unit).collect();
-            let (rows, floor) = self.ledger.events_of_units(&self.who, units, first, after).await?;
+            let (rows, floor) = self.ledger.events_of_units(&self.who, units, first, after, newest_first).await?;
             let mut grouped = group_by(rows, |e| e.unit_id);
             for k in keys {
                 out.insert(k, (grouped.remove(&k.unit).unwrap_or_default(), floor));
@@ -177,6 +194,47 @@ impl Loader<EventsOf> for LedgerLoader {
         }
         Ok(out)
     }
+}
+
+impl Loader<EventCountOf> for LedgerLoader {
+    type Value = i64;
+    type Error = Error;
+
+    async fn load(&self, keys: &[EventCountOf]) -> Result<HashMap<EventCountOf, i64>, Error> {
+        let rows = self.ledger.event_counts_of_units(&self.who, keys.iter().map(|k| k.0).collect()).await?;
+        Ok(rows.into_iter().map(|r| (EventCountOf(r.unit_id), r.n)).collect())
+    }
+}
+
+impl Loader<DisposalOf> for LedgerLoader {
+    type Value = DisposalRow;
+    type Error = Error;
+
+    async fn load(&self, keys: &[DisposalOf]) -> Result<HashMap<DisposalOf, DisposalRow>, Error> {
+        let rows = self.ledger.disposals_of_units(&self.who, keys.iter().map(|k| k.0).collect()).await?;
+        Ok(rows.into_iter().map(|r| (DisposalOf(r.unit_id), r)).collect())
+    }
+}
+
+impl Loader<AttemptEndOf> for LedgerLoader {
+    type Value = AttemptEndRow;
+    type Error = Error;
+
+    async fn load(&self, keys: &[AttemptEndOf]) -> Result<HashMap<AttemptEndOf, AttemptEndRow>, Error> {
+        let rows = self.ledger.attempt_ends(&self.who, keys.iter().map(|k| k.0).collect()).await?;
+        Ok(rows.into_iter().map(|r| (AttemptEndOf(r.attempt_id), r)).collect())
+    }
+}
+
+/// The instant an operation started: `serverTime`, and the clock every age
+/// in its response (`stalledForSeconds`, `openForSeconds`) is measured with,
+/// so that they agree with each other to the second.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestTime(pub DateTime<Utc>);
+
+/// The request's clock (see [`RequestTime`]).
+pub fn now(ctx: &Context<'_>) -> DateTime<Utc> {
+    ctx.data_opt::<RequestTime>().map_or_else(Utc::now, |t| t.0)
 }
 
 /// The one place DataLoaders are made: every execution gets its own, with
@@ -205,6 +263,7 @@ impl Extension for LoadersPerOperation {
         };
         let mut data = Data::default();
         data.insert(for_request(ledger.clone(), who.clone()));
+        data.insert(RequestTime(Utc::now()));
         next.run_with_data(ctx, operation_name, data).await
     }
 }

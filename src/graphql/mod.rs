@@ -4,10 +4,12 @@ pub mod error;
 pub mod events;
 mod guidance;
 pub mod loaders;
+mod metrics;
 mod operation_metrics;
 mod pagination;
 mod query;
 mod reads;
+mod stalls;
 mod subscription;
 mod types;
 mod units;
@@ -22,7 +24,7 @@ pub use error::{Result, error_body, error_object};
 pub use subscription::Subscription;
 
 #[derive(MergedObject, Default)]
-pub struct Query(query::MetaQuery, units::UnitQuery, reads::ReadQuery);
+pub struct Query(query::MetaQuery, units::UnitQuery, reads::ReadQuery, metrics::MetricsQuery);
 
 #[derive(MergedObject, Default)]
 pub struct Mutation(units::UnitMutation, work::WorkMutation);

@@ -1,29 +1,26 @@
 //! The read queries of SPEC §4: keyset connections and the view fields.
 
-use async_graphql::connection::Connection;
 use async_graphql::{Context, InputObject, Object, SimpleObject};
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::events::WorkUnitEvent;
 use super::loaders::{self as unit_cache, UnitId};
-use super::pagination::{connection, connection_with};
+use super::pagination::{Conn, SortOrder, TotalCount, connection, counted_with};
+use super::stalls::{StallConnection, stall_connection};
 use super::types::{BlockingQuestion, WorkUnit};
 use super::{Result, ledger, loaders, principal};
 use crate::db::entities::{Disposition, EventType, QuestionStatus, WorkState, question, work_unit};
 use crate::db::reads::{self as db_reads, CostRow, DispositionRow, QueueDepthRow};
 use crate::ledger::cursor::{Cursor, List};
-use crate::ledger::reads::{Page, PageArgs};
+use crate::ledger::reads::{Page, PageArgs, QuestionFilter, Range};
 
-fn unit_cursor(u: &work_unit::Model) -> Cursor {
+pub fn unit_cursor(u: &work_unit::Model) -> Cursor {
     Cursor { created_at: u.created_at, id: u.id }
 }
 
 /// A page of units as a connection, its nested relations prefetched.
-async fn unit_connection(
-    ctx: &Context<'_>,
-    page: Page<work_unit::Model>,
-    list: List,
-) -> Result<Connection<String, WorkUnit>> {
+async fn unit_connection(ctx: &Context<'_>, page: Page<work_unit::Model>, list: List) -> Result<Conn<WorkUnit>> {
     unit_cache::prefetch(ctx, loaders(ctx)?, &page.items).await?;
     Ok(connection(page, list, unit_cursor, WorkUnit))
 }
@@ -36,6 +33,12 @@ pub struct UnitFilter {
     pub claimed_by: Option<String>,
     /// Units whose externalRef starts with this text (a prefix, not a pattern).
     pub external_ref_prefix: Option<String>,
+    /// CLAIMED or IN_PROGRESS with an expired lease (true), or every other unit (false).
+    pub stalled: Option<bool>,
+    /// Registered at or after this time.
+    pub from: Option<DateTime<Utc>>,
+    /// Registered before this time.
+    pub until: Option<DateTime<Utc>>,
 }
 
 impl From<UnitFilter> for db_reads::UnitFilter {
@@ -46,6 +49,8 @@ impl From<UnitFilter> for db_reads::UnitFilter {
             disposition: f.disposition,
             claimed_by: f.claimed_by,
             external_ref_prefix: f.external_ref_prefix,
+            stalled: f.stalled,
+            created: Range { from: f.from, until: f.until },
         }
     }
 }
@@ -55,11 +60,36 @@ pub struct EventFilter {
     pub unit_id: Option<Uuid>,
     pub types: Option<Vec<EventType>>,
     pub agent_id: Option<String>,
+    /// Written at or after this time.
+    pub from: Option<DateTime<Utc>>,
+    /// Written before this time.
+    pub until: Option<DateTime<Utc>>,
 }
 
 impl From<EventFilter> for db_reads::EventFilter {
     fn from(f: EventFilter) -> Self {
-        Self { unit_id: f.unit_id, types: f.types.unwrap_or_default(), agent_id: f.agent_id }
+        Self {
+            unit_id: f.unit_id,
+            types: f.types.unwrap_or_default(),
+            agent_id: f.agent_id,
+            created: Range { from: f.from, until: f.until },
+        }
+    }
+}
+
+/// A time range `[from, until)`; a missing bound is open.
+#[derive(InputObject, Default)]
+pub struct TimeRange {
+    /// At or after this time.
+    pub from: Option<DateTime<Utc>>,
+    /// Before this time.
+    pub until: Option<DateTime<Utc>>,
+}
+
+impl From<Option<TimeRange>> for Range {
+    fn from(r: Option<TimeRange>) -> Self {
+        let r = r.unwrap_or_default();
+        Self { from: r.from, until: r.until }
     }
 }
 
@@ -107,7 +137,7 @@ impl CostPerUnit {
     }
 }
 
-fn disposition_of(name: &str) -> Disposition {
+pub fn disposition_of(name: &str) -> Disposition {
     match name {
         "MIGRATED" => Disposition::Migrated,
         "DROPPED" => Disposition::Dropped,
@@ -121,33 +151,46 @@ pub struct ReadQuery;
 
 #[Object]
 impl ReadQuery {
-    /// Units of the fleet, oldest first.
+    /// The server's clock: every age in a response (`stalledForSeconds`,
+    /// `openForSeconds`) is measured up to this instant.
+    async fn server_time(&self, ctx: &Context<'_>) -> DateTime<Utc> {
+        unit_cache::now(ctx)
+    }
+
+    /// Units of the fleet, oldest first unless `order: DESC`.
     async fn units(
         &self,
         ctx: &Context<'_>,
         first: Option<i32>,
         after: Option<String>,
         filter: Option<UnitFilter>,
-    ) -> Result<Connection<String, WorkUnit>> {
+        order: Option<SortOrder>,
+    ) -> Result<Conn<WorkUnit>> {
         let filter = filter.unwrap_or_default().into();
-        let page = ledger(ctx).units_page(principal(ctx)?, PageArgs { first, after }, filter).await?;
-        unit_connection(ctx, page, List::Units).await
+        let newest_first = SortOrder::newest_first(order, SortOrder::Asc);
+        let page = ledger(ctx).units_page(principal(ctx)?, PageArgs { first, after }, filter, newest_first).await?;
+        unit_connection(ctx, page, List::units(newest_first)).await
     }
 
-    /// The ledger's events, newest first.
+    /// The ledger's events, newest first unless `order: ASC`.
     async fn events(
         &self,
         ctx: &Context<'_>,
         first: Option<i32>,
         after: Option<String>,
         filter: Option<EventFilter>,
-    ) -> Result<Connection<String, WorkUnitEvent>> {
+        order: Option<SortOrder>,
+    ) -> Result<Conn<WorkUnitEvent>> {
         let filter = filter.unwrap_or_default().into();
-        let (page, floor) = ledger(ctx).events_page(principal(ctx)?, PageArgs { first, after }, filter).await?;
-        Ok(connection_with(page, |e| WorkUnitEvent::cursor_text(e, Some(floor)), WorkUnitEvent::listed(floor)))
+        let newest_first = SortOrder::newest_first(order, SortOrder::Desc);
+        let (page, floor) =
+            ledger(ctx).events_page(principal(ctx)?, PageArgs { first, after }, filter, newest_first).await?;
+        let list = List::events(newest_first);
+        let cursor = |e: &_| WorkUnitEvent::cursor_text(e, Some(floor), list);
+        Ok(counted_with(page.items, page.has_next, TotalCount::List(page.total), cursor, WorkUnitEvent::listed(floor)))
     }
 
-    /// Blocking questions, oldest first.
+    /// Blocking questions, oldest first; `asked` bounds when they were asked.
     async fn questions(
         &self,
         ctx: &Context<'_>,
@@ -155,9 +198,10 @@ impl ReadQuery {
         after: Option<String>,
         status: Option<QuestionStatus>,
         assignee_group: Option<String>,
-    ) -> Result<Connection<String, BlockingQuestion>> {
-        let page =
-            ledger(ctx).questions_page(principal(ctx)?, PageArgs { first, after }, status, assignee_group).await?;
+        asked: Option<TimeRange>,
+    ) -> Result<Conn<BlockingQuestion>> {
+        let filter = QuestionFilter { status, assignee_group, created: asked.into() };
+        let page = ledger(ctx).questions_page(principal(ctx)?, PageArgs { first, after }, filter).await?;
         let key = |q: &question::Model| Cursor { created_at: q.created_at, id: q.id };
         Ok(connection(page, List::Questions, key, BlockingQuestion))
     }
@@ -167,15 +211,12 @@ impl ReadQuery {
         Ok(ledger(ctx).queue_depth(principal(ctx)?, domain).await?.into_iter().map(QueueDepth::from).collect())
     }
 
-    /// CLAIMED or IN_PROGRESS units whose lease expired (`v_stall_list`), oldest first.
-    async fn stalls(
-        &self,
-        ctx: &Context<'_>,
-        first: Option<i32>,
-        after: Option<String>,
-    ) -> Result<Connection<String, WorkUnit>> {
+    /// CLAIMED or IN_PROGRESS units whose lease expired (`v_stall_list`), oldest
+    /// first; each edge says who held the unit, since when, and for how long.
+    async fn stalls(&self, ctx: &Context<'_>, first: Option<i32>, after: Option<String>) -> Result<StallConnection> {
         let page = ledger(ctx).stalls_page(principal(ctx)?, PageArgs { first, after }).await?;
-        unit_connection(ctx, page, List::Stalls).await
+        unit_cache::prefetch(ctx, loaders(ctx)?, &page.items).await?;
+        Ok(stall_connection(ctx, page))
     }
 
     /// Cost and attempts of every unit (`v_cost_per_unit`), oldest first.
@@ -185,19 +226,14 @@ impl ReadQuery {
         first: Option<i32>,
         after: Option<String>,
         domain: Option<String>,
-    ) -> Result<Connection<String, CostPerUnit>> {
+    ) -> Result<Conn<CostPerUnit>> {
         let page = ledger(ctx).cost_page(principal(ctx)?, PageArgs { first, after }, domain).await?;
         let key = |r: &CostRow| Cursor { created_at: r.created_at, id: r.unit_id };
         Ok(connection(page, List::CostPerUnit, key, CostPerUnit))
     }
 
     /// Units that needed more than one attempt (`v_rework`), oldest first.
-    async fn rework(
-        &self,
-        ctx: &Context<'_>,
-        first: Option<i32>,
-        after: Option<String>,
-    ) -> Result<Connection<String, WorkUnit>> {
+    async fn rework(&self, ctx: &Context<'_>, first: Option<i32>, after: Option<String>) -> Result<Conn<WorkUnit>> {
         let page = ledger(ctx).rework_page(principal(ctx)?, PageArgs { first, after }).await?;
         unit_connection(ctx, page, List::Rework).await
     }
@@ -216,7 +252,8 @@ impl ReadQuery {
             .collect())
     }
 
-    /// Disposed units with evidence and cost (`v_disposition_detail`), oldest first.
+    /// Disposed units with evidence and cost (`v_disposition_detail`), oldest
+    /// first; `disposed` bounds when they were disposed.
     async fn dispositions(
         &self,
         ctx: &Context<'_>,
@@ -224,9 +261,10 @@ impl ReadQuery {
         after: Option<String>,
         disposition: Option<Disposition>,
         domain: Option<String>,
-    ) -> Result<Connection<String, WorkUnit>> {
-        let page =
-            ledger(ctx).dispositions_page(principal(ctx)?, PageArgs { first, after }, disposition, domain).await?;
+        disposed: Option<TimeRange>,
+    ) -> Result<Conn<WorkUnit>> {
+        let args = PageArgs { first, after };
+        let page = ledger(ctx).dispositions_page(principal(ctx)?, args, disposition, domain, disposed.into()).await?;
         unit_connection(ctx, page, List::Dispositions).await
     }
 }

@@ -19,7 +19,7 @@ use crate::auth::{Permission, Principal};
 use crate::db::entities::{EventType, QuestionStatus, question, work_unit};
 use crate::db::events::LiveEvent;
 use crate::ledger::cursor::{Cursor, CursorText, List};
-use crate::ledger::reads::PageArgs;
+use crate::ledger::reads::{PageArgs, QuestionFilter};
 use crate::ledger::{Ledger, LedgerError};
 use crate::live::Live;
 use crate::live::tail::Tail;
@@ -184,7 +184,9 @@ async fn open_questions(
     let mut after = None;
     loop {
         let args = PageArgs { first: Some(SNAPSHOT_PAGE), after };
-        let page = ledger.questions_page(who, args, Some(QuestionStatus::Open), group.clone()).await?;
+        let filter =
+            QuestionFilter { status: Some(QuestionStatus::Open), assignee_group: group.clone(), ..Default::default() };
+        let page = ledger.questions_page(who, args, filter).await?;
         after = page.items.last().map(|q| Cursor { created_at: q.created_at, id: q.id }.encode(List::Questions));
         all.extend(page.items);
         if !page.has_next {

@@ -4,16 +4,20 @@ use async_graphql::{Context, Object};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use async_graphql::connection::Connection;
-
 use super::events::WorkUnitEvent;
-use super::loaders::{AttemptId, AttemptsOf, EventsOf, QuestionsOf, UnitId};
-use super::pagination::connection_with;
+use super::loaders::{self as loader, AttemptEndOf, AttemptId, AttemptsOf, DisposalOf, EventsOf, QuestionsOf, UnitId};
+use super::pagination::{Conn, SortOrder, TotalCount, counted_with};
 use super::{Result, ledger, loaders, principal};
 use crate::auth::Principal;
 use crate::db::entities::{AttemptOutcome, Disposition, QuestionStatus, WorkState, attempt, question, work_unit};
-use crate::ledger::reads::{Page, PageArgs};
+use crate::ledger::cursor::List;
+use crate::ledger::reads::PageArgs;
 use crate::ledger::state_machine;
+
+/// Whole seconds from `since` to `until` (never negative).
+pub fn seconds_between(since: DateTime<Utc>, until: DateTime<Utc>) -> i64 {
+    (until - since).num_seconds().max(0)
+}
 
 pub struct PrincipalObject(pub Principal);
 
@@ -71,6 +75,20 @@ impl WorkUnit {
     async fn disposed_at(&self) -> Option<DateTime<Utc>> {
         self.0.disposed_at
     }
+    /// The reason given with the dispose, if any (null until disposed).
+    async fn disposition_reason(&self, ctx: &Context<'_>) -> Result<Option<String>> {
+        if self.0.disposition.is_none() {
+            return Ok(None);
+        }
+        Ok(loaders(ctx)?.load_one(DisposalOf(self.0.id)).await?.and_then(|d| d.disposition_reason))
+    }
+    /// Who disposed of the unit: the holder, or the operator (null until disposed).
+    async fn disposed_by(&self, ctx: &Context<'_>) -> Result<Option<String>> {
+        if self.0.disposition.is_none() {
+            return Ok(None);
+        }
+        Ok(loaders(ctx)?.load_one(DisposalOf(self.0.id)).await?.and_then(|d| d.disposed_by))
+    }
     async fn workflow_id(&self) -> Option<&str> {
         self.0.workflow_id.as_deref()
     }
@@ -104,8 +122,8 @@ impl WorkUnit {
         self.0.updated_at
     }
     /// CLAIMED or IN_PROGRESS with an expired lease: anyone may reclaim it.
-    async fn stalled(&self) -> bool {
-        state_machine::is_stale(&self.0, Utc::now())
+    async fn stalled(&self, ctx: &Context<'_>) -> bool {
+        state_machine::is_stale(&self.0, loader::now(ctx))
     }
     /// The attempt of the current (or last) claim.
     async fn current_attempt(&self, ctx: &Context<'_>) -> Result<Option<Attempt>> {
@@ -122,19 +140,24 @@ impl WorkUnit {
         let found = loaders(ctx)?.load_one(QuestionsOf(self.0.id)).await?.unwrap_or_default();
         Ok(found.into_iter().map(BlockingQuestion).collect())
     }
-    /// This unit's events, newest first.
+    /// This unit's events, newest first unless `order: ASC` (its history in order).
     async fn events(
         &self,
         ctx: &Context<'_>,
         first: Option<i32>,
         after: Option<String>,
-    ) -> Result<Connection<String, WorkUnitEvent>> {
-        let (first, after) = ledger(ctx).unit_events_args(&PageArgs { first, after })?;
-        let (rows, floor) =
-            loaders(ctx)?.load_one(EventsOf { unit: self.0.id, first, after }).await?.unwrap_or_default();
-        let page =
-            Page { has_next: rows.len() > first as usize, items: rows.into_iter().take(first as usize).collect() };
-        Ok(connection_with(page, |e| WorkUnitEvent::cursor_text(e, Some(floor)), WorkUnitEvent::listed(floor)))
+        order: Option<SortOrder>,
+    ) -> Result<Conn<WorkUnitEvent>> {
+        let newest_first = SortOrder::newest_first(order, SortOrder::Desc);
+        let (first, after) = ledger(ctx).unit_events_args(&PageArgs { first, after }, newest_first)?;
+        let key = EventsOf { unit: self.0.id, first, after, newest_first };
+        let (mut rows, floor) = loaders(ctx)?.load_one(key).await?.unwrap_or_default();
+        let has_next = rows.len() > first as usize;
+        rows.truncate(first as usize);
+        let total = TotalCount::EventsOf(self.0.id);
+        let list = List::events(newest_first);
+        let cursor = |e: &_| WorkUnitEvent::cursor_text(e, Some(floor), list);
+        Ok(counted_with(rows, has_next, total, cursor, WorkUnitEvent::listed(floor)))
     }
     /// The question the unit is blocked on, if any.
     async fn open_question(&self, ctx: &Context<'_>) -> Result<Option<BlockingQuestion>> {
@@ -181,6 +204,23 @@ impl Attempt {
     async fn ended_at(&self) -> Option<DateTime<Utc>> {
         self.0.ended_at
     }
+    /// The reason given by the write that ended the attempt (a release or a
+    /// dispose); null while it runs, and when none was given (a verification,
+    /// a reclaim, a release without a reason).
+    async fn end_reason(&self, ctx: &Context<'_>) -> Result<Option<String>> {
+        if self.0.outcome.is_none() {
+            return Ok(None);
+        }
+        Ok(loaders(ctx)?.load_one(AttemptEndOf(self.0.id)).await?.and_then(|e| e.end_reason))
+    }
+    /// Whose write ended the attempt: its agent (verify, release), the agent
+    /// that reclaimed it (superseded), or whoever disposed of the unit; null while it runs.
+    async fn ended_by(&self, ctx: &Context<'_>) -> Result<Option<String>> {
+        if self.0.outcome.is_none() {
+            return Ok(None);
+        }
+        Ok(loaders(ctx)?.load_one(AttemptEndOf(self.0.id)).await?.and_then(|e| e.ended_by))
+    }
     async fn unit(&self, ctx: &Context<'_>) -> Result<Option<WorkUnit>> {
         Ok(loaders(ctx)?.load_one(UnitId(self.0.unit_id)).await?.map(WorkUnit))
     }
@@ -226,6 +266,12 @@ impl BlockingQuestion {
     }
     async fn cancelled_at(&self) -> Option<DateTime<Utc>> {
         self.0.cancelled_at
+    }
+    /// Whole seconds the question has been open (until `serverTime`), or was
+    /// open (until answered or cancelled).
+    async fn open_for_seconds(&self, ctx: &Context<'_>) -> i64 {
+        let closed = self.0.answered_at.or(self.0.cancelled_at);
+        seconds_between(self.0.created_at, closed.unwrap_or_else(|| loader::now(ctx)))
     }
     async fn unit(&self, ctx: &Context<'_>) -> Result<Option<WorkUnit>> {
         Ok(loaders(ctx)?.load_one(UnitId(self.0.unit_id)).await?.map(WorkUnit))

@@ -1,6 +1,7 @@
 //! Opaque keyset cursors: the text form of a [`Cursor`] (`(created_at, id)`
 //! of the last row of a page), tagged with the list it belongs to. A cursor
-//! of another list, or anything that does not decode, is INVALID_INPUT.
+//! of another list (or of the same list in the other order), or anything that
+//! does not decode, is INVALID_INPUT.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -9,11 +10,16 @@ use chrono::DateTime;
 use super::LedgerError;
 pub use crate::db::reads::Cursor;
 
-/// The lists that page by keyset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The lists that page by keyset. A list read in its other order is another
+/// list: a position means "after this row" only in one direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum List {
+    /// Oldest first (the default order of `units`).
     Units,
+    UnitsNewestFirst,
+    /// Newest first (the default order of `events`).
     Events,
+    EventsOldestFirst,
     Questions,
     Stalls,
     CostPerUnit,
@@ -22,10 +28,27 @@ pub enum List {
 }
 
 impl List {
+    /// `units` in the given order.
+    pub fn units(newest_first: bool) -> Self {
+        if newest_first { Self::UnitsNewestFirst } else { Self::Units }
+    }
+
+    /// `events` (top level or of one unit) in the given order.
+    pub fn events(newest_first: bool) -> Self {
+        if newest_first { Self::Events } else { Self::EventsOldestFirst }
+    }
+
+    /// True for the event lists, whose cursors may carry a floor.
+    fn is_events(self) -> bool {
+        matches!(self, Self::Events | Self::EventsOldestFirst)
+    }
+
     fn tag(self) -> &'static str {
         match self {
             Self::Units => "u",
+            Self::UnitsNewestFirst => "ud",
             Self::Events => "e",
+            Self::EventsOldestFirst => "ea",
             Self::Questions => "q",
             Self::Stalls => "s",
             Self::CostPerUnit => "c",
@@ -63,27 +86,34 @@ impl CursorText for Cursor {
 /// cursor (the resume may repeat events the list showed). Events a stream
 /// delivered carry no floor: the stream only delivers final events, so
 /// their own position is exact.
+///
+/// `list` is the event list (and so the order) the cursor pages in; a
+/// stream resumes from a cursor of either order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct EventCursor {
     pub at: Cursor,
     pub floor: Option<i64>,
+    pub list: List,
 }
 
 impl EventCursor {
     pub fn encode(self) -> String {
         match self.floor {
-            None => self.at.encode(List::Events),
+            None => self.at.encode(self.list),
             Some(floor) => URL_SAFE_NO_PAD.encode(format!(
                 "wl1:{}:{}:{}:{floor}",
-                List::Events.tag(),
+                self.list.tag(),
                 self.at.created_at.timestamp_micros(),
                 self.at.id
             )),
         }
     }
 
+    /// A cursor of either event list (a stream resumes from any).
     pub fn decode(cursor: &str) -> Result<Self, LedgerError> {
-        parse(List::Events, cursor).map(|(at, floor)| Self { at, floor })
+        parse(List::Events, cursor)
+            .map(|(at, floor)| Self { at, floor, list: List::Events })
+            .or_else(|_| parse(List::EventsOldestFirst, cursor).map(|(at, floor)| Self { at, floor, list: List::EventsOldestFirst }))
     }
 }
 
@@ -92,7 +122,8 @@ fn parse(list: List, cursor: &str) -> Result<(Cursor, Option<i64>), LedgerError>
     let invalid = || {
         LedgerError::invalid(
             "after",
-            "not a cursor of this list: pass the `endCursor` (or an edge `cursor`) this same list returned",
+            "not a cursor of this list in this order: pass the `endCursor` (or an edge `cursor`) this same list \
+             returned, with the same `order`",
         )
     };
     let bytes = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| invalid())?;
@@ -103,7 +134,7 @@ fn parse(list: List, cursor: &str) -> Result<(Cursor, Option<i64>), LedgerError>
     else {
         return Err(invalid());
     };
-    if tag != list.tag() || (floor.is_some() && list != List::Events) {
+    if tag != list.tag() || (floor.is_some() && !list.is_events()) {
         return Err(invalid());
     }
     let floor = floor.map(|f| f.parse::<i64>().ok().filter(|f| *f >= 0).ok_or_else(invalid)).transpose()?;
@@ -130,12 +161,19 @@ mod tests {
         for garbage in ["", "!!!", "d2wxOnU6eDp5", &URL_SAFE_NO_PAD.encode("wl1:u:1:2:3")] {
             assert!(Cursor::decode(List::Units, garbage).is_err(), "{garbage}");
         }
-        let listed = EventCursor { at: cursor, floor: Some(42) };
+        assert!(Cursor::decode(List::UnitsNewestFirst, &encoded).is_err(), "the other order");
+        let newest_first = cursor.encode(List::UnitsNewestFirst);
+        assert_eq!(Cursor::decode(List::UnitsNewestFirst, &newest_first).ok(), Some(cursor));
+        assert!(Cursor::decode(List::Units, &newest_first).is_err());
+        let oldest_first = EventCursor { at: cursor, floor: Some(7), list: List::EventsOldestFirst };
+        assert_eq!(EventCursor::decode(&oldest_first.encode()).ok(), Some(oldest_first));
+        assert!(Cursor::decode(List::Events, &oldest_first.encode()).is_err(), "the other order");
+        let listed = EventCursor { at: cursor, floor: Some(42), list: List::Events };
         let text = listed.encode();
         assert_eq!(EventCursor::decode(&text).ok(), Some(listed));
         assert_eq!(Cursor::decode(List::Events, &text).ok(), Some(cursor), "pages like any event cursor");
         assert!(Cursor::decode(List::Units, &text).is_err());
-        let streamed = EventCursor { at: cursor, floor: None };
+        let streamed = EventCursor { at: cursor, floor: None, list: List::Events };
         assert_eq!(streamed.encode(), cursor.encode(List::Events));
         assert_eq!(EventCursor::decode(&streamed.encode()).ok(), Some(streamed));
         let id = cursor.id;

@@ -17,6 +17,7 @@ pub mod cursor;
 mod error;
 mod idempotency;
 mod lifecycle;
+pub mod metrics;
 pub mod reads;
 mod refusals;
 pub mod state_machine;

@@ -6,16 +6,22 @@ use uuid::Uuid;
 use super::cursor::{Cursor, CursorText, List};
 use super::{Ledger, LedgerError, UnitModel, validate};
 use crate::auth::Principal;
-use crate::db::entities::{Disposition, QuestionStatus, attempt, event, question};
+use crate::db::entities::{Disposition, attempt, event, question};
 use crate::db::events;
-use crate::db::reads::{self, CostRow, DispositionRow, Query, QueueDepthRow};
-pub use crate::db::reads::{EventFilter, UnitFilter};
+use crate::db::reads::{self, AttemptEndRow, CostRow, DisposalRow, DispositionRow, Query, QueueDepthRow, UnitCount};
+pub use crate::db::reads::{EventFilter, QuestionFilter, Range, UnitFilter};
 
 /// One page of a keyset list.
 pub struct Page<T> {
     pub items: Vec<T>,
     pub has_next: bool,
+    /// How to count the whole list (every page, same filter), when asked.
+    pub total: Total,
 }
+
+/// The `count(*)` of a list, run only when a client asks for its `totalCount`.
+#[derive(Clone)]
+pub struct Total(Query);
 
 /// Which rows of a list: at most `first` (1..=500, default 100) after a cursor.
 pub struct PageArgs {
@@ -23,10 +29,10 @@ pub struct PageArgs {
     pub after: Option<String>,
 }
 
-fn split<T>(mut rows: Vec<T>, first: i32) -> Page<T> {
+fn split<T>(mut rows: Vec<T>, first: i32, total: Total) -> Page<T> {
     let has_next = rows.len() > first as usize;
     rows.truncate(first as usize);
-    Page { items: rows, has_next }
+    Page { items: rows, has_next, total }
 }
 
 /// Validates paging arguments: `first` within bounds, `after` a cursor of `list`.
@@ -43,22 +49,31 @@ impl Ledger {
         query: Query,
     ) -> Result<Page<UnitModel>, LedgerError> {
         let (first, cursor) = page_args(list, &args)?;
+        let total = Total(query.count());
         let mut query = query;
-        query.page("u", cursor, false, first + 1);
+        query.page("u", cursor, list == List::UnitsNewestFirst, first + 1);
         let rows = self.read(who, move |tx| Box::pin(async move { Ok(query.units(tx).await?) })).await?;
-        Ok(split(rows, first))
+        Ok(split(rows, first, total))
     }
 
+    /// Units, oldest first unless `newest_first`; each order has cursors of its own.
     pub async fn units_page(
         &self,
         who: &Principal,
         args: PageArgs,
         filter: UnitFilter,
+        newest_first: bool,
     ) -> Result<Page<UnitModel>, LedgerError> {
         if let Some(prefix) = &filter.external_ref_prefix {
             validate::external_ref("filter.externalRefPrefix", prefix)?;
         }
-        self.units_query(who, List::Units, args, reads::units(&who.fleet, &filter)).await
+        validate::range("filter.from", "filter.until", &filter.created)?;
+        self.units_query(who, List::units(newest_first), args, reads::units(&who.fleet, &filter)).await
+    }
+
+    /// The `totalCount` of a list.
+    pub async fn total(&self, who: &Principal, total: Total) -> Result<i64, LedgerError> {
+        self.read(who, move |tx| Box::pin(async move { Ok(total.0.scalar(tx).await?) })).await
     }
 
     /// CLAIMED or IN_PROGRESS units whose lease ran out (`v_stall_list`).
@@ -78,8 +93,11 @@ impl Ledger {
         args: PageArgs,
         disposition: Option<Disposition>,
         domain: Option<String>,
+        disposed: Range,
     ) -> Result<Page<UnitModel>, LedgerError> {
+        validate::range("disposed.from", "disposed.until", &disposed)?;
         let mut query = reads::units_in_view(&who.fleet, "v_disposition_detail");
+        query.range("v.disposed_at", &disposed);
         if let Some(d) = disposition {
             query.and("v.disposition = {}::disposition", d.as_sql().to_owned());
         }
@@ -89,15 +107,19 @@ impl Ledger {
         self.units_query(who, List::Dispositions, args, query).await
     }
 
+    /// Events, newest first unless not `newest_first`; each order has cursors of its own.
     pub async fn events_page(
         &self,
         who: &Principal,
         args: PageArgs,
         filter: EventFilter,
+        newest_first: bool,
     ) -> Result<(Page<event::Model>, i64), LedgerError> {
-        let (first, cursor) = page_args(List::Events, &args)?;
+        validate::range("filter.from", "filter.until", &filter.created)?;
+        let (first, cursor) = page_args(List::events(newest_first), &args)?;
         let mut query = reads::events(&who.fleet, &filter);
-        query.page("e", cursor, true, first + 1);
+        let total = Total(query.count());
+        query.page("e", cursor, newest_first, first + 1);
         let (rows, floor) = self
             .read(who, move |tx| {
                 Box::pin(async move {
@@ -107,22 +129,23 @@ impl Ledger {
                 })
             })
             .await?;
-        Ok((split(rows, first), floor))
+        Ok((split(rows, first, total), floor))
     }
 
     pub async fn questions_page(
         &self,
         who: &Principal,
         args: PageArgs,
-        status: Option<QuestionStatus>,
-        group: Option<String>,
+        filter: QuestionFilter,
     ) -> Result<Page<question::Model>, LedgerError> {
+        validate::range("asked.from", "asked.until", &filter.created)?;
         let (first, cursor) = page_args(List::Questions, &args)?;
-        let mut query = reads::questions(&who.fleet, status, group.as_deref());
+        let mut query = reads::questions(&who.fleet, &filter);
+        let total = Total(query.count());
         query.page("q", cursor, false, first + 1);
         let rows =
             self.read(who, move |tx| Box::pin(async move { Ok(reads::questions_page(tx, query).await?) })).await?;
-        Ok(split(rows, first))
+        Ok(split(rows, first, total))
     }
 
     pub async fn cost_page(
@@ -133,9 +156,10 @@ impl Ledger {
     ) -> Result<Page<CostRow>, LedgerError> {
         let (first, cursor) = page_args(List::CostPerUnit, &args)?;
         let mut query = reads::cost_per_unit(&who.fleet, domain.as_deref());
+        let total = Total(query.count());
         query.page_on("v", "unit_id", cursor, false, first + 1);
         let rows = self.read(who, move |tx| Box::pin(async move { Ok(query.rows::<CostRow>(tx).await?) })).await?;
-        Ok(split(rows, first))
+        Ok(split(rows, first, total))
     }
 
     pub async fn queue_depth(
@@ -194,18 +218,35 @@ impl Ledger {
         units: Vec<Uuid>,
         first: i32,
         after: Option<Cursor>,
+        newest_first: bool,
     ) -> Result<(Vec<event::Model>, i64), LedgerError> {
         self.read(who, move |tx| {
             Box::pin(async move {
                 let floor = events::watermark(tx).await?;
-                Ok((reads::events_of_units(tx, &units, after, first + 1).await?, floor))
+                Ok((reads::events_of_units(tx, &units, after, first + 1, newest_first).await?, floor))
             })
         })
         .await
     }
 
     /// Validates the arguments of `WorkUnit.events` before they reach a loader.
-    pub fn unit_events_args(&self, args: &PageArgs) -> Result<(i32, Option<Cursor>), LedgerError> {
-        page_args(List::Events, args)
+    pub fn unit_events_args(&self, args: &PageArgs, newest_first: bool) -> Result<(i32, Option<Cursor>), LedgerError> {
+        page_args(List::events(newest_first), args)
+    }
+
+    pub async fn event_counts_of_units(
+        &self,
+        who: &Principal,
+        units: Vec<Uuid>,
+    ) -> Result<Vec<UnitCount>, LedgerError> {
+        self.read(who, move |tx| Box::pin(async move { Ok(reads::event_counts_of_units(tx, &units).await?) })).await
+    }
+
+    pub async fn disposals_of_units(&self, who: &Principal, units: Vec<Uuid>) -> Result<Vec<DisposalRow>, LedgerError> {
+        self.read(who, move |tx| Box::pin(async move { Ok(reads::disposals_of_units(tx, &units).await?) })).await
+    }
+
+    pub async fn attempt_ends(&self, who: &Principal, attempts: Vec<Uuid>) -> Result<Vec<AttemptEndRow>, LedgerError> {
+        self.read(who, move |tx| Box::pin(async move { Ok(reads::attempt_ends(tx, &attempts).await?) })).await
     }
 }

@@ -29,6 +29,17 @@ pub fn short_text(argument: &str, value: &str, max: usize) -> Result<(), LedgerE
     Ok(())
 }
 
+/// A time range `[from, until)`: `from` (named `from_arg`) not after `until` (`until_arg`).
+pub fn range(from_arg: &str, until_arg: &str, range: &crate::db::reads::Range) -> Result<(), LedgerError> {
+    match (range.from, range.until) {
+        (Some(from), Some(until)) if from > until => Err(LedgerError::invalid(
+            until_arg,
+            format!("must not be before `{from_arg}` (a range is [{from_arg}, {until_arg}))"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 pub fn external_ref(argument: &str, value: &str) -> Result<(), LedgerError> {
     short_text(argument, value, MAX_SHORT)
 }

@@ -52,7 +52,7 @@ impl Tail {
     /// starts no later than just before that batch, so nothing that was not
     /// yet committed when the list was read is behind it (see [`EventCursor`]).
     pub async fn after(live: &Live, ledger: &Ledger, who: &Principal, cursor: &str) -> Result<Self, LedgerError> {
-        let EventCursor { at, floor } = EventCursor::decode(cursor).map_err(|_| foreign_cursor())?;
+        let EventCursor { at, floor, .. } = EventCursor::decode(cursor).map_err(|_| foreign_cursor())?;
         let (feed, receiver) = join(live, who);
         let id = at.id;
         let position =

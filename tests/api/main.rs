@@ -21,6 +21,8 @@ mod mcp;
 mod metrics;
 mod node_client;
 mod operator;
+mod operator_calendar;
+mod operator_reads;
 mod reads;
 mod register;
 mod schema;

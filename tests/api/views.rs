@@ -11,7 +11,9 @@ use crate::helpers::{Agent, TestApp, spawn_app};
 ///   b1 BLOCKED; v1 VERIFIED (cost 70); d1 DONE/MIGRATED (cost 300, 2 attempts);
 ///   x1 ABANDONED/DEAD (cost 50)
 /// - jcl: j1 READY; j2 ABANDONED/DROPPED by the operator (no attempt)
-async fn fixture(app: &TestApp) -> Agent<'_> {
+///
+/// x1 was disposed with the reason "no source left", j2 with "out of scope".
+pub async fn fixture(app: &TestApp) -> Agent<'_> {
     let op = Agent::new(app, "f", "op", Role::Operator).await;
     let units = json!([
         { "externalRef": "r1", "domain": "cobol" }, { "externalRef": "r2", "domain": "cobol" },
@@ -69,9 +71,9 @@ async fn fixture(app: &TestApp) -> Agent<'_> {
     let attempt = a.claim_unit(&id("x1"), json!({})).await.str("currentAttemptId");
     a.transition(&id("x1"), "IN_PROGRESS", json!({})).await.data();
     a.record_cost(&attempt, 50, "x1").await.data();
-    a.dispose(&id("x1"), "DEAD", json!({ "evidence": "https://wiki/x1" })).await.data();
+    a.dispose(&id("x1"), "DEAD", json!({ "evidence": "https://wiki/x1", "reason": "no source left" })).await.data();
 
-    op.dispose(&id("j2"), "DROPPED", json!({ "evidence": "https://wiki/j2" })).await.data();
+    op.dispose(&id("j2"), "DROPPED", json!({ "evidence": "https://wiki/j2", "reason": "out of scope" })).await.data();
     op
 }
 

@@ -1,0 +1,218 @@
+//! The operator's aggregates: cost per group, throughput per day or week,
+//! and the North Star metrics of SPEC §7 (the SQL views of migration 0007).
+
+use async_graphql::{Context, Enum, Object, SimpleObject};
+use chrono::{DateTime, Utc};
+
+use super::reads::disposition_of;
+use super::{Result, ledger, principal};
+use crate::db::entities::Disposition;
+use crate::db::metrics::{CostSummaryRow, DayRow, ThroughputRow, WeekRow};
+use crate::ledger::metrics::{Bucket, CostGroup};
+use crate::ledger::reads::Range;
+
+/// What `costSummary` groups units and cost by.
+#[derive(Enum, Clone, Copy, PartialEq, Eq)]
+pub enum CostGroupBy {
+    Domain,
+    /// MIGRATED, DROPPED, DEFERRED, DEAD, and OPEN for units not yet disposed.
+    Disposition,
+    /// The unit's state, e.g. IN_PROGRESS.
+    State,
+    /// The agent of the attempts (units it attempted, the cost of its own attempts).
+    Agent,
+}
+
+impl From<CostGroupBy> for CostGroup {
+    fn from(g: CostGroupBy) -> Self {
+        match g {
+            CostGroupBy::Domain => Self::Domain,
+            CostGroupBy::Disposition => Self::Disposition,
+            CostGroupBy::State => Self::State,
+            CostGroupBy::Agent => Self::Agent,
+        }
+    }
+}
+
+/// Units and cost of one group of `costSummary`.
+#[derive(SimpleObject)]
+pub struct CostGroupSummary {
+    /// The group: a domain, a disposition (OPEN: not yet disposed), a state or an agent id.
+    pub key: String,
+    pub units: i64,
+    pub cost_cents: i64,
+    /// costCents / units.
+    pub avg_cost_cents: f64,
+}
+
+impl From<CostSummaryRow> for CostGroupSummary {
+    fn from(r: CostSummaryRow) -> Self {
+        let avg_cost_cents = if r.units == 0 { 0.0 } else { r.cost_cents as f64 / r.units as f64 };
+        Self { key: r.key, units: r.units, cost_cents: r.cost_cents, avg_cost_cents }
+    }
+}
+
+/// The time buckets of `throughput` (UTC).
+#[derive(Enum, Clone, Copy, PartialEq, Eq)]
+pub enum ThroughputBucket {
+    Day,
+    /// Weeks start on Monday.
+    Week,
+}
+
+/// Units disposed in one bucket with one disposition.
+#[derive(SimpleObject)]
+pub struct Throughput {
+    /// The bucket's first instant (UTC midnight; a Monday for weeks).
+    pub start: DateTime<Utc>,
+    pub disposition: Disposition,
+    /// Units disposed in the bucket with this disposition.
+    pub count: i64,
+    /// Their whole cost.
+    pub cost_cents: i64,
+    /// Distinct agents that made attempts on them.
+    pub distinct_agents: i64,
+}
+
+impl From<ThroughputRow> for Throughput {
+    fn from(r: ThroughputRow) -> Self {
+        Self {
+            start: r.start,
+            disposition: disposition_of(&r.disposition),
+            count: r.units,
+            cost_cents: r.cost_cents,
+            distinct_agents: r.distinct_agents,
+        }
+    }
+}
+
+/// The North Star metrics of one week (UTC, from Monday): claims made that
+/// week and what became of them, units disposed that week, and their cycle time.
+#[derive(SimpleObject)]
+pub struct WeekMetrics {
+    /// The week's Monday, 00:00 UTC.
+    pub week: DateTime<Utc>,
+    /// Claims (attempts) started in the week.
+    pub claims: i64,
+    /// Of those, the ones that ended verified.
+    pub verified_claims: i64,
+    /// verifiedClaims / claims (null without claims).
+    pub conversion: Option<f64>,
+    /// Of the week's claims, those that went stale (reported stalled, or superseded by a reclaim).
+    pub stale_claims: i64,
+    pub stale_claim_rate: Option<f64>,
+    /// Of the week's claims, those that ended without the unit ever being started (the anti-metric).
+    pub never_started: i64,
+    /// Units disposed in the week.
+    pub disposed: i64,
+    /// Of those, the ones that needed more than one attempt.
+    pub reworked: i64,
+    pub rework_rate: Option<f64>,
+    /// Units disposed in the week with evidence and a recorded cost (verified throughput).
+    pub verified_units: i64,
+    pub verified_cost_cents: i64,
+    /// Median seconds from first claim to disposition of the units disposed in the week.
+    pub median_cycle_seconds: Option<f64>,
+    pub p90_cycle_seconds: Option<f64>,
+}
+
+impl From<WeekRow> for WeekMetrics {
+    fn from(r: WeekRow) -> Self {
+        Self {
+            week: r.week,
+            claims: r.claims,
+            verified_claims: r.verified_claims,
+            conversion: r.conversion,
+            stale_claims: r.stale_claims,
+            stale_claim_rate: r.stale_claim_rate,
+            never_started: r.never_started,
+            disposed: r.disposed,
+            reworked: r.reworked,
+            rework_rate: r.rework_rate,
+            verified_units: r.verified_units,
+            verified_cost_cents: r.verified_cost_cents,
+            median_cycle_seconds: r.median_cycle_seconds,
+            p90_cycle_seconds: r.p90_cycle_seconds,
+        }
+    }
+}
+
+/// Agents that claimed on one UTC day.
+#[derive(SimpleObject)]
+pub struct ClaimingAgents {
+    pub day: DateTime<Utc>,
+    /// Distinct agents that claimed.
+    pub agents: i64,
+    pub claims: i64,
+}
+
+impl From<DayRow> for ClaimingAgents {
+    fn from(r: DayRow) -> Self {
+        Self { day: r.day, agents: r.agents, claims: r.claims }
+    }
+}
+
+#[derive(Default)]
+pub struct MetricsQuery;
+
+#[Object]
+impl MetricsQuery {
+    /// Units and cost per group, open units included, ordered by key. Without
+    /// `from`/`to` every unit counts with its whole cost; with them, the cost
+    /// recorded in `[from, to)` and the units it was recorded for.
+    async fn cost_summary(
+        &self,
+        ctx: &Context<'_>,
+        group_by: CostGroupBy,
+        from: Option<DateTime<Utc>>,
+        to: Option<DateTime<Utc>>,
+        domain: Option<String>,
+    ) -> Result<Vec<CostGroupSummary>> {
+        let range = Range { from, until: to };
+        let rows = ledger(ctx).cost_summary(principal(ctx)?, group_by.into(), range, domain).await?;
+        Ok(rows.into_iter().map(CostGroupSummary::from).collect())
+    }
+
+    /// Units disposed per UTC day or week and disposition, disposed in
+    /// `[from, until)`, oldest bucket first (the SQL of `v_throughput_daily`
+    /// and `v_throughput_weekly`). Buckets without dispositions are left out.
+    async fn throughput(
+        &self,
+        ctx: &Context<'_>,
+        bucket: ThroughputBucket,
+        from: Option<DateTime<Utc>>,
+        until: Option<DateTime<Utc>>,
+        domain: Option<String>,
+    ) -> Result<Vec<Throughput>> {
+        let bucket = match bucket {
+            ThroughputBucket::Day => Bucket::Day,
+            ThroughputBucket::Week => Bucket::Week,
+        };
+        let rows = ledger(ctx).throughput(principal(ctx)?, bucket, Range { from, until }, domain).await?;
+        Ok(rows.into_iter().map(Throughput::from).collect())
+    }
+
+    /// The North Star metrics per week (`v_claims_weekly`, `v_rework_rate_weekly`,
+    /// `v_verified_throughput_weekly`, `v_cycle_time_weekly`), for the weeks
+    /// whose Monday is in `[from, until)`, oldest first.
+    async fn weekly_metrics(
+        &self,
+        ctx: &Context<'_>,
+        from: Option<DateTime<Utc>>,
+        until: Option<DateTime<Utc>>,
+    ) -> Result<Vec<WeekMetrics>> {
+        let rows = ledger(ctx).weekly_metrics(principal(ctx)?, Range { from, until }).await?;
+        Ok(rows.into_iter().map(WeekMetrics::from).collect())
+    }
+
+    /// Distinct claiming agents per UTC day in `[from, until)` (`v_claiming_agents_daily`), oldest first.
+    async fn claiming_agents(
+        &self,
+        ctx: &Context<'_>,
+        from: Option<DateTime<Utc>>,
+        until: Option<DateTime<Utc>>,
+    ) -> Result<Vec<ClaimingAgents>> {
+        let rows = ledger(ctx).claiming_agents(principal(ctx)?, Range { from, until }).await?;
+        Ok(rows.into_iter().map(ClaimingAgents::from).collect())
+    }
+}
