@@ -50,6 +50,9 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261130_000002_views", "0002_views"),
             // Live events: each event's transaction id (exact resume cursors), revocation notices.
             sql_migration!("m20261130_000003_live", "0003_live"),
+            // The write path under attack: holder = attempt agent, logged state changes, settled
+            // units carry evidence, ended attempts and closed questions are history.
+            sql_migration!("m20261130_000005_write_path", "0005_write_path"),
         ]
     }
 }

@@ -311,7 +311,8 @@ impl TestApp {
         .await
     }
 
-    /// Moves a READY unit to CLAIMED by `agent` with attempt 1, in raw SQL.
+    /// Moves a READY unit to CLAIMED by `agent` with attempt 1, in raw SQL,
+    /// with its `claimed` event (every state change is logged).
     pub async fn raw_claim(&self, unit: &str, agent: &str) -> String {
         self.sql_id(&format!(
             "WITH a AS (INSERT INTO work_unit_attempts (fleet, unit_id, attempt_no, agent_id)
@@ -320,7 +321,9 @@ impl TestApp {
                       u AS (UPDATE work_units SET state = 'claimed', claimed_by = '{agent}',
                                    current_attempt_id = (SELECT id FROM a), attempt_count = (SELECT attempt_no FROM a),
                                    lease_expires_at = now() + interval '15 minutes'
-                             WHERE id = '{unit}' RETURNING id)
+                             WHERE id = '{unit}' RETURNING id, fleet, current_attempt_id),
+                      e AS (INSERT INTO work_unit_events (fleet, unit_id, attempt_id, event_type, from_state, to_state, agent_id)
+                            SELECT fleet, id, current_attempt_id, 'claimed', 'ready', 'claimed', '{agent}' FROM u)
                  SELECT id::text FROM a"
         ))
         .await
@@ -354,6 +357,25 @@ impl TestApp {
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
         tx.rollback().await.expect("rollback");
         rows.iter().map(|r| r.try_get::<Value>("", "j").expect("json")).collect()
+    }
+
+    /// Statements as the application role in one transaction that commits, so
+    /// that deferred constraint triggers run too: the error text of the first
+    /// refusal (statement or commit), if any.
+    pub async fn app_role_commit(&self, fleet: &str, sqls: &[&str]) -> Result<(), String> {
+        // The message, then the SQLSTATE and the constraint the refusal names.
+        let text = |e: sea_orm::DbErr| match db::violation(&e) {
+            Some((code, constraint)) => format!("{e} [SQLSTATE {code}, constraint {constraint}]"),
+            None => e.to_string(),
+        };
+        let tx = self.app_role_tx(Some(fleet)).await;
+        for sql in sqls {
+            if let Err(e) = tx.execute_unprepared(sql).await {
+                let _ = tx.rollback().await;
+                return Err(text(e));
+            }
+        }
+        tx.commit().await.map_err(text)
     }
 
     /// A statement as the application role: rows affected, or the error text. Rolled back.

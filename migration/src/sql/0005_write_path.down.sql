@@ -1,0 +1,10 @@
+DROP TRIGGER blocking_questions_guard ON blocking_questions;
+DROP FUNCTION blocking_questions_guard();
+DROP TRIGGER work_unit_attempts_history_guard ON work_unit_attempts;
+DROP FUNCTION work_unit_attempts_history_guard();
+DROP TRIGGER work_units_change_recorded ON work_units;
+DROP FUNCTION work_units_change_recorded();
+DROP TRIGGER work_units_holder_guard ON work_units;
+DROP FUNCTION work_units_holder_guard();
+ALTER TABLE work_unit_attempts DROP CONSTRAINT work_unit_attempts_verified_has_evidence;
+ALTER TABLE work_units DROP CONSTRAINT work_units_settled_has_evidence;
