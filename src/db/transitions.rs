@@ -139,7 +139,7 @@ pub async fn release(
         "WITH prev AS (
              SELECT id, state, current_attempt_id FROM work_units
               WHERE fleet = $1 AND id = $5 AND claimed_by = $2 AND state IN ('claimed', 'in_progress', 'blocked')
-              FOR UPDATE
+              FOR NO KEY UPDATE
          ), u AS (
              UPDATE work_units w
                 SET state = CASE WHEN prev.state = 'blocked' THEN 'blocked' ELSE 'ready' END::work_state,
@@ -223,7 +223,7 @@ pub async fn dispose(
               WHERE fleet = $1 AND id = $5
                 AND ((claimed_by = $2 AND state::text = ANY($10::text[])) OR state::text = ANY($11::text[]))
                 AND ($8::text IS NOT NULL OR cardinality(evidence_urls) > 0)
-              FOR UPDATE
+              FOR NO KEY UPDATE
          ), u AS (
              UPDATE work_units w
                 SET state = $7::work_state, disposition = $6::disposition, disposed_at = now(), lease_expires_at = NULL,

@@ -162,7 +162,7 @@ impl LedgerError {
 
 /// Constraints a concurrent request can trip that a retry resolves: the
 /// retry finds the other request's key (a replay) or the agent's claim.
-const RETRYABLE: [&str; 2] = ["work_unit_events_fleet_source_event_id_key", "work_units_one_live_claim_per_agent"];
+const RETRYABLE: [&str; 2] = ["work_unit_events_agent_source_event_id_key", "work_units_one_live_claim_per_agent"];
 
 impl From<Forbidden> for LedgerError {
     fn from(Forbidden(permission): Forbidden) -> Self {

@@ -130,3 +130,25 @@ async fn claim_next_filters_by_domain_and_takes_the_oldest() {
     assert!(c.claim_next(json!({ "domain": "cobol" })).await.unit().is_null());
     assert_eq!(c.claim_next(json!({})).await.str("externalRef"), "p1");
 }
+
+/// An insert that references a unit (an event, the sweeper's stall report)
+/// takes a KEY SHARE lock on its row; a claim must not treat that as taken.
+#[tokio::test]
+async fn a_transaction_that_only_logged_an_event_does_not_hide_a_ready_unit() {
+    use sea_orm::{ConnectionTrait, TransactionTrait};
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    let unit = app.register(&op, &["only"]).await[0]["id"].as_str().unwrap_or_default().to_owned();
+    let agent = Agent::new(&app, "f", "agent-1", Role::Agent).await;
+
+    let other = app.owner.begin().await.expect("begin");
+    other
+        .execute_unprepared(&format!(
+            "INSERT INTO work_unit_events (fleet, unit_id, event_type, detail) VALUES ('f', '{unit}', 'heartbeat', '{{}}')"
+        ))
+        .await
+        .expect("event insert");
+    let claimed = agent.claim_next(json!({})).await;
+    assert_eq!(claimed.unit()["id"], unit.as_str(), "the READY unit was skipped: {:#}", claimed.body);
+    other.rollback().await.expect("rollback");
+}

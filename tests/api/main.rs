@@ -7,6 +7,7 @@ mod agents;
 mod auth;
 mod claims;
 mod embedded;
+mod fencing;
 mod graphiql;
 mod idempotency;
 mod invariants;

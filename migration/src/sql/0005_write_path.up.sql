@@ -104,3 +104,14 @@ END
 $$;
 CREATE TRIGGER blocking_questions_guard BEFORE UPDATE ON blocking_questions
     FOR EACH ROW EXECUTE FUNCTION blocking_questions_guard();
+
+-- Idempotency keys belong to the agent (SPEC §3): unique per (fleet, agent)
+-- rather than per fleet, so two agents may pick the same key and no agent
+-- can replay another's. Every key so far was unique per fleet, so it stays
+-- unique per (fleet, agent) and keeps answering replays of the agent that
+-- used it: no row changes.
+ALTER TABLE work_unit_events ADD CONSTRAINT work_unit_events_key_has_agent
+    CHECK (source_event_id IS NULL OR agent_id IS NOT NULL);
+CREATE UNIQUE INDEX work_unit_events_agent_source_event_id_key ON work_unit_events (fleet, agent_id, source_event_id)
+    WHERE source_event_id IS NOT NULL;
+DROP INDEX work_unit_events_fleet_source_event_id_key;
