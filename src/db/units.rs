@@ -76,6 +76,18 @@ pub async fn by_id(tx: &DatabaseTransaction, id: Uuid) -> Result<Option<work_uni
     work_unit::Entity::find_by_id(id).one(tx).await
 }
 
+/// The unit, its row locked until the transaction ends (FOR NO KEY UPDATE,
+/// the lock every write on a unit takes first).
+pub async fn lock_by_id(tx: &DatabaseTransaction, id: Uuid) -> Result<Option<work_unit::Model>, DbErr> {
+    work_unit::Entity::find()
+        .from_raw_sql(stmt(
+            &format!("SELECT {UNIT_COLUMNS} FROM work_units u WHERE u.id = $1 FOR NO KEY UPDATE"),
+            [id.into()],
+        ))
+        .one(tx)
+        .await
+}
+
 pub async fn by_ref(tx: &DatabaseTransaction, external_ref: &str) -> Result<Option<work_unit::Model>, DbErr> {
     use sea_orm::{ColumnTrait, QueryFilter};
     work_unit::Entity::find().filter(work_unit::Column::ExternalRef.eq(external_ref)).one(tx).await

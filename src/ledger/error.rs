@@ -42,8 +42,9 @@ pub enum LedgerError {
     NotClaimHolder { unit_id: Uuid, holder: Option<String> },
 
     #[error(
-        "your attempt {attempt_id} on unit {unit_id} was superseded after its lease expired and someone \
-         reclaimed it; stop working on it and call `claimNext` for new work"
+        "your attempt {attempt_id} is no longer the current attempt of unit {unit_id} (its lease expired and \
+         someone reclaimed the unit, or a newer claim replaced it); stop working on it and call `claimNext` for \
+         new work"
     )]
     LeaseLost { attempt_id: Uuid, unit_id: Uuid },
 

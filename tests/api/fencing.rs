@@ -9,7 +9,8 @@ use crate::helpers::{Agent, spawn_app};
 
 const TRANSITION: &str =
     "mutation($u: UUID!, $a: UUID) { r: transition(unitId: $u, to: IN_PROGRESS, attemptId: $a) { id state } }";
-const BLOCK: &str = "mutation($u: UUID!, $a: UUID) { r: block(unitId: $u, question: \"q?\", attemptId: $a) { id state } }";
+const BLOCK: &str =
+    "mutation($u: UUID!, $a: UUID) { r: block(unitId: $u, question: \"q?\", attemptId: $a) { id state } }";
 const RELEASE: &str = "mutation($u: UUID!, $a: UUID) { r: release(unitId: $u, attemptId: $a) { id state } }";
 const DISPOSE: &str = "mutation($u: UUID!, $a: UUID) { r: dispose(unitId: $u, disposition: DEAD, evidenceUrl: \"https://wiki/x\", attemptId: $a) { id state } }";
 
@@ -39,7 +40,9 @@ async fn a_stale_attempt_id_is_lease_lost_and_writes_nothing() {
         assert_eq!(r.code(), "LEASE_LOST", "{name}: {:#}", r.body);
     }
     assert_eq!(app.event_count().await, before, "nothing written");
-    let state = app.sql_json(&format!("SELECT state::text, current_attempt_id::text FROM work_units WHERE id = '{unit}'")).await;
+    let state = app
+        .sql_json(&format!("SELECT state::text, current_attempt_id::text FROM work_units WHERE id = '{unit}'"))
+        .await;
     assert_eq!(state[0], json!({ "state": "claimed", "current_attempt_id": current }));
 
     // The current attempt id passes, and leaving it out still works.
