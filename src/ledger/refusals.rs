@@ -151,8 +151,15 @@ pub async fn claim(tx: &DatabaseTransaction, unit: &UnitModel, who: &Principal) 
         Ok(held) => held.filter(|held| held.id != unit.id),
         Err(err) => return err.into(),
     };
+    // The claim statement judged staleness by the database's now(); so does
+    // its explanation (a server clock ahead of the database's would call the
+    // lease stale, retry, and never find it claimable).
+    let now = match units::db_now(tx).await {
+        Ok(now) => now,
+        Err(err) => return err.into(),
+    };
     let refusal = match (unit.state, &unit.claimed_by) {
-        (WorkState::Claimed | WorkState::InProgress, Some(holder)) if !state_machine::is_stale(unit, Utc::now()) => {
+        (WorkState::Claimed | WorkState::InProgress, Some(holder)) if !state_machine::is_stale(unit, now) => {
             LedgerError::UnitAlreadyClaimed {
                 unit_id: unit.id,
                 holder: holder.clone(),

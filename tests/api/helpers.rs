@@ -496,6 +496,19 @@ impl TestApp {
             .await;
     }
 
+    /// Waits until `n` sessions of this test's database wait on a lock (a
+    /// third session holding a row lock lines writers up this way).
+    pub async fn wait_for_lock_waiters(&self, n: i64) {
+        let db = self.db_url.rsplit('/').next().unwrap_or_default().to_owned();
+        let sql =
+            format!("SELECT count(*) AS n FROM pg_stat_activity WHERE datname = '{db}' AND wait_event_type = 'Lock'");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while self.sql_i64(&sql).await < n {
+            assert!(std::time::Instant::now() < deadline, "{n} lock waiters within 30 s");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
     pub async fn event_count(&self) -> i64 {
         self.sql_i64("SELECT count(*) FROM work_unit_events").await
     }
