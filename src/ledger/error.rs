@@ -74,8 +74,9 @@ pub enum LedgerError {
     AboutUnit { unit: Box<UnitFacts>, reason: Box<LedgerError> },
 
     /// A race the ledger resolves by running the operation again (a
-    /// concurrent request took the same idempotency key, or the same agent
-    /// claimed twice at once). Never reaches a client: after the last retry
+    /// concurrent request took the same idempotency key, the same agent
+    /// claimed twice at once, or PostgreSQL chose this transaction as a
+    /// deadlock or serialization victim). Never reaches a client: after the last retry
     /// it is reported as INTERNAL.
     #[error("a concurrent request changed the same data; retry")]
     Retry,
@@ -180,9 +181,17 @@ impl From<AuthError> for LedgerError {
     }
 }
 
+/// SQLSTATEs after which PostgreSQL itself says "run the transaction again":
+/// deadlock_detected and serialization_failure.
+const RETRYABLE_STATES: [&str; 2] = ["40P01", "40001"];
+
 impl From<sea_orm::DbErr> for LedgerError {
     fn from(err: sea_orm::DbErr) -> Self {
         if RETRYABLE.iter().any(|c| crate::db::is_violation_of(&err, c)) {
+            return Self::Retry;
+        }
+        if crate::db::violation(&err).is_some_and(|(code, _)| RETRYABLE_STATES.contains(&code.as_str())) {
+            tracing::warn!(error = %err, "transaction conflict; running it again");
             return Self::Retry;
         }
         Self::internal(err)

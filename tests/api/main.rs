@@ -17,6 +17,7 @@ mod lifecycle;
 mod limits;
 mod live;
 mod live_ws;
+mod lock_order;
 mod mcp;
 mod metrics;
 mod node_client;
