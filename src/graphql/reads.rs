@@ -122,6 +122,7 @@ pub struct ReadQuery;
 #[Object]
 impl ReadQuery {
     /// Units of the fleet, oldest first.
+    #[graphql(complexity = "super::pagination::page_cost(first, child_complexity)")]
     async fn units(
         &self,
         ctx: &Context<'_>,
@@ -135,6 +136,7 @@ impl ReadQuery {
     }
 
     /// The ledger's events, newest first.
+    #[graphql(complexity = "super::pagination::page_cost(first, child_complexity)")]
     async fn events(
         &self,
         ctx: &Context<'_>,
@@ -148,6 +150,7 @@ impl ReadQuery {
     }
 
     /// Blocking questions, oldest first.
+    #[graphql(complexity = "super::pagination::page_cost(first, child_complexity)")]
     async fn questions(
         &self,
         ctx: &Context<'_>,
@@ -168,6 +171,7 @@ impl ReadQuery {
     }
 
     /// CLAIMED or IN_PROGRESS units whose lease expired (`v_stall_list`), oldest first.
+    #[graphql(complexity = "super::pagination::page_cost(first, child_complexity)")]
     async fn stalls(
         &self,
         ctx: &Context<'_>,
@@ -179,6 +183,7 @@ impl ReadQuery {
     }
 
     /// Cost and attempts of every unit (`v_cost_per_unit`), oldest first.
+    #[graphql(complexity = "super::pagination::page_cost(first, child_complexity)")]
     async fn cost_per_unit(
         &self,
         ctx: &Context<'_>,
@@ -192,6 +197,7 @@ impl ReadQuery {
     }
 
     /// Units that needed more than one attempt (`v_rework`), oldest first.
+    #[graphql(complexity = "super::pagination::page_cost(first, child_complexity)")]
     async fn rework(
         &self,
         ctx: &Context<'_>,
@@ -217,6 +223,7 @@ impl ReadQuery {
     }
 
     /// Disposed units with evidence and cost (`v_disposition_detail`), oldest first.
+    #[graphql(complexity = "super::pagination::page_cost(first, child_complexity)")]
     async fn dispositions(
         &self,
         ctx: &Context<'_>,

@@ -124,6 +124,7 @@ impl WorkUnit {
         Ok(found.into_iter().map(BlockingQuestion).collect())
     }
     /// This unit's events, newest first.
+    #[graphql(complexity = "super::pagination::page_cost(first, child_complexity)")]
     async fn events(
         &self,
         ctx: &Context<'_>,
