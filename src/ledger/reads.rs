@@ -57,6 +57,8 @@ impl Ledger {
         if let Some(prefix) = &filter.external_ref_prefix {
             validate::external_ref("filter.externalRefPrefix", prefix)?;
         }
+        validate::filter("filter.domain", filter.domain.as_deref())?;
+        validate::filter("filter.claimedBy", filter.claimed_by.as_deref())?;
         self.units_query(who, List::Units, args, reads::units(&who.fleet, &filter)).await
     }
 
@@ -78,6 +80,7 @@ impl Ledger {
         disposition: Option<Disposition>,
         domain: Option<String>,
     ) -> Result<Page<UnitModel>, LedgerError> {
+        validate::filter("domain", domain.as_deref())?;
         let mut query = reads::units_in_view(&who.fleet, "v_disposition_detail");
         if let Some(d) = disposition {
             query.and("v.disposition = {}::disposition", d.as_sql().to_owned());
@@ -94,6 +97,7 @@ impl Ledger {
         args: PageArgs,
         filter: EventFilter,
     ) -> Result<Page<event::Model>, LedgerError> {
+        validate::filter("filter.agentId", filter.agent_id.as_deref())?;
         let (first, cursor) = page_args(List::Events, &args)?;
         let mut query = reads::events(&who.fleet, &filter);
         query.page("e", cursor, true, first + 1);
@@ -108,6 +112,7 @@ impl Ledger {
         status: Option<QuestionStatus>,
         group: Option<String>,
     ) -> Result<Page<question::Model>, LedgerError> {
+        validate::filter("assigneeGroup", group.as_deref())?;
         let (first, cursor) = page_args(List::Questions, &args)?;
         let mut query = reads::questions(&who.fleet, status, group.as_deref());
         query.page("q", cursor, false, first + 1);
@@ -122,6 +127,7 @@ impl Ledger {
         args: PageArgs,
         domain: Option<String>,
     ) -> Result<Page<CostRow>, LedgerError> {
+        validate::filter("domain", domain.as_deref())?;
         let (first, cursor) = page_args(List::CostPerUnit, &args)?;
         let mut query = reads::cost_per_unit(&who.fleet, domain.as_deref());
         query.page_on("v", "unit_id", cursor, false, first + 1);
@@ -134,6 +140,7 @@ impl Ledger {
         who: &Principal,
         domain: Option<String>,
     ) -> Result<Vec<QueueDepthRow>, LedgerError> {
+        validate::filter("domain", domain.as_deref())?;
         let fleet = who.fleet.clone();
         self.read(who, move |tx| Box::pin(async move { Ok(reads::queue_depth(tx, &fleet, domain.as_deref()).await?) }))
             .await
@@ -144,6 +151,7 @@ impl Ledger {
         who: &Principal,
         domain: Option<String>,
     ) -> Result<Vec<DispositionRow>, LedgerError> {
+        validate::filter("domain", domain.as_deref())?;
         let fleet = who.fleet.clone();
         self.read(who, move |tx| {
             Box::pin(async move { Ok(reads::disposition_summary(tx, &fleet, domain.as_deref()).await?) })

@@ -9,6 +9,7 @@ mod claims;
 mod embedded;
 mod fencing;
 mod graphiql;
+mod hostile;
 mod idempotency;
 mod invariants;
 mod isolation;
