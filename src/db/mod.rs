@@ -114,6 +114,30 @@ pub fn violation(err: &DbErr) -> Option<(String, String)> {
     ))
 }
 
+/// True when `err` says the database is out of reach rather than that the
+/// request was wrong: no connection could be had or the one in use broke
+/// (I/O, TLS, protocol, pool timeout), or the server is shutting down,
+/// starting up or lost the connection (SQLSTATE classes 08 and 57P0x). A
+/// client retries such a request with the same idempotency key.
+pub fn is_unavailable(err: &DbErr) -> bool {
+    use sea_orm::sqlx::Error as Sqlx;
+    let runtime = match err {
+        DbErr::ConnectionAcquire(_) => return true,
+        DbErr::Exec(e) | DbErr::Query(e) | DbErr::Conn(e) => e,
+        _ => return false,
+    };
+    let RuntimeErr::SqlxError(sqlx_err) = runtime else {
+        return false;
+    };
+    match sqlx_err.as_ref() {
+        Sqlx::Io(_) | Sqlx::Tls(_) | Sqlx::Protocol(_) | Sqlx::PoolTimedOut | Sqlx::PoolClosed => true,
+        Sqlx::Database(db_err) => db_err.code().is_some_and(|code| {
+            code.starts_with("08") || matches!(code.as_ref(), "57P01" | "57P02" | "57P03" | "53300")
+        }),
+        _ => false,
+    }
+}
+
 /// True when `err` is a violation of the named constraint or unique index.
 pub fn is_violation_of(err: &DbErr, constraint: &str) -> bool {
     violation(err).is_some_and(|(_, name)| name == constraint)

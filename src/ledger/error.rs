@@ -64,6 +64,12 @@ pub enum LedgerError {
     )]
     IdempotencyKeyReused { key: String },
 
+    #[error(
+        "the database is unreachable or restarting; retry the same request with the same idempotency key in a \
+         few seconds (a write that did happen is then answered from its key, never done twice)"
+    )]
+    Unavailable,
+
     #[error("internal error (correlation id {correlation_id}); the request changed nothing and may be retried")]
     Internal { correlation_id: Uuid },
 
@@ -124,6 +130,7 @@ impl LedgerError {
             Self::DispositionImmutable { .. } => "DISPOSITION_IMMUTABLE",
             Self::IdempotencyKeyReused { .. } => "IDEMPOTENCY_KEY_REUSED",
             Self::AboutUnit { reason, .. } => reason.code(),
+            Self::Unavailable => "UNAVAILABLE",
             Self::Internal { .. } | Self::Retry => "INTERNAL",
         }
     }
@@ -189,6 +196,10 @@ impl From<sea_orm::DbErr> for LedgerError {
     fn from(err: sea_orm::DbErr) -> Self {
         if RETRYABLE.iter().any(|c| crate::db::is_violation_of(&err, c)) {
             return Self::Retry;
+        }
+        if crate::db::is_unavailable(&err) {
+            tracing::warn!(error = %err, "database unavailable");
+            return Self::Unavailable;
         }
         if crate::db::violation(&err).is_some_and(|(code, _)| RETRYABLE_STATES.contains(&code.as_str())) {
             tracing::warn!(error = %err, "transaction conflict; running it again");

@@ -159,7 +159,7 @@ impl TestApp {
 
 /// Starts the server as `serve` does (HTTP, listener, sweeper) and returns
 /// once its LISTEN connection is up.
-async fn start_server(db_url: String, config: ServerConfig) -> TestApp {
+pub async fn start_server(db_url: String, config: ServerConfig) -> TestApp {
     let mut pool = db::connect(&db_url, 20).await.expect("connect app pool");
     // Counts every statement the server sends on behalf of requests: the N+1
     // tests read it. The listener's periodic health ping (a NOTIFY through this

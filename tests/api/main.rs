@@ -25,6 +25,7 @@ mod node_client;
 mod operator;
 mod reads;
 mod register;
+mod restart;
 mod schema;
 mod soak;
 mod views;
