@@ -40,15 +40,51 @@ pub const APP_ROLE: &str = "work_ledger_app";
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Opens the connection pool the server and the CLI use.
+/// Limits every session of the server's request pool runs under (SPEC §9):
+/// no request statement runs longer than `statement_timeout`, and none waits
+/// for a lock longer than `lock_timeout`. Either is UNAVAILABLE for the
+/// client, which retries with the same idempotency key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionLimits {
+    pub statement_timeout: Duration,
+    pub lock_timeout: Duration,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        Self { statement_timeout: Duration::from_secs(10), lock_timeout: Duration::from_secs(5) }
+    }
+}
+
+/// Opens a connection pool with no session limits (the CLI, migrations).
 pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnection, DbErr> {
+    Database::connect(options(url, max_connections)).await
+}
+
+/// Opens the server's request pool: every session starts with the limits
+/// set (startup parameters, so no statement is spent on them).
+pub async fn connect_limited(
+    url: &str,
+    max_connections: u32,
+    limits: SessionLimits,
+) -> Result<DatabaseConnection, DbErr> {
+    let mut options = options(url, max_connections);
+    let ms = |d: Duration| format!("{}ms", d.as_millis().max(1));
+    let (statement, lock) = (ms(limits.statement_timeout), ms(limits.lock_timeout));
+    options.map_sqlx_postgres_opts(move |opts| {
+        opts.options([("statement_timeout", statement.as_str()), ("lock_timeout", lock.as_str())])
+    });
+    Database::connect(options).await
+}
+
+fn options(url: &str, max_connections: u32) -> ConnectOptions {
     let mut options = ConnectOptions::new(url);
     options
         .max_connections(max_connections)
         .min_connections(1)
         .acquire_timeout(Duration::from_secs(10))
         .sqlx_logging(false);
-    Database::connect(options).await
+    options
 }
 
 /// Applies pending migrations under the advisory lock, on a connection of
@@ -136,6 +172,12 @@ pub fn is_unavailable(err: &DbErr) -> bool {
         }),
         _ => false,
     }
+}
+
+/// True when a statement ran into the session's statement or lock timeout
+/// (SQLSTATE 57014 query_canceled, 55P03 lock_not_available).
+pub fn is_timeout(err: &DbErr) -> bool {
+    violation(err).is_some_and(|(code, _)| code == "57014" || code == "55P03")
 }
 
 /// True when `err` is a violation of the named constraint or unique index.

@@ -70,6 +70,13 @@ pub enum LedgerError {
     )]
     Unavailable,
 
+    #[error(
+        "the database did not finish this request in time (a statement ran past the statement timeout, or \
+         waited past the lock timeout for a row another request holds); nothing was written: retry the same \
+         request with the same idempotency key"
+    )]
+    TimedOut,
+
     #[error("internal error (correlation id {correlation_id}); the request changed nothing and may be retried")]
     Internal { correlation_id: Uuid },
 
@@ -130,7 +137,7 @@ impl LedgerError {
             Self::DispositionImmutable { .. } => "DISPOSITION_IMMUTABLE",
             Self::IdempotencyKeyReused { .. } => "IDEMPOTENCY_KEY_REUSED",
             Self::AboutUnit { reason, .. } => reason.code(),
-            Self::Unavailable => "UNAVAILABLE",
+            Self::Unavailable | Self::TimedOut => "UNAVAILABLE",
             Self::Internal { .. } | Self::Retry => "INTERNAL",
         }
     }
@@ -196,6 +203,10 @@ impl From<sea_orm::DbErr> for LedgerError {
     fn from(err: sea_orm::DbErr) -> Self {
         if RETRYABLE.iter().any(|c| crate::db::is_violation_of(&err, c)) {
             return Self::Retry;
+        }
+        if crate::db::is_timeout(&err) {
+            tracing::warn!(error = %err, "statement or lock timeout");
+            return Self::TimedOut;
         }
         if crate::db::is_unavailable(&err) {
             tracing::warn!(error = %err, "database unavailable");

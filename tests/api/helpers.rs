@@ -160,7 +160,7 @@ impl TestApp {
 /// Starts the server as `serve` does (HTTP, listener, sweeper) and returns
 /// once its LISTEN connection is up.
 pub async fn start_server(db_url: String, config: ServerConfig) -> TestApp {
-    let mut pool = db::connect(&db_url, 20).await.expect("connect app pool");
+    let mut pool = db::connect_limited(&db_url, 20, config.db).await.expect("connect app pool");
     // Counts every statement the server sends on behalf of requests: the N+1
     // tests read it. The listener's periodic health ping (a NOTIFY through this
     // pool) is not a request's statement and would make those counts flaky.
@@ -499,11 +499,11 @@ impl TestApp {
     /// Waits until `n` sessions of this test's database wait on a lock (a
     /// third session holding a row lock lines writers up this way).
     pub async fn wait_for_lock_waiters(&self, n: i64) {
-        let db = self.db_url.rsplit('/').next().unwrap_or_default().to_owned();
-        let sql =
-            format!("SELECT count(*) AS n FROM pg_stat_activity WHERE datname = '{db}' AND wait_event_type = 'Lock'");
+        // The owner pool is on the test's own database.
+        let sql = "SELECT count(*) AS n FROM pg_stat_activity
+                    WHERE datname = current_database() AND wait_event_type = 'Lock'";
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while self.sql_i64(&sql).await < n {
+        while self.sql_i64(sql).await < n {
             assert!(std::time::Instant::now() < deadline, "{n} lock waiters within 30 s");
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }

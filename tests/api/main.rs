@@ -27,6 +27,7 @@ mod reads;
 mod register;
 mod restart;
 mod schema;
+mod slow_clients;
 mod soak;
 mod views;
 mod write_limits;
