@@ -206,6 +206,8 @@ async fn root(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let base = format!("http://{}", host.unwrap_or_else(|| state.local_addr.to_string()));
     let text = quickstart::render(&base, &state.descriptions);
     ([(header::CONTENT_TYPE, "text/plain; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")], text).into_response()
+}
+
 /// Serves `router` over HTTP/1.1 until `shutdown`, then lets in-flight
 /// requests finish (upgraded WebSockets are stopped by the live subsystem).
 /// Unlike `axum::serve`, a client gets `header_read_timeout` to send a
