@@ -122,14 +122,15 @@ async fn audit(fleet: Option<&str>, url: &str) -> Result<(), AnyError> {
 }
 
 async fn serve(args: ServeArgs, url: &str) -> Result<(), AnyError> {
-    let pool = db::connect_service(url, args.db_pool_size).await?;
+    let config = args.live.config();
+    let pool = db::connect_limited(url, args.db_pool_size, config.db).await?;
     if !db::tokens::any_live(&pool).await? {
         let secret = mint(&pool, &args.fleet, "operator", Role::Operator).await?;
         eprintln!("first start: minted an operator token for fleet `{}` (shown once):", args.fleet);
         println!("{secret}");
     }
     // The listener and the sweeper run beside the HTTP server and stop with it.
-    let mut config = args.live.config();
+    let mut config = config;
     config.metrics_listen = Some(args.metrics_listen.clone()).filter(|addr| !addr.trim().is_empty());
     let app = Application::build_with(Ledger::new(pool.clone()), &args.listen, config).await?;
     tracing::info!(addr = %app.local_addr()?, "serving GraphQL on /graphql and /graphql/ws, GraphiQL on /");

@@ -8,7 +8,8 @@ use clap::{Args, Parser, Subcommand};
 use uuid::Uuid;
 
 use crate::auth::Role;
-use crate::http::{ServerConfig, WsConfig};
+use crate::db::SessionLimits;
+use crate::http::{HttpConfig, ServerConfig, WsConfig};
 use crate::live::{ListenerConfig, LiveConfig, SweeperConfig};
 
 #[derive(Debug, Parser)]
@@ -117,7 +118,8 @@ pub struct ServeArgs {
     pub live: LiveArgs,
 }
 
-/// Live events: the stall sweeper, WebSockets and the LISTEN connection.
+/// Live events (the stall sweeper, WebSockets, the LISTEN connection) and
+/// the limits on slow or greedy clients.
 /// Durations read `5s`, `500ms` or `2m`; a bare number is seconds.
 #[derive(Debug, Args, Clone)]
 pub struct LiveArgs {
@@ -140,6 +142,21 @@ pub struct LiveArgs {
     /// come back within as long gets the connection replaced.
     #[arg(long, env = "WORK_LEDGER_LISTENER_HEALTH_INTERVAL", default_value = "5s", value_parser = duration)]
     pub listener_health_interval: Duration,
+    /// WebSocket connections one token may have open at once (4429 for the next).
+    #[arg(long, env = "WORK_LEDGER_WS_MAX_PER_TOKEN", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub ws_max_per_token: u32,
+    /// How long a client may take to send a request's headers (then the connection is closed).
+    #[arg(long, env = "WORK_LEDGER_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = duration)]
+    pub header_read_timeout: Duration,
+    /// How long a client may take to send a request's body (then 408).
+    #[arg(long, env = "WORK_LEDGER_BODY_READ_TIMEOUT", default_value = "30s", value_parser = duration)]
+    pub body_read_timeout: Duration,
+    /// Longest a request's database statement may run (then UNAVAILABLE, nothing written).
+    #[arg(long, env = "WORK_LEDGER_STATEMENT_TIMEOUT", default_value = "10s", value_parser = duration)]
+    pub statement_timeout: Duration,
+    /// Longest a request may wait for a row lock (then UNAVAILABLE, nothing written).
+    #[arg(long, env = "WORK_LEDGER_LOCK_TIMEOUT", default_value = "5s", value_parser = duration)]
+    pub lock_timeout: Duration,
 }
 
 impl LiveArgs {
@@ -157,9 +174,15 @@ impl LiveArgs {
                 init_timeout: self.ws_init_timeout,
                 ping_interval: self.ws_ping_interval,
                 max_subscriptions: self.ws_max_subscriptions,
+                max_per_token: self.ws_max_per_token as usize,
             },
             // `serve` sets it from its own flag.
             metrics_listen: None,
+            http: HttpConfig {
+                header_read_timeout: self.header_read_timeout,
+                body_read_timeout: self.body_read_timeout,
+            },
+            db: SessionLimits { statement_timeout: self.statement_timeout, lock_timeout: self.lock_timeout },
         }
     }
 }
@@ -228,5 +251,8 @@ mod tests {
         assert_eq!(flags.ws.init_timeout, defaults.ws.init_timeout);
         assert_eq!(flags.ws.ping_interval, defaults.ws.ping_interval);
         assert_eq!(flags.ws.max_subscriptions, defaults.ws.max_subscriptions);
+        assert_eq!(flags.ws.max_per_token, defaults.ws.max_per_token);
+        assert_eq!(flags.http, defaults.http);
+        assert_eq!(flags.db, defaults.db);
     }
 }

@@ -442,7 +442,7 @@ impl LedgerTools {
             }
             "start_work" => {
                 let a: UnitArgs = parse(args)?;
-                ledger.transition(who, a.unit_id, WorkState::InProgress, None, a.idempotency_key).await?
+                ledger.transition(who, a.unit_id, WorkState::InProgress, None, None, a.idempotency_key).await?
             }
             "record_cost" => {
                 let a: CostArgs = parse(args)?;
@@ -450,21 +450,24 @@ impl LedgerTools {
             }
             "verify" => {
                 let a: VerifyArgs = parse(args)?;
-                ledger.transition(who, a.unit_id, WorkState::Verified, Some(a.evidence_url), a.idempotency_key).await?
+                ledger
+                    .transition(who, a.unit_id, WorkState::Verified, Some(a.evidence_url), None, a.idempotency_key)
+                    .await?
             }
             "block" => {
                 let a: BlockArgs = parse(args)?;
-                ledger.block(who, a.unit_id, a.question, a.assignee_group, a.idempotency_key).await?
+                ledger.block(who, a.unit_id, a.question, a.assignee_group, None, a.idempotency_key).await?
             }
             "release" => {
                 let a: ReleaseArgs = parse(args)?;
                 let outcome = a.failed.unwrap_or(false).then_some(AttemptOutcome::Failed);
-                let input = Release { unit_id: a.unit_id, reason: a.reason, outcome };
+                let input = Release { unit_id: a.unit_id, attempt_id: None, reason: a.reason, outcome };
                 ledger.release(who, input, a.idempotency_key).await?
             }
             "dispose" => {
                 let a: DisposeArgs = parse(args)?;
                 let input = Dispose {
+                    attempt_id: None,
                     unit_id: a.unit_id,
                     disposition: a.disposition.into(),
                     evidence_url: a.evidence_url,

@@ -52,6 +52,9 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261130_000003_live", "0003_live"),
             // Exact and isolated live events: batch positions and in-flight writer markers, opaque notifications.
             sql_migration!("m20261130_000004_live_exact", "0004_live_exact"),
+            // The write path under attack: holder = attempt agent, logged state changes, settled
+            // units carry evidence, ended attempts and closed questions are history.
+            sql_migration!("m20261130_000005_write_path", "0005_write_path"),
             // The operator's reads: reasons derived from the events, date-range indexes, North Star views.
             sql_migration!("m20261130_000007_operator_reads", "0007_operator_reads"),
         ]

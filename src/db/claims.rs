@@ -14,7 +14,7 @@ use super::units::{UNIT_COLUMNS, one_unit};
 /// The claim: lock one unit, supersede a stale attempt, open attempt N+1,
 /// take the unit, and append `stale_reclaimed` (when stale) and `claimed`;
 /// all in one statement. `{pick}` is one or more CTEs, the last named `pick`,
-/// that lock the candidate row FOR UPDATE and yield (id, state,
+/// that lock the candidate row FOR NO KEY UPDATE and yield (id, state,
 /// current_attempt_id, attempt_count, claimed_by); they may refer to `held`,
 /// the agent's live unit. `$5` is the lease in seconds.
 fn claim_sql(pick: &str) -> String {
@@ -53,8 +53,12 @@ fn claim_sql(pick: &str) -> String {
 }
 
 /// `claimNext`: stale units (expired lease) first, longest expired first,
-/// then the oldest READY unit; `$6` an optional domain. SKIP LOCKED lets 64
-/// agents claim at once without queueing behind each other's row locks. The
+/// then the oldest READY unit, optionally of one domain. SKIP LOCKED lets 64
+/// agents claim at once without queueing behind each other's row locks.
+/// The lock is FOR NO KEY UPDATE (what the claim's own UPDATE takes): FOR
+/// UPDATE would also conflict with the KEY SHARE lock that any insert
+/// referencing the unit holds (an event, a stall report), and SKIP LOCKED
+/// would then pass over a READY unit that nobody is claiming. The
 /// READY branch runs only when no stale unit was found (its NOT EXISTS is a
 /// one-time filter), so it never locks a row it will not take; neither runs
 /// when the agent already holds a unit.
@@ -64,20 +68,35 @@ pub async fn claim_next(
     lease_seconds: i32,
     domain: Option<&str>,
 ) -> Result<Option<work_unit::Model>, DbErr> {
-    const PICK: &str = "stale AS (
+    let mut values = actor.values([lease_seconds.into()]);
+    if let Some(domain) = domain {
+        values.push(domain.into());
+    }
+    one_unit(tx, &claim_next_sql(domain.is_some()), values).await
+}
+
+/// The `claimNext` statement; with a domain it is `$6`. Two statements, not
+/// one with `($6 IS NULL OR domain = $6)`: a prepared statement's cached
+/// generic plan cannot know whether `$6` is NULL, so it would filter the whole
+/// fleet's READY units by domain instead of reading the domain's index.
+pub fn claim_next_sql(with_domain: bool) -> String {
+    let domain = if with_domain { "AND domain = $6::text" } else { "" };
+    let pick = format!(
+        "stale AS (
             SELECT id, state, current_attempt_id, attempt_count, claimed_by FROM work_units
              WHERE fleet = $1 AND state IN ('claimed', 'in_progress') AND lease_expires_at < now()
-               AND ($6::text IS NULL OR domain = $6) AND NOT EXISTS (SELECT 1 FROM held)
-             ORDER BY lease_expires_at, id LIMIT 1 FOR UPDATE SKIP LOCKED
+               {domain} AND NOT EXISTS (SELECT 1 FROM held)
+             ORDER BY lease_expires_at, id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED
         ), ready AS (
             SELECT id, state, current_attempt_id, attempt_count, claimed_by FROM work_units
-             WHERE fleet = $1 AND state = 'ready' AND ($6::text IS NULL OR domain = $6)
+             WHERE fleet = $1 AND state = 'ready' {domain}
                AND NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM stale)
-             ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED
+             ORDER BY created_at, id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED
         ), pick AS (
             SELECT * FROM stale UNION ALL SELECT * FROM ready
-        )";
-    one_unit(tx, &claim_sql(PICK), actor.values([lease_seconds.into(), domain.map(str::to_owned).into()])).await
+        )"
+    );
+    claim_sql(&pick)
 }
 
 /// `claimUnit`: the named unit when READY or stale. No SKIP LOCKED: a
@@ -93,7 +112,7 @@ pub async fn claim_unit(
             SELECT id, state, current_attempt_id, attempt_count, claimed_by FROM work_units
              WHERE fleet = $1 AND id = $6 AND NOT EXISTS (SELECT 1 FROM held)
                AND (state = 'ready' OR (state IN ('claimed', 'in_progress') AND lease_expires_at < now()))
-             FOR UPDATE
+             FOR NO KEY UPDATE
         )";
     one_unit(tx, &claim_sql(PICK), actor.values([lease_seconds.into(), unit_id.into()])).await
 }

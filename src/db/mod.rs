@@ -41,25 +41,52 @@ pub const APP_ROLE: &str = "work_ledger_app";
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Opens a connection pool of the CLI (migrations, tokens, reader logins).
+/// Limits every session of the server's pools runs under (SPEC §9): no
+/// request statement runs longer than `statement_timeout`, and none waits
+/// for a lock longer than `lock_timeout` (either is UNAVAILABLE for the
+/// client, which retries with the same idempotency key); and no transaction
+/// of the service sits idle, holding live delivery back or pinning the
+/// notification queue, longer than the idle timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionLimits {
+    pub statement_timeout: Duration,
+    pub lock_timeout: Duration,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        Self { statement_timeout: Duration::from_secs(10), lock_timeout: Duration::from_secs(5) }
+    }
+}
+
+/// Role settings of `work_ledger_app` (migration 0004) say the same, but
+/// `SET ROLE` does not apply role settings.
+pub const SERVICE_IDLE_IN_TRANSACTION_TIMEOUT: &str = "30s";
+
+/// Opens a connection pool with no session limits (the CLI, migrations).
 pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnection, DbErr> {
     Database::connect(pool_options(url, max_connections)).await
 }
 
-/// Session limits of every connection the service opens (requests, live
-/// pool, LISTEN connection). Role settings of `work_ledger_app` (migration
-/// 0004) say the same, but `SET ROLE` does not apply role settings.
-pub const SERVICE_STATEMENT_TIMEOUT: &str = "30s";
-pub const SERVICE_IDLE_IN_TRANSACTION_TIMEOUT: &str = "30s";
-
-/// The pool `serve` uses: as [`connect`], with the service's session limits,
-/// so that no transaction of the service sits open for long (holding live
-/// delivery back, or pinning the notification queue).
+/// The service's pool with the default limits.
 pub async fn connect_service(url: &str, max_connections: u32) -> Result<DatabaseConnection, DbErr> {
+    connect_limited(url, max_connections, SessionLimits::default()).await
+}
+
+/// Opens the server's request pool: every session starts with the limits
+/// set (startup parameters, so no statement is spent on them).
+pub async fn connect_limited(
+    url: &str,
+    max_connections: u32,
+    limits: SessionLimits,
+) -> Result<DatabaseConnection, DbErr> {
     let mut options = pool_options(url, max_connections);
-    options.map_sqlx_postgres_opts(|o| {
-        o.options([
-            ("statement_timeout", SERVICE_STATEMENT_TIMEOUT),
+    let ms = |d: Duration| format!("{}ms", d.as_millis().max(1));
+    let (statement, lock) = (ms(limits.statement_timeout), ms(limits.lock_timeout));
+    options.map_sqlx_postgres_opts(move |opts| {
+        opts.options([
+            ("statement_timeout", statement.as_str()),
+            ("lock_timeout", lock.as_str()),
             ("idle_in_transaction_session_timeout", SERVICE_IDLE_IN_TRANSACTION_TIMEOUT),
         ])
     });
@@ -137,6 +164,36 @@ pub fn violation(err: &DbErr) -> Option<(String, String)> {
         db_err.code().map(|c| c.into_owned()).unwrap_or_default(),
         db_err.constraint().unwrap_or_default().to_owned(),
     ))
+}
+
+/// True when `err` says the database is out of reach rather than that the
+/// request was wrong: no connection could be had or the one in use broke
+/// (I/O, TLS, protocol, pool timeout), or the server is shutting down,
+/// starting up or lost the connection (SQLSTATE classes 08 and 57P0x). A
+/// client retries such a request with the same idempotency key.
+pub fn is_unavailable(err: &DbErr) -> bool {
+    use sea_orm::sqlx::Error as Sqlx;
+    let runtime = match err {
+        DbErr::ConnectionAcquire(_) => return true,
+        DbErr::Exec(e) | DbErr::Query(e) | DbErr::Conn(e) => e,
+        _ => return false,
+    };
+    let RuntimeErr::SqlxError(sqlx_err) = runtime else {
+        return false;
+    };
+    match sqlx_err.as_ref() {
+        Sqlx::Io(_) | Sqlx::Tls(_) | Sqlx::Protocol(_) | Sqlx::PoolTimedOut | Sqlx::PoolClosed => true,
+        Sqlx::Database(db_err) => db_err.code().is_some_and(|code| {
+            code.starts_with("08") || matches!(code.as_ref(), "57P01" | "57P02" | "57P03" | "53300")
+        }),
+        _ => false,
+    }
+}
+
+/// True when a statement ran into the session's statement or lock timeout
+/// (SQLSTATE 57014 query_canceled, 55P03 lock_not_available).
+pub fn is_timeout(err: &DbErr) -> bool {
+    violation(err).is_some_and(|(code, _)| code == "57014" || code == "55P03")
 }
 
 /// True when `err` is a violation of the named constraint or unique index.

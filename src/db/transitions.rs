@@ -4,6 +4,11 @@
 //! the ledger then reads the unit to explain why. Each changes state and
 //! appends its event(s); the events trigger issues `pg_notify` in the same
 //! transaction.
+//!
+//! Lock order, for every write here and in [`super::claims`]: the unit's row
+//! first (FOR NO KEY UPDATE, or the UPDATE of it), then its attempt, then its
+//! question, then the events. Two writes on one unit therefore queue on the
+//! unit's row and can never deadlock each other.
 
 use sea_orm::{ConnectionTrait, DbErr};
 use uuid::Uuid;
@@ -139,7 +144,7 @@ pub async fn release(
         "WITH prev AS (
              SELECT id, state, current_attempt_id FROM work_units
               WHERE fleet = $1 AND id = $5 AND claimed_by = $2 AND state IN ('claimed', 'in_progress', 'blocked')
-              FOR UPDATE
+              FOR NO KEY UPDATE
          ), u AS (
              UPDATE work_units w
                 SET state = CASE WHEN prev.state = 'blocked' THEN 'blocked' ELSE 'ready' END::work_state,
@@ -166,6 +171,9 @@ pub async fn release(
 /// Adds cost to an attempt (the attempts trigger rolls it up to the unit in
 /// the same statement). `$7` true lets an operator bill any attempt. Returns
 /// the unit id, or None when the attempt is not the caller's (or missing).
+/// The unit's row is locked before the attempt's, as every write does: the
+/// roll-up would otherwise lock attempt then unit, against a reclaim's unit
+/// then attempt (a deadlock).
 pub async fn record_cost(
     tx: &impl ConnectionTrait,
     actor: &Actor<'_>,
@@ -175,9 +183,13 @@ pub async fn record_cost(
 ) -> Result<Option<Uuid>, DbErr> {
     let row = tx
         .query_one_raw(stmt(
-            "WITH a AS (
+            "WITH unit AS (
+                 SELECT u.id FROM work_units u
+                  WHERE u.id = (SELECT unit_id FROM work_unit_attempts WHERE fleet = $1 AND id = $5)
+                  FOR NO KEY UPDATE
+             ), a AS (
                  UPDATE work_unit_attempts SET cost_cents = cost_cents + $6
-                  WHERE fleet = $1 AND id = $5 AND (agent_id = $2 OR $7)
+                  WHERE fleet = $1 AND id = $5 AND (agent_id = $2 OR $7) AND EXISTS (SELECT 1 FROM unit)
                  RETURNING id, unit_id
              ), ev AS (
                  INSERT INTO work_unit_events
@@ -223,7 +235,7 @@ pub async fn dispose(
               WHERE fleet = $1 AND id = $5
                 AND ((claimed_by = $2 AND state::text = ANY($10::text[])) OR state::text = ANY($11::text[]))
                 AND ($8::text IS NOT NULL OR cardinality(evidence_urls) > 0)
-              FOR UPDATE
+              FOR NO KEY UPDATE
          ), u AS (
              UPDATE work_units w
                 SET state = $7::work_state, disposition = $6::disposition, disposed_at = now(), lease_expires_at = NULL,

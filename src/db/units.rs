@@ -72,8 +72,30 @@ pub async fn register(
         .await
 }
 
+/// The database's clock for this transaction (`now()`): staleness is decided
+/// by it, as the write statements decide it, never by the server's clock.
+pub async fn db_now(tx: &DatabaseTransaction) -> Result<chrono::DateTime<chrono::Utc>, DbErr> {
+    let row = tx.query_one_raw(stmt("SELECT now() AS now", [])).await?;
+    match row {
+        Some(row) => row.try_get("", "now"),
+        None => Err(DbErr::RecordNotFound("now()".to_owned())),
+    }
+}
+
 pub async fn by_id(tx: &DatabaseTransaction, id: Uuid) -> Result<Option<work_unit::Model>, DbErr> {
     work_unit::Entity::find_by_id(id).one(tx).await
+}
+
+/// The unit, its row locked until the transaction ends (FOR NO KEY UPDATE,
+/// the lock every write on a unit takes first).
+pub async fn lock_by_id(tx: &DatabaseTransaction, id: Uuid) -> Result<Option<work_unit::Model>, DbErr> {
+    work_unit::Entity::find()
+        .from_raw_sql(stmt(
+            &format!("SELECT {UNIT_COLUMNS} FROM work_units u WHERE u.id = $1 FOR NO KEY UPDATE"),
+            [id.into()],
+        ))
+        .one(tx)
+        .await
 }
 
 pub async fn by_ref(tx: &DatabaseTransaction, external_ref: &str) -> Result<Option<work_unit::Model>, DbErr> {

@@ -28,6 +28,10 @@ impl From<LedgerError> for Error {
                     ext.set("holder", holder.clone());
                     ext.set("leaseExpiresAt", lease_expires_at.map(|at| at.to_rfc3339()));
                 }
+                LedgerError::LeaseLost { attempt_id, unit_id } => {
+                    ext.set("unitId", unit_id.to_string());
+                    ext.set("attemptId", attempt_id.to_string());
+                }
                 LedgerError::AgentBusy { held, .. } => ext.set("heldUnitId", held.to_string()),
                 LedgerError::Forbidden(permission) => ext.set("permission", permission.as_str()),
                 LedgerError::InvalidInput { argument, .. } => ext.set("argument", argument.clone()),

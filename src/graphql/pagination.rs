@@ -12,6 +12,16 @@ use crate::ledger::reads::{Page, Total};
 
 /// A connection of the API: edges, page info and `totalCount`.
 pub type Conn<N> = Connection<String, N, TotalCount>;
+use crate::ledger::validate;
+
+/// The complexity of a paged field (SPEC §9): what one item of the page
+/// costs, times the number of items asked for. `first` is clamped to what
+/// the page would accept (an invalid `first` is refused when the field runs,
+/// before any row is read).
+pub fn page_cost(first: Option<i32>, child_complexity: usize) -> usize {
+    let items = first.unwrap_or(validate::DEFAULT_PAGE).clamp(1, validate::MAX_PAGE);
+    usize::try_from(items).unwrap_or(1).saturating_mul(child_complexity.max(1))
+}
 
 /// Forward-only paging: `hasPreviousPage` is always false.
 pub fn connection<T, N: OutputType>(

@@ -158,6 +158,7 @@ impl ReadQuery {
     }
 
     /// Units of the fleet, oldest first unless `order: DESC`.
+    #[graphql(complexity = "super::pagination::page_cost(first, child_complexity)")]
     async fn units(
         &self,
         ctx: &Context<'_>,
@@ -173,6 +174,7 @@ impl ReadQuery {
     }
 
     /// The ledger's events, newest first unless `order: ASC`.
+    #[graphql(complexity = "super::pagination::page_cost(first, child_complexity)")]
     async fn events(
         &self,
         ctx: &Context<'_>,
@@ -191,6 +193,7 @@ impl ReadQuery {
     }
 
     /// Blocking questions, oldest first; `asked` bounds when they were asked.
+    #[graphql(complexity = "super::pagination::page_cost(first, child_complexity)")]
     async fn questions(
         &self,
         ctx: &Context<'_>,
@@ -211,6 +214,7 @@ impl ReadQuery {
         Ok(ledger(ctx).queue_depth(principal(ctx)?, domain).await?.into_iter().map(QueueDepth::from).collect())
     }
 
+    #[graphql(complexity = "super::pagination::page_cost(first, child_complexity)")]
     /// CLAIMED or IN_PROGRESS units whose lease expired (`v_stall_list`), oldest
     /// first; each edge says who held the unit, since when, and for how long.
     async fn stalls(&self, ctx: &Context<'_>, first: Option<i32>, after: Option<String>) -> Result<StallConnection> {
@@ -220,6 +224,7 @@ impl ReadQuery {
     }
 
     /// Cost and attempts of every unit (`v_cost_per_unit`), oldest first.
+    #[graphql(complexity = "super::pagination::page_cost(first, child_complexity)")]
     async fn cost_per_unit(
         &self,
         ctx: &Context<'_>,
@@ -233,6 +238,7 @@ impl ReadQuery {
     }
 
     /// Units that needed more than one attempt (`v_rework`), oldest first.
+    #[graphql(complexity = "super::pagination::page_cost(first, child_complexity)")]
     async fn rework(&self, ctx: &Context<'_>, first: Option<i32>, after: Option<String>) -> Result<Conn<WorkUnit>> {
         let page = ledger(ctx).rework_page(principal(ctx)?, PageArgs { first, after }).await?;
         unit_connection(ctx, page, List::Rework).await
@@ -254,6 +260,7 @@ impl ReadQuery {
 
     /// Disposed units with evidence and cost (`v_disposition_detail`), oldest
     /// first; `disposed` bounds when they were disposed.
+    #[graphql(complexity = "super::pagination::page_cost(first, child_complexity)")]
     async fn dispositions(
         &self,
         ctx: &Context<'_>,

@@ -141,6 +141,7 @@ impl WorkUnit {
         Ok(found.into_iter().map(BlockingQuestion).collect())
     }
     /// This unit's events, newest first unless `order: ASC` (its history in order).
+    #[graphql(complexity = "super::pagination::page_cost(first, child_complexity)")]
     async fn events(
         &self,
         ctx: &Context<'_>,

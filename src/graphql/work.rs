@@ -25,6 +25,9 @@ impl WorkMutation {
         ctx: &Context<'_>,
         domain: Option<String>,
         lease_seconds: Option<i32>,
+        #[graphql(
+            desc = "Your idempotency key, scoped to you (fleet and token name): resending it with the same arguments returns the current unit and writes nothing; with other arguments it is IDEMPOTENCY_KEY_REUSED. Another agent's identical key is unrelated."
+        )]
         idempotency_key: Option<String>,
     ) -> Result<Option<WorkUnit>> {
         Ok(ledger(ctx).claim_next(principal(ctx)?, domain, lease_seconds, idempotency_key).await?.map(WorkUnit))
@@ -36,6 +39,9 @@ impl WorkMutation {
         ctx: &Context<'_>,
         id: Uuid,
         lease_seconds: Option<i32>,
+        #[graphql(
+            desc = "Your idempotency key, scoped to you (fleet and token name): resending it with the same arguments returns the current unit and writes nothing; with other arguments it is IDEMPOTENCY_KEY_REUSED. Another agent's identical key is unrelated."
+        )]
         idempotency_key: Option<String>,
     ) -> Result<WorkUnit> {
         Ok(WorkUnit(ledger(ctx).claim_unit(principal(ctx)?, id, lease_seconds, idempotency_key).await?))
@@ -53,9 +59,17 @@ impl WorkMutation {
         unit_id: Uuid,
         to: WorkState,
         evidence_url: Option<String>,
+        #[graphql(
+            desc = "Your idempotency key, scoped to you (fleet and token name): resending it with the same arguments returns the current unit and writes nothing; with other arguments it is IDEMPOTENCY_KEY_REUSED. Another agent's identical key is unrelated."
+        )]
         idempotency_key: Option<String>,
+        #[graphql(
+            desc = "Your current attempt: when given and not the unit's current attempt (a newer claim replaced it), the write is LEASE_LOST and changes nothing."
+        )]
+        attempt_id: Option<Uuid>,
     ) -> Result<WorkUnit> {
-        Ok(WorkUnit(ledger(ctx).transition(principal(ctx)?, unit_id, to, evidence_url, idempotency_key).await?))
+        let ledger = ledger(ctx);
+        Ok(WorkUnit(ledger.transition(principal(ctx)?, unit_id, to, evidence_url, attempt_id, idempotency_key).await?))
     }
 
     /// IN_PROGRESS -> BLOCKED with a question (at most 8000 characters) for the triage service.
@@ -65,9 +79,19 @@ impl WorkMutation {
         unit_id: Uuid,
         question: String,
         assignee_group: Option<String>,
+        #[graphql(
+            desc = "Your idempotency key, scoped to you (fleet and token name): resending it with the same arguments returns the current unit and writes nothing; with other arguments it is IDEMPOTENCY_KEY_REUSED. Another agent's identical key is unrelated."
+        )]
         idempotency_key: Option<String>,
+        #[graphql(
+            desc = "Your current attempt: when given and not the unit's current attempt (a newer claim replaced it), the write is LEASE_LOST and changes nothing."
+        )]
+        attempt_id: Option<Uuid>,
     ) -> Result<WorkUnit> {
-        Ok(WorkUnit(ledger(ctx).block(principal(ctx)?, unit_id, question, assignee_group, idempotency_key).await?))
+        let ledger = ledger(ctx);
+        Ok(WorkUnit(
+            ledger.block(principal(ctx)?, unit_id, question, assignee_group, attempt_id, idempotency_key).await?,
+        ))
     }
 
     /// Answers a blocked unit's question: back to IN_PROGRESS for its holder, or READY when it was released.
@@ -76,6 +100,9 @@ impl WorkMutation {
         ctx: &Context<'_>,
         unit_id: Uuid,
         answer: String,
+        #[graphql(
+            desc = "Your idempotency key, scoped to you (fleet and token name): resending it with the same arguments returns the current unit and writes nothing; with other arguments it is IDEMPOTENCY_KEY_REUSED. Another agent's identical key is unrelated."
+        )]
         idempotency_key: Option<String>,
     ) -> Result<WorkUnit> {
         Ok(WorkUnit(ledger(ctx).unblock(principal(ctx)?, unit_id, answer, idempotency_key).await?))
@@ -89,9 +116,16 @@ impl WorkMutation {
         unit_id: Uuid,
         reason: Option<String>,
         outcome: Option<AttemptOutcome>,
+        #[graphql(
+            desc = "Your idempotency key, scoped to you (fleet and token name): resending it with the same arguments returns the current unit and writes nothing; with other arguments it is IDEMPOTENCY_KEY_REUSED. Another agent's identical key is unrelated."
+        )]
         idempotency_key: Option<String>,
+        #[graphql(
+            desc = "Your current attempt: when given and not the unit's current attempt (a newer claim replaced it), the write is LEASE_LOST and changes nothing."
+        )]
+        attempt_id: Option<Uuid>,
     ) -> Result<WorkUnit> {
-        let input = Release { unit_id, reason, outcome };
+        let input = Release { unit_id, attempt_id, reason, outcome };
         Ok(WorkUnit(ledger(ctx).release(principal(ctx)?, input, idempotency_key).await?))
     }
 
@@ -105,6 +139,9 @@ impl WorkMutation {
         attempt_id: Option<Uuid>,
         unit_id: Option<Uuid>,
         cents: i64,
+        #[graphql(
+            desc = "Your idempotency key, scoped to you (fleet and token name): resending it with the same arguments returns the current unit and writes nothing; with other arguments it is IDEMPOTENCY_KEY_REUSED. Another agent's identical key is unrelated."
+        )]
         idempotency_key: String,
     ) -> Result<WorkUnit> {
         let target = match (attempt_id, unit_id) {
@@ -132,9 +169,16 @@ impl WorkMutation {
         disposition: Disposition,
         evidence_url: Option<String>,
         reason: Option<String>,
+        #[graphql(
+            desc = "Your idempotency key, scoped to you (fleet and token name): resending it with the same arguments returns the current unit and writes nothing; with other arguments it is IDEMPOTENCY_KEY_REUSED. Another agent's identical key is unrelated."
+        )]
         idempotency_key: Option<String>,
+        #[graphql(
+            desc = "Your current attempt: when given and not the unit's current attempt (a newer claim replaced it), the write is LEASE_LOST and changes nothing."
+        )]
+        attempt_id: Option<Uuid>,
     ) -> Result<WorkUnit> {
-        let input = Dispose { unit_id, disposition, evidence_url, reason };
+        let input = Dispose { unit_id, attempt_id, disposition, evidence_url, reason };
         Ok(WorkUnit(ledger(ctx).dispose(principal(ctx)?, input, idempotency_key).await?))
     }
 }

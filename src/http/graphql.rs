@@ -18,11 +18,24 @@ pub(super) async fn post(State(state): State<AppState>, headers: HeaderMap, body
         Err(err @ LedgerError::Unauthenticated(_)) => return refuse(StatusCode::UNAUTHORIZED, err),
         Err(err) => return refuse(StatusCode::SERVICE_UNAVAILABLE, err),
     };
-    let Ok(bytes) = to_bytes(body, MAX_BODY_BYTES).await else {
-        return refuse(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            LedgerError::invalid("body", format!("request bodies are limited to {MAX_BODY_BYTES} bytes")),
-        );
+    let limit = state.http.body_read_timeout;
+    let bytes = match tokio::time::timeout(limit, to_bytes(body, MAX_BODY_BYTES)).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(_)) => {
+            return refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                LedgerError::invalid("body", format!("request bodies are limited to {MAX_BODY_BYTES} bytes")),
+            );
+        }
+        Err(_) => {
+            return refuse(
+                StatusCode::REQUEST_TIMEOUT,
+                LedgerError::invalid(
+                    "body",
+                    format!("the request body did not arrive within {} s; send it at once", limit.as_secs_f64()),
+                ),
+            );
+        }
     };
     let batch: BatchRequest = match serde_json::from_slice(&bytes) {
         Ok(batch) => batch,

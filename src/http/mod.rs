@@ -24,9 +24,11 @@ use sea_orm::ConnectionTrait;
 use tokio::net::TcpListener;
 use tokio_util::task::TaskTracker;
 
+pub use crate::db::SessionLimits;
 pub use ws::WsConfig;
 
 use crate::auth::{self, Principal};
+use crate::db;
 use crate::graphql::{LedgerSchema, build_schema, error_body};
 use crate::ledger::{Ledger, LedgerError};
 use crate::live::{Live, LiveConfig};
@@ -42,6 +44,24 @@ pub struct ServerConfig {
     pub ws: WsConfig,
     /// Where `GET /metrics` (Prometheus) listens; `None`: nowhere.
     pub metrics_listen: Option<String>,
+    pub http: HttpConfig,
+    /// The request pool's statement and lock timeouts (applied where the
+    /// pool is opened: [`db::connect_limited`]).
+    pub db: db::SessionLimits,
+}
+
+/// Slow clients (SPEC §9): how long a client may take to send a request's
+/// headers (then the connection is closed) and its body (then 408).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpConfig {
+    pub header_read_timeout: Duration,
+    pub body_read_timeout: Duration,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self { header_read_timeout: Duration::from_secs(10), body_read_timeout: Duration::from_secs(30) }
+    }
 }
 
 #[derive(Clone)]
@@ -50,6 +70,7 @@ struct AppState {
     ledger: Ledger,
     live: Live,
     ws: WsConfig,
+    http: HttpConfig,
     /// The open WebSocket connections, awaited when stopping.
     connections: TaskTracker,
     /// The schema's own words for the quick start.
@@ -61,6 +82,7 @@ pub struct Application {
     listener: TcpListener,
     router: Router,
     live: Live,
+    http: HttpConfig,
     connections: TaskTracker,
     /// The metrics listener and its router, when configured.
     metrics: Option<(TcpListener, Router)>,
@@ -90,6 +112,7 @@ impl Application {
             ledger: ledger.clone(),
             live: live.clone(),
             ws: config.ws,
+            http: config.http,
             connections: connections.clone(),
             descriptions,
             local_addr: listener.local_addr()?,
@@ -105,7 +128,7 @@ impl Application {
             .with_state(state.clone())
             .merge(mcp);
         let metrics = metrics_listener.map(|l| (l, Router::new().route("/metrics", get(metrics)).with_state(state)));
-        Ok(Self { listener, router, live, connections, metrics })
+        Ok(Self { listener, router, live, http: config.http, connections, metrics })
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -127,7 +150,7 @@ impl Application {
     /// others, closes WebSockets and finishes in-flight requests.
     pub async fn run_until(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         let live = self.live;
-        let server = axum::serve(self.listener, self.router).with_graceful_shutdown(live.stopping_owned());
+        let server = serve_http(self.listener, self.router, self.http.header_read_timeout, live.stopping_owned());
         let mut tasks = tokio::task::JoinSet::new();
         tasks.spawn(async move { ("HTTP server", server.await) });
         let listener = live.clone();
@@ -183,6 +206,64 @@ async fn root(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let base = format!("http://{}", host.unwrap_or_else(|| state.local_addr.to_string()));
     let text = quickstart::render(&base, &state.descriptions);
     ([(header::CONTENT_TYPE, "text/plain; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")], text).into_response()
+}
+
+/// Serves `router` over HTTP/1.1 until `shutdown`, then lets in-flight
+/// requests finish (upgraded WebSockets are stopped by the live subsystem).
+/// Unlike `axum::serve`, a client gets `header_read_timeout` to send a
+/// request's headers, then its connection is closed: a slowloris client
+/// cannot hold connections open by trickling headers.
+async fn serve_http(
+    listener: TcpListener,
+    router: Router,
+    header_read_timeout: Duration,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use hyper::server::conn::http1;
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+
+    let mut builder = http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(header_read_timeout);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let connections = TaskTracker::new();
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(err) => {
+                    // Out of file descriptors and the like: back off rather than spin.
+                    tracing::warn!(error = %err, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let conn =
+            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router.clone())).with_upgrades();
+        let stopping = stop.clone();
+        connections.spawn(async move {
+            tokio::pin!(conn);
+            let result = tokio::select! {
+                result = conn.as_mut() => result,
+                _ = stopping.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(err) = result {
+                tracing::debug!(error = %err, "HTTP connection ended");
+            }
+        });
+    }
+    drop(listener);
+    stop.cancel();
+    connections.close();
+    connections.wait().await;
+    Ok(())
 }
 
 /// `GET /metrics` on the metrics listener: Prometheus text, the states

@@ -56,6 +56,9 @@ pub mod close {
     pub const DUPLICATE_ID: u16 = 4409;
     /// A second `connection_init`.
     pub const TOO_MANY_INIT: u16 = 4429;
+    /// More WebSockets for one token than the server allows (the same code:
+    /// "too many requests").
+    pub const TOO_MANY_CONNECTIONS: u16 = 4429;
 }
 
 #[derive(Debug, Clone)]
@@ -66,11 +69,18 @@ pub struct WsConfig {
     pub ping_interval: Duration,
     /// Operations one connection may run at once.
     pub max_subscriptions: usize,
+    /// Open connections one token may have (4429 for the next one).
+    pub max_per_token: usize,
 }
 
 impl Default for WsConfig {
     fn default() -> Self {
-        Self { init_timeout: Duration::from_secs(10), ping_interval: Duration::from_secs(15), max_subscriptions: 64 }
+        Self {
+            init_timeout: Duration::from_secs(10),
+            ping_interval: Duration::from_secs(15),
+            max_subscriptions: 64,
+            max_per_token: 32,
+        }
     }
 }
 
@@ -146,6 +156,8 @@ struct Session {
     /// Ids of the operations running now.
     active: HashSet<String>,
     verdict: Arc<Mutex<Option<Verdict>>>,
+    /// The token's connection slot, taken by `connection_init`.
+    tracked: Arc<Mutex<Option<crate::live::TrackedToken>>>,
     /// The token, once acknowledged, and its registration for revocation checks.
     token: Option<(Uuid, TokenHash)>,
     _tracked: Option<crate::live::TrackedToken>,
@@ -160,9 +172,12 @@ async fn serve(conn: Connection, socket: WebSocket) {
     let config = conn.config.clone();
     let verdict: Arc<Mutex<Option<Verdict>>> = Arc::default();
     let (inbox, inbox_rx) = mpsc::channel::<String>(INBOX);
+    let tracked: Arc<Mutex<Option<crate::live::TrackedToken>>> = Arc::default();
     let gql = GqlWebSocket::new(conn.schema.clone(), inbox_rx, WebSocketProtocols::GraphQLWS).on_connection_init({
-        let (ledger, live, verdict) = (conn.ledger.clone(), conn.live.clone(), verdict.clone());
-        move |payload| init(ledger, live, verdict, payload)
+        let (ledger, live, verdict, tracked) =
+            (conn.ledger.clone(), conn.live.clone(), verdict.clone(), tracked.clone());
+        let max_per_token = config.max_per_token;
+        move |payload| init(ledger, live, verdict, tracked, max_per_token, payload)
     });
     futures::pin_mut!(gql);
     let mut session = Session {
@@ -171,6 +186,7 @@ async fn serve(conn: Connection, socket: WebSocket) {
         phase: Phase::AwaitingInit,
         active: HashSet::new(),
         verdict,
+        tracked,
         token: None,
         _tracked: None,
         max_subscriptions: config.max_subscriptions,
@@ -194,7 +210,7 @@ async fn serve(conn: Connection, socket: WebSocket) {
                 }
                 _ => Next::Close(None),
             },
-            out = gql.next() => session.server_message(out, &conn.live).await,
+            out = gql.next() => session.server_message(out).await,
             _ = ping.tick() => {
                 if heard.elapsed() > config.ping_interval * 2 {
                     Next::Close(None)
@@ -263,13 +279,13 @@ impl Session {
     /// A message async-graphql produced: the acknowledgement of
     /// `connection_init` makes the connection ready; a close during
     /// authentication is a refusal.
-    async fn server_message(&mut self, out: Option<WsMessage>, live: &Live) -> Next {
+    async fn server_message(&mut self, out: Option<WsMessage>) -> Next {
         match out {
             Some(WsMessage::Text(text)) => {
                 if self.phase == Phase::Authenticating && text == r#"{"type":"connection_ack"}"# {
                     self.phase = Phase::Ready;
                     self.token = lock(&self.verdict).clone().and_then(Result::ok);
-                    self._tracked = self.token.map(|(id, _)| live.track_token(id));
+                    self._tracked = lock(&self.tracked).take();
                 } else if let Some(id) = completed(&text) {
                     self.active.remove(&id);
                 }
@@ -313,6 +329,8 @@ async fn init(
     ledger: Ledger,
     live: Live,
     verdict: Arc<Mutex<Option<Verdict>>>,
+    tracked: Arc<Mutex<Option<crate::live::TrackedToken>>>,
+    max_per_token: usize,
     payload: Value,
 ) -> async_graphql::Result<Data> {
     let header = payload.as_object().and_then(|fields| {
@@ -320,6 +338,15 @@ async fn init(
     });
     match auth::authenticate(ledger.db(), header).await.map_err(LedgerError::from) {
         Ok((principal, hash)) => {
+            let Some(slot) = live.try_track_token(principal.token_id, max_per_token) else {
+                let reason = format!(
+                    "Too many WebSockets for this token: at most {max_per_token} at once; close one, or run all \
+                     your subscriptions over one connection"
+                );
+                *lock(&verdict) = Some(Err((close::TOO_MANY_CONNECTIONS, reason.clone())));
+                return Err(async_graphql::Error::new(reason));
+            };
+            *lock(&tracked) = Some(slot);
             *lock(&verdict) = Some(Ok((principal.token_id, hash)));
             let mut data = Data::default();
             data.insert::<Principal>(principal);

@@ -73,10 +73,14 @@ impl Ledger {
                     if state_machine::is_holder(&unit, &ctx.who) && unit.state.is_live_claim() {
                         // Claiming what you already hold renews the lease (when it has one).
                         return match unit.current_attempt_id {
+                            // A reclaim that committed since the read above makes
+                            // the renewal match nothing: LEASE_LOST, as a heartbeat.
                             Some(attempt) if unit.state != WorkState::Blocked => {
-                                claims::heartbeat(tx, &actor, lease, Some(attempt), "claimUnit")
-                                    .await?
-                                    .ok_or_else(|| LedgerError::internal("renewal of a held unit failed"))
+                                or_explain(
+                                    claims::heartbeat(tx, &actor, lease, Some(attempt), "claimUnit").await?,
+                                    refusals::attempt(tx, attempt, &ctx.who, "claimUnit"),
+                                )
+                                .await
                             }
                             _ => Ok(unit),
                         };

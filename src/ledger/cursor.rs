@@ -5,7 +5,7 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use chrono::DateTime;
+use chrono::{DateTime, Datelike};
 
 use super::LedgerError;
 pub use crate::db::reads::Cursor;
@@ -139,7 +139,10 @@ fn parse(list: List, cursor: &str) -> Result<(Cursor, Option<i64>), LedgerError>
     }
     let floor = floor.map(|f| f.parse::<i64>().ok().filter(|f| *f >= 0).ok_or_else(invalid)).transpose()?;
     let micros: i64 = micros.parse().map_err(|_| invalid())?;
-    let created_at = DateTime::from_timestamp_micros(micros).ok_or_else(invalid)?;
+    // Every timestamp the ledger writes lies well inside PostgreSQL's range;
+    // a forged one outside years 1..=9999 is not a cursor of ours.
+    let created_at =
+        DateTime::from_timestamp_micros(micros).filter(|t| (1..=9999).contains(&t.year())).ok_or_else(invalid)?;
     Ok((Cursor { created_at, id: id.parse().map_err(|_| invalid())? }, floor))
 }
 
@@ -158,7 +161,10 @@ mod tests {
         let encoded = cursor.encode(List::Units);
         assert_eq!(Cursor::decode(List::Units, &encoded).ok(), Some(cursor));
         assert!(Cursor::decode(List::Events, &encoded).is_err());
-        for garbage in ["", "!!!", "d2wxOnU6eDp5", &URL_SAFE_NO_PAD.encode("wl1:u:1:2:3")] {
+        let nil = Uuid::nil();
+        let far_future = URL_SAFE_NO_PAD.encode(format!("wl1:u:{}:{nil}", i64::MAX));
+        let far_past = URL_SAFE_NO_PAD.encode(format!("wl1:u:-210866803200000000:{nil}"));
+        for garbage in ["", "!!!", "d2wxOnU6eDp5", &URL_SAFE_NO_PAD.encode("wl1:u:1:2:3"), &far_future, &far_past] {
             assert!(Cursor::decode(List::Units, garbage).is_err(), "{garbage}");
         }
         assert!(Cursor::decode(List::UnitsNewestFirst, &encoded).is_err(), "the other order");

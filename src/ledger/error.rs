@@ -42,8 +42,9 @@ pub enum LedgerError {
     NotClaimHolder { unit_id: Uuid, holder: Option<String> },
 
     #[error(
-        "your attempt {attempt_id} on unit {unit_id} was superseded after its lease expired and someone \
-         reclaimed it; stop working on it and call `claimNext` for new work"
+        "your attempt {attempt_id} is no longer the current attempt of unit {unit_id} (its lease expired and \
+         someone reclaimed the unit, or a newer claim replaced it); stop working on it and call `claimNext` for \
+         new work"
     )]
     LeaseLost { attempt_id: Uuid, unit_id: Uuid },
 
@@ -63,6 +64,19 @@ pub enum LedgerError {
     )]
     IdempotencyKeyReused { key: String },
 
+    #[error(
+        "the database is unreachable or restarting; retry the same request with the same idempotency key in a \
+         few seconds (a write that did happen is then answered from its key, never done twice)"
+    )]
+    Unavailable,
+
+    #[error(
+        "the database did not finish this request in time (a statement ran past the statement timeout, or \
+         waited past the lock timeout for a row another request holds); nothing was written: retry the same \
+         request with the same idempotency key"
+    )]
+    TimedOut,
+
     #[error("internal error (correlation id {correlation_id}); the request changed nothing and may be retried")]
     Internal { correlation_id: Uuid },
 
@@ -73,8 +87,9 @@ pub enum LedgerError {
     AboutUnit { unit: Box<UnitFacts>, reason: Box<LedgerError> },
 
     /// A race the ledger resolves by running the operation again (a
-    /// concurrent request took the same idempotency key, or the same agent
-    /// claimed twice at once). Never reaches a client: after the last retry
+    /// concurrent request took the same idempotency key, the same agent
+    /// claimed twice at once, or PostgreSQL chose this transaction as a
+    /// deadlock or serialization victim). Never reaches a client: after the last retry
     /// it is reported as INTERNAL.
     #[error("a concurrent request changed the same data; retry")]
     Retry,
@@ -122,6 +137,7 @@ impl LedgerError {
             Self::DispositionImmutable { .. } => "DISPOSITION_IMMUTABLE",
             Self::IdempotencyKeyReused { .. } => "IDEMPOTENCY_KEY_REUSED",
             Self::AboutUnit { reason, .. } => reason.code(),
+            Self::Unavailable | Self::TimedOut => "UNAVAILABLE",
             Self::Internal { .. } | Self::Retry => "INTERNAL",
         }
     }
@@ -162,7 +178,7 @@ impl LedgerError {
 
 /// Constraints a concurrent request can trip that a retry resolves: the
 /// retry finds the other request's key (a replay) or the agent's claim.
-const RETRYABLE: [&str; 2] = ["work_unit_events_fleet_source_event_id_key", "work_units_one_live_claim_per_agent"];
+const RETRYABLE: [&str; 2] = ["work_unit_events_agent_source_event_id_key", "work_units_one_live_claim_per_agent"];
 
 impl From<Forbidden> for LedgerError {
     fn from(Forbidden(permission): Forbidden) -> Self {
@@ -179,9 +195,25 @@ impl From<AuthError> for LedgerError {
     }
 }
 
+/// SQLSTATEs after which PostgreSQL itself says "run the transaction again":
+/// deadlock_detected and serialization_failure.
+const RETRYABLE_STATES: [&str; 2] = ["40P01", "40001"];
+
 impl From<sea_orm::DbErr> for LedgerError {
     fn from(err: sea_orm::DbErr) -> Self {
         if RETRYABLE.iter().any(|c| crate::db::is_violation_of(&err, c)) {
+            return Self::Retry;
+        }
+        if crate::db::is_timeout(&err) {
+            tracing::warn!(error = %err, "statement or lock timeout");
+            return Self::TimedOut;
+        }
+        if crate::db::is_unavailable(&err) {
+            tracing::warn!(error = %err, "database unavailable");
+            return Self::Unavailable;
+        }
+        if crate::db::violation(&err).is_some_and(|(code, _)| RETRYABLE_STATES.contains(&code.as_str())) {
+            tracing::warn!(error = %err, "transaction conflict; running it again");
             return Self::Retry;
         }
         Self::internal(err)

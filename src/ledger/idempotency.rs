@@ -1,5 +1,5 @@
 //! Idempotency keys (SPEC §3). The key lives on the event the write appended
-//! (`source_event_id`, unique per fleet) with a fingerprint of the operation
+//! (`source_event_id`, unique per fleet and agent) with a fingerprint of the operation
 //! and its arguments. A replay with the same fingerprint returns the current
 //! unit and writes nothing; another fingerprint is IDEMPOTENCY_KEY_REUSED.
 
@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use super::LedgerError;
-use crate::db::events::IdempotencyKey;
+use crate::db::events::Actor;
 use crate::db::idempotency::find_key;
 
 /// SHA-256 over the operation name and its canonical JSON arguments.
@@ -21,14 +21,11 @@ pub fn fingerprint(operation: &str, args: &Value) -> String {
     hex::encode(hasher.finalize())
 }
 
-/// The unit of an earlier write with this key, or None when the key is new.
-pub async fn replayed(
-    tx: &DatabaseTransaction,
-    fleet: &str,
-    key: Option<IdempotencyKey<'_>>,
-) -> Result<Option<Uuid>, LedgerError> {
-    let Some(key) = key else { return Ok(None) };
-    match find_key(tx, fleet, key.id).await? {
+/// The unit of the actor's earlier write with this key, or None when the key
+/// is new to this agent (another agent's use of the same key does not count).
+pub async fn replayed(tx: &DatabaseTransaction, actor: &Actor<'_>) -> Result<Option<Uuid>, LedgerError> {
+    let Some(key) = actor.key else { return Ok(None) };
+    match find_key(tx, actor.fleet, actor.agent, key.id).await? {
         None => Ok(None),
         Some((unit, recorded)) if recorded == key.hash => Ok(Some(unit)),
         Some(_) => Err(LedgerError::IdempotencyKeyReused { key: key.id.to_owned() }),

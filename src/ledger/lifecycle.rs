@@ -4,7 +4,7 @@
 //! through the write runner, and when it changed nothing lets
 //! [`super::refusals`] say exactly why.
 
-use serde_json::json;
+use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::write::{Outcome, or_explain};
@@ -19,6 +19,8 @@ const DEFAULT_ASSIGNEE_GROUP: &str = "agent-questions";
 /// Input of `release`.
 pub struct Release {
     pub unit_id: Uuid,
+    /// The caller's attempt, when it fences the write to it.
+    pub attempt_id: Option<Uuid>,
     pub reason: Option<String>,
     pub outcome: Option<AttemptOutcome>,
 }
@@ -35,9 +37,20 @@ pub enum CostTarget {
 /// Input of `dispose`.
 pub struct Dispose {
     pub unit_id: Uuid,
+    /// The caller's attempt, when it fences the write to it.
+    pub attempt_id: Option<Uuid>,
     pub disposition: Disposition,
     pub evidence_url: Option<String>,
     pub reason: Option<String>,
+}
+
+/// The arguments a request is fingerprinted with, plus `attemptId` only when
+/// given (so keys recorded before fencing existed still replay).
+fn fenced(mut args: Value, attempt_id: Option<Uuid>) -> Value {
+    if let (Some(attempt_id), Some(map)) = (attempt_id, args.as_object_mut()) {
+        map.insert("attemptId".to_owned(), json!(attempt_id));
+    }
+    args
 }
 
 impl Ledger {
@@ -47,6 +60,7 @@ impl Ledger {
         unit_id: Uuid,
         to: WorkState,
         evidence_url: Option<String>,
+        attempt_id: Option<Uuid>,
         key: Option<String>,
     ) -> Result<UnitModel, LedgerError> {
         who.require(Permission::UnitsClaim)?;
@@ -56,11 +70,12 @@ impl Ledger {
             _ => Ok(()),
         });
         self.check_args(who, unit_id, to.api_name(), false, checks).await?;
-        let args = json!({ "unitId": unit_id, "to": to.api_name(), "evidenceUrl": evidence_url });
+        let args = fenced(json!({ "unitId": unit_id, "to": to.api_name(), "evidenceUrl": evidence_url }), attempt_id);
         let outcome = self
             .write(who, "transition", args, key, move |tx, ctx| {
                 let evidence_url = evidence_url.clone();
                 Box::pin(async move {
+                    refusals::fence(tx, unit_id, attempt_id, &ctx.who, to.api_name()).await?;
                     let actor = ctx.actor();
                     let written = match (to, evidence_url.as_deref()) {
                         (WorkState::InProgress, _) => transitions::start(tx, &actor, unit_id).await?,
@@ -80,6 +95,7 @@ impl Ledger {
         unit_id: Uuid,
         question: String,
         assignee_group: Option<String>,
+        attempt_id: Option<Uuid>,
         key: Option<String>,
     ) -> Result<UnitModel, LedgerError> {
         who.require(Permission::UnitsClaim)?;
@@ -88,11 +104,12 @@ impl Ledger {
             .and_then(|()| validate::long_text("question", &question))
             .and_then(|()| validate::label("assigneeGroup", &group));
         self.check_args(who, unit_id, "BLOCKED", false, checks).await?;
-        let args = json!({ "unitId": unit_id, "question": question, "assigneeGroup": group });
+        let args = fenced(json!({ "unitId": unit_id, "question": question, "assigneeGroup": group }), attempt_id);
         let outcome = self
             .write(who, "block", args, key, move |tx, ctx| {
                 let (question, group) = (question.clone(), group.clone());
                 Box::pin(async move {
+                    refusals::fence(tx, unit_id, attempt_id, &ctx.who, "BLOCKED").await?;
                     or_explain(
                         transitions::block(tx, &ctx.actor(), unit_id, &question, &group).await?,
                         refusals::holder(tx, unit_id, &ctx.who, "BLOCKED"),
@@ -150,12 +167,13 @@ impl Ledger {
             .and_then(|()| input.reason.as_deref().map_or(Ok(()), |r| validate::long_text("reason", r)));
         self.check_args(who, input.unit_id, "READY (release)", false, checks).await?;
         let outcome = requested;
-        let Release { unit_id, reason, .. } = input;
-        let args = json!({ "unitId": unit_id, "reason": reason, "outcome": outcome.as_sql() });
+        let Release { unit_id, attempt_id, reason, .. } = input;
+        let args = fenced(json!({ "unitId": unit_id, "reason": reason, "outcome": outcome.as_sql() }), attempt_id);
         let result = self
             .write(who, "release", args, key, move |tx, ctx| {
                 let reason = reason.clone();
                 Box::pin(async move {
+                    refusals::fence(tx, unit_id, attempt_id, &ctx.who, "READY (release)").await?;
                     or_explain(
                         transitions::release(tx, &ctx.actor(), unit_id, outcome.as_sql(), reason.as_deref()).await?,
                         refusals::holder(tx, unit_id, &ctx.who, "READY (release)"),
@@ -228,13 +246,18 @@ impl Ledger {
             .and_then(|()| input.reason.as_deref().map_or(Ok(()), |r| validate::long_text("reason", r)));
         let action = format!("dispose {}", input.disposition.as_sql());
         self.check_args(who, input.unit_id, &action, true, checks).await?;
-        let Dispose { unit_id, disposition, evidence_url, reason } = input;
+        let Dispose { unit_id, attempt_id, disposition, evidence_url, reason } = input;
         let rule = state_machine::dispose_rule(disposition);
-        let args = json!({ "unitId": unit_id, "disposition": disposition.as_sql(), "evidenceUrl": evidence_url, "reason": reason });
+        let args = fenced(
+            json!({ "unitId": unit_id, "disposition": disposition.as_sql(), "evidenceUrl": evidence_url, "reason": reason }),
+            attempt_id,
+        );
         let outcome = self
             .write(who, "dispose", args, key, move |tx, ctx| {
                 let (evidence_url, reason) = (evidence_url.clone(), reason.clone());
                 Box::pin(async move {
+                    refusals::fence(tx, unit_id, attempt_id, &ctx.who, &format!("dispose {}", disposition.as_sql()))
+                        .await?;
                     let disposal = Disposal {
                         unit_id,
                         disposition,

@@ -134,6 +134,7 @@ impl Ledger {
     }
 
     pub async fn unit_by_ref(&self, who: &Principal, external_ref: String) -> Result<Option<UnitModel>, LedgerError> {
+        validate::external_ref("externalRef", &external_ref)?;
         self.read(who, move |tx| Box::pin(async move { Ok(units::by_ref(tx, &external_ref).await?) })).await
     }
 }

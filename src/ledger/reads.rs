@@ -67,6 +67,8 @@ impl Ledger {
         if let Some(prefix) = &filter.external_ref_prefix {
             validate::external_ref("filter.externalRefPrefix", prefix)?;
         }
+        validate::filter("filter.domain", filter.domain.as_deref())?;
+        validate::filter("filter.claimedBy", filter.claimed_by.as_deref())?;
         validate::range("filter.from", "filter.until", &filter.created)?;
         self.units_query(who, List::units(newest_first), args, reads::units(&who.fleet, &filter)).await
     }
@@ -96,6 +98,7 @@ impl Ledger {
         disposed: Range,
     ) -> Result<Page<UnitModel>, LedgerError> {
         validate::range("disposed.from", "disposed.until", &disposed)?;
+        validate::filter("domain", domain.as_deref())?;
         let mut query = reads::units_in_view(&who.fleet, "v_disposition_detail");
         query.range("v.disposed_at", &disposed);
         if let Some(d) = disposition {
@@ -116,6 +119,7 @@ impl Ledger {
         newest_first: bool,
     ) -> Result<(Page<event::Model>, i64), LedgerError> {
         validate::range("filter.from", "filter.until", &filter.created)?;
+        validate::filter("filter.agentId", filter.agent_id.as_deref())?;
         let (first, cursor) = page_args(List::events(newest_first), &args)?;
         let mut query = reads::events(&who.fleet, &filter);
         let total = Total(query.count());
@@ -139,6 +143,7 @@ impl Ledger {
         filter: QuestionFilter,
     ) -> Result<Page<question::Model>, LedgerError> {
         validate::range("asked.from", "asked.until", &filter.created)?;
+        validate::filter("assigneeGroup", filter.assignee_group.as_deref())?;
         let (first, cursor) = page_args(List::Questions, &args)?;
         let mut query = reads::questions(&who.fleet, &filter);
         let total = Total(query.count());
@@ -154,6 +159,7 @@ impl Ledger {
         args: PageArgs,
         domain: Option<String>,
     ) -> Result<Page<CostRow>, LedgerError> {
+        validate::filter("domain", domain.as_deref())?;
         let (first, cursor) = page_args(List::CostPerUnit, &args)?;
         let mut query = reads::cost_per_unit(&who.fleet, domain.as_deref());
         let total = Total(query.count());
@@ -167,6 +173,7 @@ impl Ledger {
         who: &Principal,
         domain: Option<String>,
     ) -> Result<Vec<QueueDepthRow>, LedgerError> {
+        validate::filter("domain", domain.as_deref())?;
         let fleet = who.fleet.clone();
         self.read(who, move |tx| Box::pin(async move { Ok(reads::queue_depth(tx, &fleet, domain.as_deref()).await?) }))
             .await
@@ -177,6 +184,7 @@ impl Ledger {
         who: &Principal,
         domain: Option<String>,
     ) -> Result<Vec<DispositionRow>, LedgerError> {
+        validate::filter("domain", domain.as_deref())?;
         let fleet = who.fleet.clone();
         self.read(who, move |tx| {
             Box::pin(async move { Ok(reads::disposition_summary(tx, &fleet, domain.as_deref()).await?) })

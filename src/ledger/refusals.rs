@@ -46,6 +46,28 @@ pub fn disposed(unit: &UnitModel, who: &Principal, action: &str, dispose: bool) 
     })
 }
 
+/// The attempt fence of SPEC §3: when the caller names its attempt, the
+/// unit's row is locked (so no reclaim can slip in before the write) and its
+/// current attempt must be that one, else LEASE_LOST. A disposed unit says
+/// so first, as every refusal about a terminal unit does.
+pub async fn fence(
+    tx: &DatabaseTransaction,
+    unit_id: Uuid,
+    attempt_id: Option<Uuid>,
+    who: &Principal,
+    to: &str,
+) -> Result<(), LedgerError> {
+    let Some(attempt_id) = attempt_id else { return Ok(()) };
+    let unit = units::lock_by_id(tx, unit_id).await?.ok_or_else(|| LedgerError::not_found("unit", unit_id))?;
+    if let Some(refusal) = disposed(&unit, who, to, to.starts_with("dispose")) {
+        return Err(refusal);
+    }
+    if unit.current_attempt_id == Some(attempt_id) {
+        return Ok(());
+    }
+    Err(LedgerError::LeaseLost { attempt_id, unit_id }.about(facts(&unit, who)))
+}
+
 /// Why a write on a unit that is not holder-only (unblock) changed nothing:
 /// the state machine forbids it.
 pub async fn unit(tx: &DatabaseTransaction, unit_id: Uuid, who: &Principal, to: &str) -> LedgerError {
@@ -129,8 +151,15 @@ pub async fn claim(tx: &DatabaseTransaction, unit: &UnitModel, who: &Principal) 
         Ok(held) => held.filter(|held| held.id != unit.id),
         Err(err) => return err.into(),
     };
+    // The claim statement judged staleness by the database's now(); so does
+    // its explanation (a server clock ahead of the database's would call the
+    // lease stale, retry, and never find it claimable).
+    let now = match units::db_now(tx).await {
+        Ok(now) => now,
+        Err(err) => return err.into(),
+    };
     let refusal = match (unit.state, &unit.claimed_by) {
-        (WorkState::Claimed | WorkState::InProgress, Some(holder)) if !state_machine::is_stale(unit, Utc::now()) => {
+        (WorkState::Claimed | WorkState::InProgress, Some(holder)) if !state_machine::is_stale(unit, now) => {
             LedgerError::UnitAlreadyClaimed {
                 unit_id: unit.id,
                 holder: holder.clone(),

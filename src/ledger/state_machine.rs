@@ -37,10 +37,11 @@ pub fn dispose_rule(disposition: Disposition) -> DisposeRule {
     }
 }
 
-/// True when a CLAIMED or IN_PROGRESS unit's lease has run out.
+/// True when a CLAIMED or IN_PROGRESS unit's lease has run out before `now`
+/// (strictly, as the claim SQL decides it: `lease_expires_at < now()`).
 pub fn is_stale(unit: &work_unit::Model, now: DateTime<Utc>) -> bool {
     matches!(unit.state, WorkState::Claimed | WorkState::InProgress)
-        && unit.lease_expires_at.is_some_and(|lease| lease <= now)
+        && unit.lease_expires_at.is_some_and(|lease| lease < now)
 }
 
 pub fn is_holder(unit: &work_unit::Model, who: &Principal) -> bool {

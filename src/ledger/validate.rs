@@ -48,13 +48,29 @@ pub fn label(argument: &str, value: &str) -> Result<(), LedgerError> {
     short_text(argument, value, MAX_SHORT)
 }
 
-/// Questions, answers and reasons: 1..=8000 characters (newlines allowed).
+/// A read filter (`domain`, `claimedBy`, `agentId`, `assigneeGroup`): the
+/// same rule as the labels it matches, so that what could never be stored
+/// (NUL, control characters) never reaches the database either.
+pub fn filter(argument: &str, value: Option<&str>) -> Result<(), LedgerError> {
+    match value {
+        Some(value) => label(argument, value),
+        None => Ok(()),
+    }
+}
+
+/// Questions, answers and reasons: 1..=8000 characters, printable apart from
+/// line breaks and tabs (NUL and other control characters are refused: they
+/// have no place in text, and PostgreSQL cannot store NUL).
 pub fn long_text(argument: &str, value: &str) -> Result<(), LedgerError> {
     let len = value.chars().count();
-    if value.trim().is_empty() || len > MAX_TEXT {
+    let printable = !value.chars().any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'));
+    if value.trim().is_empty() || len > MAX_TEXT || !printable {
         return Err(LedgerError::invalid(
             argument,
-            format!("must be non-blank and at most {MAX_TEXT} characters (got {len})"),
+            format!(
+                "must be non-blank, at most {MAX_TEXT} characters (got {len}), and printable apart from line breaks \
+                 and tabs"
+            ),
         ));
     }
     Ok(())
@@ -130,6 +146,16 @@ mod tests {
         assert!(external_ref("externalRef", &"a".repeat(257)).is_err());
         assert!(external_ref("externalRef", "").is_err());
         assert!(external_ref("externalRef", "a\u{7}b").is_err());
+    }
+
+    #[test]
+    fn long_texts_allow_line_breaks_and_refuse_other_control_characters() {
+        assert!(long_text("question", "which schema?\nv1 or v2\t(see above)\r\n").is_ok());
+        for bad in ["a\0b", "\u{1b}[31m", "\u{7f}", "\u{85}", " \n "] {
+            assert!(long_text("question", bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(filter("filter.domain", Some("a\0")).is_err());
+        assert!(filter("filter.domain", None).is_ok());
     }
 
     #[test]

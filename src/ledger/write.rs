@@ -92,7 +92,7 @@ impl Ledger {
             let result = db::in_fleet(&self.db, &who.fleet, move |tx| {
                 let ctx = run_ctx;
                 Box::pin(async move {
-                    if let Some(unit) = idempotency::replayed(tx, &ctx.who.fleet, ctx.actor().key).await? {
+                    if let Some(unit) = idempotency::replayed(tx, &ctx.actor()).await? {
                         let unit = units::by_id(tx, unit)
                             .await?
                             .ok_or_else(|| LedgerError::internal("replayed unit vanished"))?;

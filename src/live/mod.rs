@@ -279,10 +279,20 @@ impl Live {
     }
 
     /// Registers an open connection's token, so that after a reconnect (when
-    /// revocation notices may have been lost) it is checked again.
-    pub fn track_token(&self, token: Uuid) -> TrackedToken {
-        *self.0.tokens.lock().unwrap_or_else(|e| e.into_inner()).entry(token).or_default() += 1;
-        TrackedToken { live: self.clone(), token }
+    /// revocation notices may have been lost) it is checked again; unless the
+    /// token already has `max` open connections (SPEC §9: WebSockets per
+    /// token), checked and counted under one lock.
+    pub fn try_track_token(&self, token: Uuid, max: usize) -> Option<TrackedToken> {
+        let mut tokens = self.0.tokens.lock().unwrap_or_else(|e| e.into_inner());
+        let open = tokens.entry(token).or_default();
+        if *open >= max {
+            if *open == 0 {
+                tokens.remove(&token);
+            }
+            return None;
+        }
+        *open += 1;
+        Some(TrackedToken { live: self.clone(), token })
     }
 
     /// After (re)connecting: every feed reads what it missed, and the tokens

@@ -130,3 +130,61 @@ async fn claim_next_filters_by_domain_and_takes_the_oldest() {
     assert!(c.claim_next(json!({ "domain": "cobol" })).await.unit().is_null());
     assert_eq!(c.claim_next(json!({})).await.str("externalRef"), "p1");
 }
+
+/// An insert that references a unit (an event, the sweeper's stall report)
+/// takes a KEY SHARE lock on its row; a claim must not treat that as taken.
+#[tokio::test]
+async fn a_transaction_that_only_logged_an_event_does_not_hide_a_ready_unit() {
+    use sea_orm::{ConnectionTrait, TransactionTrait};
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    let unit = app.register(&op, &["only"]).await[0]["id"].as_str().unwrap_or_default().to_owned();
+    let agent = Agent::new(&app, "f", "agent-1", Role::Agent).await;
+
+    let other = app.owner.begin().await.expect("begin");
+    other
+        .execute_unprepared(&format!(
+            "INSERT INTO work_unit_events (fleet, unit_id, event_type, detail) VALUES ('f', '{unit}', 'heartbeat', '{{}}')"
+        ))
+        .await
+        .expect("event insert");
+    let claimed = agent.claim_next(json!({})).await;
+    assert_eq!(claimed.unit()["id"], unit.as_str(), "the READY unit was skipped: {:#}", claimed.body);
+    other.rollback().await.expect("rollback");
+}
+
+/// `claimNext(domain:)` runs as a prepared statement, and after five runs
+/// PostgreSQL may switch to its generic plan. That plan must still find the
+/// domain's oldest READY unit through the index, not by scanning the fleet.
+#[tokio::test]
+async fn claim_next_by_domain_uses_the_index_under_a_generic_plan() {
+    use sea_orm::{ConnectionTrait, Statement, TransactionTrait};
+    use work_ledger::db::claims::claim_next_sql;
+    let app = spawn_app().await;
+    app.sql(
+        "INSERT INTO work_units (fleet, external_ref, domain)
+         SELECT 'f', 'u' || g, (ARRAY['cobol', 'jcl', 'pl1', 'asm'])[1 + g % 4] FROM generate_series(1, 50000) g",
+    )
+    .await;
+    app.sql("ANALYZE work_units").await;
+
+    let tx = app.owner.begin().await.expect("begin");
+    tx.execute_unprepared("SET LOCAL plan_cache_mode = force_generic_plan").await.expect("generic plans");
+    tx.execute_unprepared(&format!("PREPARE claim(text, text, text, text, int, text) AS {}", claim_next_sql(true)))
+        .await
+        .expect("prepare");
+    let rows = tx
+        .query_all_raw(Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            "EXPLAIN EXECUTE claim('f', 'agent-1', NULL, NULL, 900, 'jcl')",
+        ))
+        .await
+        .expect("explain");
+    let plan: Vec<String> = rows.iter().filter_map(|r| r.try_get::<String>("", "QUERY PLAN").ok()).collect();
+    tx.rollback().await.expect("rollback");
+    let plan = plan.join("\n");
+    assert!(
+        plan.lines().any(|l| l.contains("Index Cond") && l.contains("domain = $6")),
+        "the generic plan finds the domain without an index condition on it:\n{plan}"
+    );
+}

@@ -164,8 +164,8 @@ pub async fn serve(db_url: String, config: ServerConfig) -> TestApp {
 
 /// Starts the server as `serve` does (HTTP, listener, sweeper) and returns
 /// once its LISTEN connection is up.
-async fn start_server(db_url: String, config: ServerConfig) -> TestApp {
-    let mut pool = db::connect_service(&db_url, 20).await.expect("connect app pool");
+pub async fn start_server(db_url: String, config: ServerConfig) -> TestApp {
+    let mut pool = db::connect_limited(&db_url, 20, config.db).await.expect("connect app pool");
     // Counts every statement the server sends on behalf of requests: the N+1
     // tests read it. The listener's periodic health ping (a NOTIFY through this
     // pool) is not a request's statement and would make those counts flaky.
@@ -316,7 +316,8 @@ impl TestApp {
         .await
     }
 
-    /// Moves a READY unit to CLAIMED by `agent` with attempt 1, in raw SQL.
+    /// Moves a READY unit to CLAIMED by `agent` with attempt 1, in raw SQL,
+    /// with its `claimed` event (every state change is logged).
     pub async fn raw_claim(&self, unit: &str, agent: &str) -> String {
         self.sql_id(&format!(
             "WITH a AS (INSERT INTO work_unit_attempts (fleet, unit_id, attempt_no, agent_id)
@@ -325,7 +326,9 @@ impl TestApp {
                       u AS (UPDATE work_units SET state = 'claimed', claimed_by = '{agent}',
                                    current_attempt_id = (SELECT id FROM a), attempt_count = (SELECT attempt_no FROM a),
                                    lease_expires_at = now() + interval '15 minutes'
-                             WHERE id = '{unit}' RETURNING id)
+                             WHERE id = '{unit}' RETURNING id, fleet, current_attempt_id),
+                      e AS (INSERT INTO work_unit_events (fleet, unit_id, attempt_id, event_type, from_state, to_state, agent_id)
+                            SELECT fleet, id, current_attempt_id, 'claimed', 'ready', 'claimed', '{agent}' FROM u)
                  SELECT id::text FROM a"
         ))
         .await
@@ -359,6 +362,25 @@ impl TestApp {
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
         tx.rollback().await.expect("rollback");
         rows.iter().map(|r| r.try_get::<Value>("", "j").expect("json")).collect()
+    }
+
+    /// Statements as the application role in one transaction that commits, so
+    /// that deferred constraint triggers run too: the error text of the first
+    /// refusal (statement or commit), if any.
+    pub async fn app_role_commit(&self, fleet: &str, sqls: &[&str]) -> Result<(), String> {
+        // The message, then the SQLSTATE and the constraint the refusal names.
+        let text = |e: sea_orm::DbErr| match db::violation(&e) {
+            Some((code, constraint)) => format!("{e} [SQLSTATE {code}, constraint {constraint}]"),
+            None => e.to_string(),
+        };
+        let tx = self.app_role_tx(Some(fleet)).await;
+        for sql in sqls {
+            if let Err(e) = tx.execute_unprepared(sql).await {
+                let _ = tx.rollback().await;
+                return Err(text(e));
+            }
+        }
+        tx.commit().await.map_err(text)
     }
 
     /// A statement as the application role: rows affected, or the error text. Rolled back.
@@ -477,6 +499,19 @@ impl TestApp {
     pub async fn expire_lease(&self, unit: &str) {
         self.sql(&format!("UPDATE work_units SET lease_expires_at = now() - interval '1 second' WHERE id = '{unit}'"))
             .await;
+    }
+
+    /// Waits until `n` sessions of this test's database wait on a lock (a
+    /// third session holding a row lock lines writers up this way).
+    pub async fn wait_for_lock_waiters(&self, n: i64) {
+        // The owner pool is on the test's own database.
+        let sql = "SELECT count(*) AS n FROM pg_stat_activity
+                    WHERE datname = current_database() AND wait_event_type = 'Lock'";
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while self.sql_i64(sql).await < n {
+            assert!(std::time::Instant::now() < deadline, "{n} lock waiters within 30 s");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
     }
 
     pub async fn event_count(&self) -> i64 {

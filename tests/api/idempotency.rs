@@ -98,3 +98,36 @@ async fn record_cost_replayed_ten_times_concurrently_counts_once() {
     assert_eq!(app.sql_i64(&format!("SELECT cost_cents FROM work_unit_attempts WHERE id = '{attempt}'")).await, 4200);
     assert_eq!(app.sql_i64("SELECT count(*) FROM work_unit_events WHERE event_type = 'cost_recorded'").await, 1);
 }
+
+#[tokio::test]
+async fn keys_belong_to_the_agent_that_used_them() {
+    let app = spawn_app().await;
+    let op = Agent::new(&app, "f", "op", Role::Operator).await;
+    let a = Agent::new(&app, "f", "agent-a", Role::Agent).await;
+    let b = Agent::new(&app, "f", "agent-b", Role::Agent).await;
+    app.register(&op.token, &["one", "two"]).await;
+
+    // B replaying A's claim key does not get A's unit: it is B's own new key.
+    let claim_a = a.claim_next(json!({ "key": "claim-1" })).await;
+    let claim_b = b.claim_next(json!({ "key": "claim-1" })).await;
+    assert_eq!(claim_b.str("claimedBy"), "agent-b", "{:#}", claim_b.body);
+    assert_ne!(claim_b.str("id"), claim_a.str("id"), "two agents doing one unit");
+    // A's replay still returns A's unit.
+    assert_eq!(a.claim_next(json!({ "key": "claim-1" })).await.str("id"), claim_a.str("id"));
+
+    // The same simple key on unrelated writes of two agents: both count.
+    a.record_cost(&claim_a.str("currentAttemptId"), 100, "cost-1").await.data();
+    b.record_cost(&claim_b.str("currentAttemptId"), 250, "cost-1").await.data();
+    let costs = app
+        .sql_json("SELECT agent_id, cost_delta_cents FROM work_unit_events WHERE source_event_id = 'cost-1' ORDER BY agent_id")
+        .await;
+    assert_eq!(
+        costs,
+        vec![
+            json!({ "agent_id": "agent-a", "cost_delta_cents": 100 }),
+            json!({ "agent_id": "agent-b", "cost_delta_cents": 250 }),
+        ]
+    );
+    // Within one agent a key still means one request.
+    b.record_cost(&claim_b.str("currentAttemptId"), 999, "cost-1").await.assert_code("IDEMPOTENCY_KEY_REUSED");
+}

@@ -1,8 +1,12 @@
 //! Every invariant of SPEC §2 is enforced by PostgreSQL itself: each test
 //! attempts the violation in raw SQL, as the owner (no RLS, no Rust code in
-//! the way), and asserts the database refuses it.
+//! the way) or as the application role with its fleet setting (as a request
+//! transaction runs), and asserts the database refuses it.
 
-use crate::helpers::spawn_app;
+use serde_json::json;
+use work_ledger::auth::Role;
+
+use crate::helpers::{Agent, spawn_app};
 
 #[tokio::test]
 async fn illegal_state_pairs_are_refused() {
@@ -24,15 +28,27 @@ async fn illegal_state_pairs_are_refused() {
     assert_eq!(state[0]["state"], "claimed");
 }
 
-async fn done_unit(app: &crate::helpers::TestApp, external_ref: &str) -> String {
-    let unit = app.raw_unit("f", external_ref).await;
-    app.raw_claim(&unit, &format!("agent-{external_ref}")).await;
-    app.sql(&format!("UPDATE work_units SET state = 'in_progress' WHERE id = '{unit}'")).await;
-    app.sql(&format!("UPDATE work_units SET state = 'verified', lease_expires_at = NULL WHERE id = '{unit}'")).await;
+/// One raw state change with its event, in one statement (every state change
+/// is logged in the transaction that makes it).
+async fn raw_step(app: &crate::helpers::TestApp, unit: &str, from: &str, to: &str, set: &str) {
     app.sql(&format!(
-        "UPDATE work_units SET state = 'done', disposition = 'MIGRATED', disposed_at = now() WHERE id = '{unit}'"
+        "WITH u AS (UPDATE work_units SET state = '{to}', {set} WHERE id = '{unit}' RETURNING fleet, id, current_attempt_id)
+         INSERT INTO work_unit_events (fleet, unit_id, attempt_id, event_type, from_state, to_state)
+         SELECT fleet, id, current_attempt_id, 'transitioned', '{from}', '{to}' FROM u"
     ))
     .await;
+}
+
+async fn done_unit(app: &crate::helpers::TestApp, external_ref: &str) -> String {
+    let unit = app.raw_unit("f", external_ref).await;
+    let attempt = app.raw_claim(&unit, &format!("agent-{external_ref}")).await;
+    raw_step(app, &unit, "claimed", "in_progress", "lease_expires_at = lease_expires_at").await;
+    app.sql(&format!(
+        "UPDATE work_unit_attempts SET outcome = 'verified', ended_at = now(), evidence_url = 'https://ci/1' WHERE id = '{attempt}'"
+    ))
+    .await;
+    raw_step(app, &unit, "in_progress", "verified", "lease_expires_at = NULL, evidence_urls = '{https://ci/1}'").await;
+    raw_step(app, &unit, "verified", "done", "disposition = 'MIGRATED', disposed_at = now()").await;
     unit
 }
 
@@ -153,4 +169,196 @@ async fn the_application_role_cannot_rewrite_history() {
         assert!(err.contains("permission denied"), "{err}");
     }
     assert_eq!(app.sql_i64("SELECT count(*) FROM work_unit_events").await, 1);
+}
+
+/// The refusal of SQL run as the application role (with the fleet setting)
+/// in a transaction that commits: deferred checks run too.
+async fn app_refused(app: &crate::helpers::TestApp, sqls: &[&str]) -> String {
+    match app.app_role_commit("f", sqls).await {
+        Ok(()) => panic!("PostgreSQL accepted as work_ledger_app: {sqls:?}"),
+        Err(e) => e,
+    }
+}
+
+/// A unit IN_PROGRESS for `agent-1` through the API; (unit, attempt).
+async fn working_unit(app: &crate::helpers::TestApp, external_ref: &str) -> (String, String) {
+    let op = app.token("f", "op", Role::Operator).await;
+    app.register(&op, &[external_ref]).await;
+    let agent = Agent::new(app, "f", &format!("agent-{external_ref}"), Role::Agent).await;
+    let claim = agent.claim_next(json!({})).await;
+    let (unit, attempt) = (claim.str("id"), claim.str("currentAttemptId"));
+    agent.transition(&unit, "IN_PROGRESS", json!({})).await.data();
+    (unit, attempt)
+}
+
+#[tokio::test]
+async fn the_holder_is_always_the_agent_of_the_current_attempt() {
+    let app = spawn_app().await;
+    let (unit, _) = working_unit(&app, "h").await;
+    let err = app_refused(&app, &[&format!("UPDATE work_units SET claimed_by = 'intruder' WHERE id = '{unit}'")]).await;
+    assert!(err.contains("work_units_holder_is_attempt_agent"), "{err}");
+    // Another unit's (or an ended) attempt cannot be swapped in either.
+    let other = app.raw_unit("f", "other").await;
+    let foreign = app.raw_claim(&other, "agent-x").await;
+    let err = app
+        .app_role_commit(
+            "f",
+            &[&format!(
+                "UPDATE work_units SET claimed_by = 'agent-x', current_attempt_id = '{foreign}' WHERE id = '{unit}'"
+            )],
+        )
+        .await
+        .expect_err("a foreign attempt");
+    assert!(
+        err.contains("work_units_holder_is_attempt_agent") || err.contains("work_units_one_live_claim_per_agent"),
+        "{err}"
+    );
+    let holder = app.sql_json(&format!("SELECT claimed_by FROM work_units WHERE id = '{unit}'")).await;
+    assert_eq!(holder[0]["claimed_by"], "agent-h");
+}
+
+#[tokio::test]
+async fn verified_needs_evidence_and_an_ended_attempt() {
+    let app = spawn_app().await;
+    let (unit, attempt) = working_unit(&app, "v").await;
+    let event = format!(
+        "INSERT INTO work_unit_events (fleet, unit_id, attempt_id, event_type, from_state, to_state)
+         VALUES ('f', '{unit}', '{attempt}', 'transitioned', 'in_progress', 'verified')"
+    );
+    // No evidence: refused at once.
+    let err = app
+        .app_role_commit(
+            "f",
+            &[
+                &format!("UPDATE work_units SET state = 'verified', lease_expires_at = NULL WHERE id = '{unit}'"),
+                &event,
+            ],
+        )
+        .await
+        .expect_err("verified without evidence");
+    assert!(err.contains("work_units_settled_has_evidence"), "{err}");
+    // Evidence, an event, but the attempt still running: refused at commit.
+    let err = app_refused(
+        &app,
+        &[
+            &format!(
+                "UPDATE work_units SET state = 'verified', lease_expires_at = NULL, evidence_urls = '{{https://ci/1}}' WHERE id = '{unit}'"
+            ),
+            &event,
+        ],
+    )
+    .await;
+    assert!(err.contains("work_units_verified_attempt_ended"), "{err}");
+    // An attempt verified without its evidence link.
+    let err = app_refused(
+        &app,
+        &[&format!("UPDATE work_unit_attempts SET outcome = 'verified', ended_at = now() WHERE id = '{attempt}'")],
+    )
+    .await;
+    assert!(err.contains("work_unit_attempts_verified_has_evidence"), "{err}");
+    // All of it together is the legal way.
+    app.app_role_commit(
+        "f",
+        &[
+            &format!(
+                "UPDATE work_unit_attempts SET outcome = 'verified', ended_at = now(), evidence_url = 'https://ci/1' WHERE id = '{attempt}'"
+            ),
+            &format!(
+                "UPDATE work_units SET state = 'verified', lease_expires_at = NULL, evidence_urls = '{{https://ci/1}}' WHERE id = '{unit}'"
+            ),
+            &event,
+        ],
+    )
+    .await
+    .expect("a verified unit with evidence, an ended attempt and its event");
+}
+
+#[tokio::test]
+async fn every_state_change_is_logged_and_a_settled_unit_has_evidence() {
+    let app = spawn_app().await;
+    let unit = app.raw_unit("f", "r").await;
+    let drop = format!(
+        "UPDATE work_units SET state = 'abandoned', disposition = 'DROPPED', disposed_at = now() WHERE id = '{unit}'"
+    );
+    let err = app_refused(&app, &[&drop]).await;
+    assert!(err.contains("work_units_settled_has_evidence"), "{err}");
+    let drop_with_evidence = format!(
+        "UPDATE work_units SET state = 'abandoned', disposition = 'DROPPED', disposed_at = now(),
+                evidence_urls = '{{https://wiki/drop}}' WHERE id = '{unit}'"
+    );
+    let err = app_refused(&app, &[&drop_with_evidence]).await;
+    assert!(err.contains("work_units_change_has_event"), "{err}");
+    // An event of another transition does not count.
+    let wrong_event = format!(
+        "INSERT INTO work_unit_events (fleet, unit_id, event_type, from_state, to_state)
+         VALUES ('f', '{unit}', 'disposed', 'ready', 'done')"
+    );
+    let err = app_refused(&app, &[&drop_with_evidence, &wrong_event]).await;
+    assert!(err.contains("work_units_change_has_event"), "{err}");
+    let state = app.sql_json(&format!("SELECT state::text FROM work_units WHERE id = '{unit}'")).await;
+    assert_eq!(state[0]["state"], "ready");
+    let event = format!(
+        "INSERT INTO work_unit_events (fleet, unit_id, event_type, from_state, to_state)
+         VALUES ('f', '{unit}', 'disposed', 'ready', 'abandoned')"
+    );
+    app.app_role_commit("f", &[&drop_with_evidence, &event]).await.expect("a logged, evidenced drop");
+}
+
+#[tokio::test]
+async fn an_ended_attempt_is_history() {
+    let app = spawn_app().await;
+    let op = Agent::new(&app, "f", "op", Role::Operator).await;
+    let (unit, attempt) = working_unit(&app, "e").await;
+    op.dispose(&unit, "DEAD", json!({ "evidence": "https://wiki/dead" })).await.data();
+    for set in ["evidence_url = 'https://forged'", "started_at = now() - interval '1 day'"] {
+        let err = app_refused(&app, &[&format!("UPDATE work_unit_attempts SET {set} WHERE id = '{attempt}'")]).await;
+        assert!(
+            err.contains("work_unit_attempts_ended_frozen") || err.contains("work_unit_attempts_identity_immutable"),
+            "{set}: {err}"
+        );
+    }
+    // started_at never changes, even while the attempt runs.
+    let (_, running) = working_unit(&app, "e3").await;
+    let err =
+        app_refused(&app, &[&format!("UPDATE work_unit_attempts SET started_at = now() WHERE id = '{running}'")]).await;
+    assert!(err.contains("work_unit_attempts_identity_immutable"), "{err}");
+    // Late cost still rolls up onto an ended attempt.
+    app.app_role_commit(
+        "f",
+        &[&format!("UPDATE work_unit_attempts SET cost_cents = cost_cents + 5 WHERE id = '{attempt}'")],
+    )
+    .await
+    .expect("late cost");
+}
+
+#[tokio::test]
+async fn an_answered_question_is_history() {
+    let app = spawn_app().await;
+    let op = Agent::new(&app, "f", "op", Role::Operator).await;
+    let agent = Agent::new(&app, "f", "agent-q", Role::Agent).await;
+    app.register(&op.token, &["q"]).await;
+    let unit = agent.claim_next(json!({})).await.str("id");
+    agent.transition(&unit, "IN_PROGRESS", json!({})).await.data();
+    agent.block(&unit, "which schema?", json!({})).await.data();
+    // The question text is fixed from the start.
+    let err = app_refused(&app, &["UPDATE blocking_questions SET question = 'rewritten'"]).await;
+    assert!(err.contains("blocking_questions_identity_immutable"), "{err}");
+    op.unblock(&unit, "v2", json!({})).await.data();
+    for set in [
+        "question = 'rewritten'",
+        "answer = 'v3'",
+        "answered_by = 'someone-else'",
+        "answered_at = now() - interval '1 day'",
+        "status = 'cancelled', cancelled_at = now()",
+        "status = 'open', answer = NULL, answered_by = NULL, answered_at = NULL",
+    ] {
+        let err = app_refused(&app, &[&format!("UPDATE blocking_questions SET {set}")]).await;
+        assert!(
+            err.contains("blocking_questions_closed_immutable")
+                || err.contains("blocking_questions_identity_immutable"),
+            "{set}: {err}"
+        );
+    }
+    let q = app.sql_json("SELECT question, answer, answered_by FROM blocking_questions").await;
+    assert_eq!(q, vec![json!({ "question": "which schema?", "answer": "v2", "answered_by": "op" })]);
 }

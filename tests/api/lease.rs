@@ -92,3 +92,53 @@ async fn a_blocked_unit_never_stalls_and_unblock_gives_a_fresh_lease() {
     assert_eq!(unblocked.str("claimedBy"), "a");
     assert!(!unblocked.str("leaseExpiresAt").is_empty());
 }
+
+/// The holder renews its stale lease (`claimUnit` on its own unit) while
+/// another agent reclaims it. A third session holding the unit's row lock
+/// lines them up: the reclaim first, then the renewal. The renewal must be
+/// LEASE_LOST, never INTERNAL.
+#[tokio::test]
+async fn a_renewal_racing_a_reclaim_is_lease_lost() {
+    use sea_orm::{ConnectionTrait, TransactionTrait};
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    app.register(&op, &["unit"]).await;
+    let old = Agent::new(&app, "f", "old", Role::Agent).await;
+    let new = Agent::new(&app, "f", "new", Role::Agent).await;
+    let claimed = old.claim_next(json!({})).await;
+    let unit = claimed.str("id");
+    app.expire_lease(&unit).await;
+
+    let gate = app.owner.begin().await.expect("begin");
+    gate.execute_unprepared(&format!("SELECT 1 FROM work_units WHERE id = '{unit}' FOR UPDATE")).await.expect("lock");
+    let reclaim = tokio::spawn({
+        let (app_url, token, unit) = (app.url("/graphql"), new.token.clone(), unit.clone());
+        async move { claim_unit_over_http(&app_url, &token, &unit).await }
+    });
+    app.wait_for_lock_waiters(1).await;
+    let renew = tokio::spawn({
+        let (app_url, token, unit) = (app.url("/graphql"), old.token.clone(), unit.clone());
+        async move { claim_unit_over_http(&app_url, &token, &unit).await }
+    });
+    app.wait_for_lock_waiters(2).await;
+    gate.rollback().await.expect("release the gate");
+
+    let reclaimed = reclaim.await.expect("reclaim task");
+    assert_eq!(reclaimed["data"]["r"]["claimedBy"], "new", "{reclaimed:#}");
+    let renewed = renew.await.expect("renew task");
+    assert_eq!(renewed["errors"][0]["extensions"]["code"], "LEASE_LOST", "{renewed:#}");
+    assert_eq!(
+        app.events_of(&unit).await,
+        vec!["registered", "claimed", "stale_reclaimed", "claimed"],
+        "the renewal wrote nothing"
+    );
+}
+
+async fn claim_unit_over_http(url: &str, token: &str, unit: &str) -> serde_json::Value {
+    let body = json!({
+        "query": "mutation($id: UUID!) { r: claimUnit(id: $id) { id claimedBy } }",
+        "variables": { "id": unit },
+    });
+    let resp = reqwest::Client::new().post(url).bearer_auth(token).json(&body).send().await.expect("request");
+    resp.json().await.expect("JSON body")
+}

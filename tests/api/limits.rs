@@ -80,3 +80,52 @@ async fn queries_over_the_complexity_budget_are_refused_before_running() {
     // Only the token lookup reached the database.
     assert_eq!(app.statements.load(std::sync::atomic::Ordering::SeqCst) - before, 1);
 }
+
+/// Every field of a unit with its attempts, open question and current attempt:
+/// the largest page an agent or a dashboard legitimately asks for.
+const FULL_PAGE: &str = "query($first: Int) { units(first: $first) { pageInfo { hasNextPage endCursor } edges { cursor node {
+    id fleet externalRef domain state disposition disposedAt workflowId claimedBy currentAttemptId leaseExpiresAt
+    lastHeartbeatAt attemptCount costCents evidenceUrls createdAt updatedAt stalled legalActions
+    currentAttempt { id unitId attemptNo agentId outcome costCents evidenceUrl startedAt endedAt }
+    attempts { id unitId attemptNo agentId outcome costCents evidenceUrl startedAt endedAt }
+    openQuestion { id unitId attemptId question status answer assigneeGroup askedBy answeredBy createdAt answeredAt cancelledAt }
+} } } }";
+
+#[tokio::test]
+async fn request_cost_scales_with_first() {
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    let refs: Vec<String> = (0..500).map(|i| format!("u{i:03}")).collect();
+    app.register(&op, &refs.iter().map(String::as_str).collect::<Vec<_>>()).await;
+
+    // The largest legitimate page passes, as a literal and as a variable.
+    let page = app.gql(&op, FULL_PAGE, json!({ "first": 500 })).await;
+    assert_eq!(page.data()["units"]["edges"].as_array().map(Vec::len), Some(500));
+
+    // A fan-out of 500 units x 500 events each (250,000 rows) is refused
+    // before anything runs, whether `first` is written out or a variable.
+    let fan_out = "query($n: Int) { units(first: 500) { edges { node { events(first: $n) { edges { node { id eventType } } } } } } }";
+    for vars in [json!({ "n": 500 }), json!({ "n": 100 })] {
+        let before = app.statements.load(std::sync::atomic::Ordering::SeqCst);
+        let resp = app.gql(&op, fan_out, vars.clone()).await;
+        assert_eq!(resp.status, 200);
+        let message = resp.body["errors"][0]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("too complex"), "{vars}: {:#}", resp.body);
+        assert!(resp.body["data"].is_null(), "nothing executed: {:#}", resp.body);
+        assert_eq!(app.statements.load(std::sync::atomic::Ordering::SeqCst) - before, 1, "only the token lookup");
+    }
+    // The cost follows the variable's value: two units with 500 events each pass.
+    let few = "query($n: Int) { units(first: $n) { edges { node { events(first: 500) { edges { node { id } } } } } } }";
+    app.gql(&op, few, json!({ "n": 2 })).await.data();
+    let resp = app.gql(&op, few, json!({ "n": 500 })).await;
+    assert!(resp.message().contains("too complex"), "{:#}", resp.body);
+
+    // Aliases add up: one list of 500 units with a few events each passes,
+    // ten of them in one document are refused.
+    let one = "units(first: 500) { edges { node { id events(first: 5) { edges { node { id } } } } } }";
+    app.gql(&op, &format!("{{ a0: {one} }}"), json!({})).await.data();
+    let ten: String = (0..10).map(|i| format!(" a{i}: {one}")).collect();
+    let resp = app.gql(&op, &format!("{{{ten} }}"), json!({})).await;
+    let message = resp.body["errors"][0]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("too complex"), "{:#}", resp.body);
+}
