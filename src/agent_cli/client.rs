@@ -31,20 +31,12 @@ enum Try {
 impl Client {
     /// `base` is the server's base URL (`/graphql` is added) or the GraphQL endpoint itself.
     pub fn new(base: &str, token: &str, retries: u32, backoff: Duration, timeout: Duration) -> Result<Self, Failure> {
-        let mut endpoint = reqwest::Url::parse(base)
-            .ok()
-            .filter(|url| matches!(url.scheme(), "http" | "https"))
-            .ok_or_else(|| Failure::usage(format!("`{base}` is not an http(s) URL like http://127.0.0.1:8080")))?;
-        if !endpoint.path().ends_with("/graphql") {
-            let path = format!("{}/graphql", endpoint.path().trim_end_matches('/'));
-            endpoint.set_path(&path);
-        }
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .user_agent(concat!("work-ledger-agent/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|err| Failure::usage(format!("cannot set up the HTTP client: {err}")))?;
-        Ok(Client { http, endpoint, token: token.to_owned(), retries, backoff })
+        Ok(Client { http, endpoint: endpoint(base)?, token: token.to_owned(), retries, backoff })
     }
 
     /// `data` of the response, or the first error; retried as the module says.
@@ -92,7 +84,9 @@ impl Client {
             .await;
         let response = match sent {
             Ok(response) => response,
-            Err(err) => return Try::Again(Failure::unavailable(format!("cannot reach {}: {}", self.endpoint, chain(&err)))),
+            Err(err) => {
+                return Try::Again(Failure::unavailable(format!("cannot reach {}: {}", self.endpoint, chain(&err))));
+            }
         };
         let status = response.status();
         let text = match response.text().await {
@@ -122,6 +116,19 @@ impl Client {
     }
 }
 
+/// `POST` goes to `<base>/graphql`, or to `base` when it names the endpoint itself.
+fn endpoint(base: &str) -> Result<reqwest::Url, Failure> {
+    let mut endpoint = reqwest::Url::parse(base)
+        .ok()
+        .filter(|url| matches!(url.scheme(), "http" | "https"))
+        .ok_or_else(|| Failure::usage(format!("`{base}` is not an http(s) URL like http://127.0.0.1:8080")))?;
+    if !endpoint.path().ends_with("/graphql") {
+        let path = format!("{}/graphql", endpoint.path().trim_end_matches('/'));
+        endpoint.set_path(&path);
+    }
+    Ok(endpoint)
+}
+
 /// An error and its causes, `: `-separated (reqwest's own text hides the cause).
 fn chain(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
@@ -139,5 +146,20 @@ fn snippet(text: &str) -> String {
     match text.char_indices().nth(200) {
         Some((end, _)) => format!("{}...", &text[..end]),
         None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_endpoint_is_the_base_url_and_graphql() {
+        let url = |base| endpoint(base).map(|url| url.to_string()).map_err(|failure| failure.code);
+        assert_eq!(url("http://127.0.0.1:8080"), Ok("http://127.0.0.1:8080/graphql".to_owned()));
+        assert_eq!(url("https://ledger.example/team/"), Ok("https://ledger.example/team/graphql".to_owned()));
+        assert_eq!(url("http://h:1/graphql"), Ok("http://h:1/graphql".to_owned()));
+        assert_eq!(url("127.0.0.1:8080"), Err("USAGE".to_owned()));
+        assert_eq!(url("ftp://h/"), Err("USAGE".to_owned()));
     }
 }

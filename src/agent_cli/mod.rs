@@ -251,8 +251,10 @@ impl Agent {
     /// legal actions) teaches better than a guess of the CLI's.
     async fn target(&self, unit: Option<Uuid>, command: &AgentCommand) -> Result<Value, Failure> {
         if let Some(id) = unit {
-            let data =
-                self.client.run(&format!("query($id: UUID!) {{ unit(id: $id) {{ {UNIT} }} }}"), json!({ "id": id })).await?;
+            let data = self
+                .client
+                .run(&format!("query($id: UUID!) {{ unit(id: $id) {{ {UNIT} }} }}"), json!({ "id": id }))
+                .await?;
             return match data.get("unit") {
                 Some(unit) if !unit.is_null() => Ok(unit.clone()),
                 _ => Err(Failure::new("NOT_FOUND", format!("no unit with id {id} exists in your fleet"))),
@@ -367,4 +369,48 @@ fn ambiguous(awaiting: &[Value]) -> Failure {
     );
     failure.details.insert("unitIds".into(), json!(ids));
     failure
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_of_failure_has_its_exit_code() {
+        let exit =
+            |code: &str| Failure::from_graphql(json!({ "message": "m", "extensions": { "code": code } })).exit_code();
+        assert_eq!(exit("ILLEGAL_TRANSITION"), 4);
+        assert_eq!(exit("EVIDENCE_REQUIRED"), 4);
+        assert_eq!(exit("NOT_FOUND"), 4);
+        assert_eq!(exit("UNAUTHENTICATED"), 5);
+        assert_eq!(exit("FORBIDDEN"), 5);
+        assert_eq!(exit("UNAVAILABLE"), 6);
+        assert_eq!(exit("INTERNAL"), 1);
+        assert_eq!(exit("GRAPHQL_VALIDATION_FAILED"), 1);
+        assert_eq!(Failure::from_graphql(json!({ "message": "no code" })).exit_code(), 1);
+        assert_eq!(Failure::new("NOTHING_TO_CLAIM", "").exit_code(), 3);
+        assert_eq!(Failure::new("NOTHING_HELD", "").exit_code(), 4);
+        assert_eq!(Failure::usage("").exit_code(), 2);
+        assert_eq!(Failure { unavailable: true, ..Failure::new("INTERNAL", "HTTP 503") }.exit_code(), 6);
+    }
+
+    #[test]
+    fn the_error_line_keeps_the_servers_details_and_adds_legal_actions_only_when_missing() {
+        let failure = Failure::from_graphql(json!({
+            "message": "unit u is IN_PROGRESS and cannot go to IN_PROGRESS",
+            "extensions": { "code": "ILLEGAL_TRANSITION", "legalActions": ["release"], "from": "IN_PROGRESS" }
+        }))
+        .with_legal_actions(json!(["stale"]));
+        assert_eq!(
+            failure.to_json(),
+            json!({
+                "code": "ILLEGAL_TRANSITION",
+                "message": "unit u is IN_PROGRESS and cannot go to IN_PROGRESS",
+                "legalActions": ["release"],
+                "from": "IN_PROGRESS"
+            })
+        );
+        let added = Failure::new("EVIDENCE_REQUIRED", "m").with_legal_actions(json!(["release"]));
+        assert_eq!(added.to_json()["legalActions"], json!(["release"]));
+    }
 }

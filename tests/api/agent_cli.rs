@@ -130,7 +130,8 @@ async fn block_release_and_abandon_through_the_cli() {
     ok(&agent(&app, &token, &["start"]).await);
     let released = ok(&agent(&app, &token, &["release", "--failed", "--reason", "tests do not build"]).await);
     assert_eq!(released["state"], "READY");
-    let outcome = app.sql_json(&format!("SELECT outcome::text FROM work_unit_attempts WHERE unit_id = '{first}'")).await;
+    let outcome =
+        app.sql_json(&format!("SELECT outcome::text FROM work_unit_attempts WHERE unit_id = '{first}'")).await;
     assert_eq!(outcome, [json!({ "outcome": "failed" })]);
 
     // Claim by name, block with a question, then give up on it for good.
