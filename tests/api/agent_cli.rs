@@ -211,6 +211,30 @@ async fn a_server_that_is_not_there_exits_6_after_the_retries() {
     assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
 }
 
+#[tokio::test]
+async fn a_server_answering_503_exits_6_after_the_retries() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = requests.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            let mut buf = [0u8; 4096];
+            let _ = socket.read(&mut buf).await;
+            let body = r#"{"errors":[{"message":"restarting","extensions":{"code":"UNAVAILABLE"}}]}"#;
+            let response = format!(
+                "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = socket.write_all(response.as_bytes()).await;
+        }
+    });
+    let err = refused(&agent_at(&url, "any", &["claim"]).await, 6);
+    assert_eq!((err["code"].as_str(), err["message"].as_str()), (Some("UNAVAILABLE"), Some("restarting")), "{err}");
+    assert_eq!(requests.load(Ordering::SeqCst), 3, "the first try and two retries");
+}
+
 /// A proxy in front of the server that forwards everything but loses the
 /// response to the first `recordCost`: the server committed, the client
 /// sees the connection drop, as with a network cut after the commit.
