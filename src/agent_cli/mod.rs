@@ -215,34 +215,25 @@ impl Agent {
         Ok(json!({ "agent": mine.name, "fleet": mine.fleet, "held": mine.held, "awaitingDisposition": mine.awaiting }))
     }
 
-    // Today's schema has no `me { heldUnit }`: the units the agent's name
-    // has claimed, one list per state that counts.
     async fn mine(&self) -> Result<Mine, Failure> {
-        let me = self.client.run("{ me { name fleet } }", json!({})).await?;
-        let (Some(name), Some(fleet)) = (me["me"]["name"].as_str(), me["me"]["fleet"].as_str()) else {
-            return Err(Failure::unexpected(format!("`me` without a name and a fleet: {me}")));
-        };
         let mut data = self
             .client
             .run(
-                &format!(
-                    "query($me: String!) {{
-                       claimed: units(first: 5, filter: {{claimedBy: $me, state: CLAIMED}}) {{ nodes {{ {UNIT} }} }}
-                       inProgress: units(first: 5, filter: {{claimedBy: $me, state: IN_PROGRESS}}) {{ nodes {{ {UNIT} }} }}
-                       blocked: units(first: 5, filter: {{claimedBy: $me, state: BLOCKED}}) {{ nodes {{ {UNIT} }} }}
-                       verified: units(first: 50, filter: {{claimedBy: $me, state: VERIFIED}}) {{ nodes {{ {UNIT} }} }}
-                     }}"
-                ),
-                json!({ "me": name }),
+                &format!("{{ me {{ name fleet heldUnit {{ {UNIT} }} awaitingDisposition {{ {UNIT} }} }} }}"),
+                json!({}),
             )
             .await?;
-        let mut nodes = |list: &str| match data[list]["nodes"].take() {
-            Value::Array(nodes) => nodes,
+        let me = &mut data["me"];
+        let (Some(name), Some(fleet)) = (me["name"].as_str(), me["fleet"].as_str()) else {
+            return Err(Failure::unexpected(format!("`me` without a name and a fleet: {me}")));
+        };
+        let (name, fleet) = (name.to_owned(), fleet.to_owned());
+        let held = Some(me["heldUnit"].take()).filter(|unit| !unit.is_null());
+        let awaiting = match me["awaitingDisposition"].take() {
+            Value::Array(units) => units,
             _ => Vec::new(),
         };
-        let held = ["claimed", "inProgress", "blocked"].into_iter().flat_map(&mut nodes).next();
-        let awaiting = nodes("verified");
-        Ok(Mine { name: name.to_owned(), fleet: fleet.to_owned(), held, awaiting })
+        Ok(Mine { name, fleet, held, awaiting })
     }
 
     /// The unit a command acts on: `--unit`, else what the server says this
