@@ -1,11 +1,13 @@
 //! What each command does. `main` only parses and calls [`run`].
 
 use std::io::Write;
+use std::process::ExitCode;
 
 use clap::Parser;
 use sea_orm::DatabaseConnection;
 use tokio::signal::unix::{SignalKind, signal};
 
+use crate::agent_cli;
 use crate::auth::{self, Role};
 use crate::config::{Cli, Command, DatabaseArgs, ImportArgs, ReaderCommand, ServeArgs, TokenCommand};
 use crate::db;
@@ -17,18 +19,22 @@ use crate::operator::{audit, backup, import};
 
 pub type AnyError = Box<dyn std::error::Error + Send + Sync>;
 
-pub async fn run() -> Result<(), AnyError> {
+pub async fn run() -> Result<ExitCode, AnyError> {
     let cli = Cli::parse();
-    if let Command::PrintSchema = cli.command {
-        print!("{}", graphql::sdl());
-        return Ok(());
+    match cli.command {
+        // Neither needs a database: the agent talks to a server over HTTP.
+        Command::PrintSchema => print!("{}", graphql::sdl()),
+        Command::Agent(args) => return Ok(agent_cli::run(args).await),
+        command => {
+            let (url, embedded) = database(&cli.database).await?;
+            let result = dispatch(command, &url).await;
+            if let Some(pg) = embedded {
+                pg.stop().await;
+            }
+            result?;
+        }
     }
-    let (url, embedded) = database(&cli.database).await?;
-    let result = dispatch(cli.command, &url).await;
-    if let Some(pg) = embedded {
-        pg.stop().await;
-    }
-    result
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `DATABASE_URL`, or an embedded PostgreSQL started for this process.
@@ -76,7 +82,7 @@ async fn dispatch(command: Command, url: &str) -> Result<(), AnyError> {
             eprintln!("restored {} and applied pending migrations", file.display());
             Ok(())
         }
-        Command::PrintSchema => Ok(()),
+        Command::PrintSchema | Command::Agent(_) => Ok(()), // handled by `run`
     }
 }
 

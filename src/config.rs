@@ -4,9 +4,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use uuid::Uuid;
 
+use crate::agent_cli;
 use crate::auth::Role;
 use crate::db::SessionLimits;
 use crate::http::{HttpConfig, ServerConfig, WsConfig};
@@ -68,6 +69,9 @@ pub enum Command {
         #[arg(long)]
         fleet: Option<String>,
     },
+    /// Work a unit as an agent: a client of a running server over HTTP (never the database).
+    #[command(after_help = agent_cli::AFTER_HELP)]
+    Agent(AgentArgs),
 }
 
 #[derive(Debug, Args, Clone)]
@@ -83,6 +87,109 @@ pub struct ImportArgs {
     /// Check every line and report what would be inserted, without writing.
     #[arg(long)]
     pub dry_run: bool,
+}
+
+/// `work-ledger agent`: connection and retries, then one lifecycle step.
+/// No local state: the server knows which unit the token's agent holds.
+#[derive(Debug, Args, Clone)]
+pub struct AgentArgs {
+    /// Base URL of a running server, e.g. http://127.0.0.1:8080.
+    #[arg(long, env = "WORK_LEDGER_URL", global = true)]
+    pub url: Option<String>,
+    /// Bearer token; its name is the agent id recorded on claims and events.
+    #[arg(long, env = "WORK_LEDGER_TOKEN", global = true, hide_env_values = true)]
+    pub token: Option<String>,
+    /// Act on this unit instead of the one the server says you hold; with `claim`, claim it by id.
+    #[arg(long, global = true)]
+    pub unit: Option<Uuid>,
+    /// Retries of a request that met a network error, HTTP 5xx or UNAVAILABLE (same idempotency key).
+    #[arg(long, env = "WORK_LEDGER_RETRIES", default_value_t = 5, global = true)]
+    pub retries: u32,
+    /// Wait before the first retry; it doubles each time, up to 10s.
+    #[arg(long, env = "WORK_LEDGER_RETRY_BACKOFF", default_value = "500ms", value_parser = duration, global = true)]
+    pub retry_backoff: Duration,
+    /// Time limit of one HTTP request.
+    #[arg(long, env = "WORK_LEDGER_TIMEOUT", default_value = "30s", value_parser = duration, global = true)]
+    pub timeout: Duration,
+    #[command(subcommand)]
+    pub command: AgentCommand,
+}
+
+#[derive(Debug, Subcommand, Clone)]
+pub enum AgentCommand {
+    /// Claim the oldest claimable unit (the one you hold, lease renewed, if any); exit 3 when there is none.
+    Claim {
+        /// Only units of this domain.
+        #[arg(long)]
+        domain: Option<String>,
+        /// Lease length, e.g. 15m (30s..1440m; the server's default is 15m).
+        #[arg(long, value_parser = duration)]
+        lease: Option<Duration>,
+    },
+    /// Extend the lease of the unit you hold.
+    Heartbeat {
+        /// New lease length from now (the server's default is 15m).
+        #[arg(long, value_parser = duration)]
+        lease: Option<Duration>,
+    },
+    /// CLAIMED -> IN_PROGRESS.
+    Start,
+    /// Add CENTS to your current attempt: of the unit you hold, else of the one awaiting your disposition.
+    Cost {
+        #[arg(allow_negative_numbers = true)]
+        cents: i32,
+    },
+    /// IN_PROGRESS -> VERIFIED, with a link to the evidence (a commit, a PR, a CI run).
+    Verify { evidence_url: String },
+    /// IN_PROGRESS -> BLOCKED, with a question for triage.
+    Block {
+        question: String,
+        /// Who should answer (the triage group).
+        #[arg(long)]
+        group: Option<String>,
+    },
+    /// Give the unit up: READY again (a BLOCKED unit stays blocked until answered).
+    Release {
+        #[arg(long)]
+        reason: Option<String>,
+        /// Record the attempt as FAILED rather than ABANDONED.
+        #[arg(long)]
+        failed: bool,
+    },
+    /// Set the permanent disposition: MIGRATED once VERIFIED; DROPPED, DEFERRED or DEAD (with --evidence)
+    /// from IN_PROGRESS or BLOCKED.
+    Dispose {
+        #[arg(value_enum, ignore_case = true)]
+        disposition: DispositionArg,
+        /// Link to the evidence; MIGRATED may reuse the verification's.
+        #[arg(long)]
+        evidence: Option<String>,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// What you hold and which verified units await your disposition.
+    Status,
+}
+
+/// The `Disposition` enum of the schema, as a command line value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DispositionArg {
+    Migrated,
+    Dropped,
+    Deferred,
+    Dead,
+}
+
+impl DispositionArg {
+    /// The GraphQL enum value.
+    pub fn api_name(self) -> &'static str {
+        match self {
+            Self::Migrated => "MIGRATED",
+            Self::Dropped => "DROPPED",
+            Self::Deferred => "DEFERRED",
+            Self::Dead => "DEAD",
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

@@ -2,6 +2,7 @@
 //! A GraphQL service over PostgreSQL in which every unit of work has exactly
 //! one claimant, one state, one permanent disposition and one cost.
 
+pub mod agent_cli;
 pub mod auth;
 pub mod cli;
 pub mod config;

@@ -3,6 +3,7 @@
 mod helpers;
 mod ws_client;
 
+mod agent_cli;
 mod agents;
 mod auth;
 mod claims;
