@@ -129,7 +129,7 @@ async fn serve(args: ServeArgs, url: &str) -> Result<(), AnyError> {
         println!("{secret}");
     }
     // The listener and the sweeper run beside the HTTP server and stop with it.
-    let mut config = args.live.config();
+    let mut config = args.config();
     config.metrics_listen = Some(args.metrics_listen.clone()).filter(|addr| !addr.trim().is_empty());
     let app = Application::build_with(Ledger::new(pool.clone()), &args.listen, config).await?;
     tracing::info!(addr = %app.local_addr()?, "serving GraphQL on /graphql and /graphql/ws, GraphiQL on /");

@@ -8,6 +8,7 @@ mod operation_metrics;
 mod pagination;
 mod query;
 mod reads;
+pub mod request_errors;
 mod subscription;
 mod types;
 mod units;
@@ -40,6 +41,7 @@ pub fn build_schema(ledger: Ledger) -> LedgerSchema {
         .extension(loaders::LoadersPerOperation)
         .extension(guidance::Guidance)
         .extension(operation_metrics::OperationMetrics)
+        .extension(request_errors::RequestErrors)
         .limit_depth(MAX_DEPTH)
         .limit_complexity(MAX_COMPLEXITY)
         .finish()

@@ -8,6 +8,7 @@
 pub mod graphiql;
 mod graphql;
 pub mod quickstart;
+pub mod surface;
 pub mod ws;
 
 use std::future::Future;
@@ -16,14 +17,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{State, WebSocketUpgrade};
+use axum::extract::{ConnectInfo, State, WebSocketUpgrade};
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use sea_orm::ConnectionTrait;
 use tokio::net::TcpListener;
 use tokio_util::task::TaskTracker;
 
+pub use graphql::MediaType;
+pub use surface::SurfaceConfig;
 pub use ws::WsConfig;
 
 use crate::auth::{self, Principal};
@@ -42,6 +46,7 @@ pub struct ServerConfig {
     pub ws: WsConfig,
     /// Where `GET /metrics` (Prometheus) listens; `None`: nowhere.
     pub metrics_listen: Option<String>,
+    pub surface: SurfaceConfig,
 }
 
 #[derive(Clone)]
@@ -55,6 +60,7 @@ struct AppState {
     /// The schema's own words for the quick start.
     descriptions: Arc<quickstart::Descriptions>,
     local_addr: SocketAddr,
+    policy: Arc<surface::Policy>,
 }
 
 pub struct Application {
@@ -85,6 +91,7 @@ impl Application {
         let connections = TaskTracker::new();
         let schema = build_schema(ledger.clone());
         let descriptions = Arc::new(quickstart::Descriptions::of_schema(&schema).await);
+        let policy = surface::Policy::new(&config.surface, listen);
         let state = AppState {
             schema,
             ledger: ledger.clone(),
@@ -93,17 +100,20 @@ impl Application {
             connections: connections.clone(),
             descriptions,
             local_addr: listener.local_addr()?,
+            policy: policy.clone(),
         };
         let mcp = crate::mcp::routes(ledger.clone(), live.stop_token());
         let router = Router::new()
             .merge(graphiql::routes())
             .route("/", get(root))
-            .route("/graphql", post(graphql::post))
+            .route("/graphql", post(graphql::post).get(graphql::get))
             .route("/graphql/ws", get(graphql_ws))
             .route("/healthz", get(|| async { "ok" }))
             .route("/readyz", get(readyz))
             .with_state(state.clone())
-            .merge(mcp);
+            .merge(mcp)
+            .layer(middleware::from_fn_with_state(policy, surface::check_host))
+            .layer(middleware::from_fn(surface::security_headers));
         let metrics = metrics_listener.map(|l| (l, Router::new().route("/metrics", get(metrics)).with_state(state)));
         Ok(Self { listener, router, live, connections, metrics })
     }
@@ -127,7 +137,8 @@ impl Application {
     /// others, closes WebSockets and finishes in-flight requests.
     pub async fn run_until(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         let live = self.live;
-        let server = axum::serve(self.listener, self.router).with_graceful_shutdown(live.stopping_owned());
+        let router = self.router.into_make_service_with_connect_info::<SocketAddr>();
+        let server = axum::serve(self.listener, router).with_graceful_shutdown(live.stopping_owned());
         let mut tasks = tokio::task::JoinSet::new();
         tasks.spawn(async move { ("HTTP server", server.await) });
         let listener = live.clone();
@@ -214,17 +225,39 @@ async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 /// Subscriptions over graphql-transport-ws; the token comes in `connection_init`.
-async fn graphql_ws(State(state): State<AppState>, upgrade: WebSocketUpgrade) -> Response {
-    ws::upgrade(upgrade, state.schema, state.ledger, state.live, state.ws, state.connections)
+/// Pages of other origins are refused before the upgrade.
+async fn graphql_ws(
+    State(state): State<AppState>,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    if !state.policy.origin_allowed(&headers) {
+        return surface::refuse_origin();
+    }
+    ws::upgrade(upgrade, state.schema, state.ledger, state.live, state.ws, state.connections, client)
 }
 
-/// A GraphQL error body for refusals that happen before execution.
-fn refuse(status: StatusCode, err: LedgerError) -> Response {
-    (status, [(header::CONTENT_TYPE, "application/json")], error_body(err).to_string()).into_response()
+/// A GraphQL error body, in `media`, for refusals that happen before
+/// execution; a 401 names the scheme it wants (RFC 6750).
+fn error_response(status: StatusCode, media: MediaType, err: LedgerError) -> Response {
+    let mut response =
+        (status, [(header::CONTENT_TYPE, media.content_type())], error_body(err).to_string()).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+    }
+    response
 }
 
-/// The request's principal from its `Authorization` header.
-async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal, LedgerError> {
+/// The request's principal from its `Authorization` header; failures are
+/// logged (at a bounded rate) with the client's address.
+async fn authenticate(state: &AppState, headers: &HeaderMap, client: SocketAddr) -> Result<Principal, LedgerError> {
     let value = headers.get(header::AUTHORIZATION).map(|v| v.to_str().unwrap_or(""));
-    Ok(auth::authenticate(state.ledger.db(), value).await?.0)
+    match auth::authenticate(state.ledger.db(), value).await {
+        Ok((principal, _)) => Ok(principal),
+        Err(err) => {
+            auth::log_failure(Some(client), "http", &err);
+            Err(err.into())
+        }
+    }
 }

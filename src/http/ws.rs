@@ -13,6 +13,7 @@
 //! connection holds at most `max_subscriptions` operations.
 
 use std::collections::HashSet;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +26,7 @@ use futures::{SinkExt, channel::mpsc};
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
@@ -41,6 +43,8 @@ pub mod close {
     pub const NORMAL: u16 = 1000;
     pub const GOING_AWAY: u16 = 1001;
     pub const POLICY_VIOLATION: u16 = 1008;
+    /// A message over the size limit.
+    pub const MESSAGE_TOO_BIG: u16 = 1009;
     pub const INTERNAL_ERROR: u16 = 1011;
     /// A malformed message.
     pub const BAD_REQUEST: u16 = 4400;
@@ -76,6 +80,8 @@ impl Default for WsConfig {
 
 /// A send that takes longer means the peer stopped reading.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long answering a peer's close may take.
+const CLOSE_FLUSH: Duration = Duration::from_secs(5);
 /// Client messages queued for async-graphql before the client is cut off.
 const INBOX: usize = 64;
 /// Small buffers: a thousand idle subscribers must not cost 256 KiB each.
@@ -89,6 +95,7 @@ pub fn upgrade(
     live: Live,
     config: WsConfig,
     connections: TaskTracker,
+    client: SocketAddr,
 ) -> Response {
     let offered = ws.requested_protocols().any(|p| p.as_bytes() == PROTOCOL.as_bytes());
     ws.protocols([PROTOCOL])
@@ -99,7 +106,7 @@ pub fn upgrade(
         .on_upgrade(move |socket| {
             connections.track_future(async move {
                 if offered {
-                    serve(Connection { schema, ledger, live, config }, socket).await;
+                    serve(Connection { schema, ledger, live, config, client }, socket).await;
                 } else {
                     let (mut sink, _) = socket.split();
                     let reason = "Subprotocol not acceptable: use graphql-transport-ws";
@@ -134,6 +141,8 @@ struct Connection {
     ledger: Ledger,
     live: Live,
     config: WsConfig,
+    /// The peer's address, for the log of failed authentications.
+    client: SocketAddr,
 }
 
 type Sink = SplitSink<WebSocket, Message>;
@@ -161,8 +170,8 @@ async fn serve(conn: Connection, socket: WebSocket) {
     let verdict: Arc<Mutex<Option<Verdict>>> = Arc::default();
     let (inbox, inbox_rx) = mpsc::channel::<String>(INBOX);
     let gql = GqlWebSocket::new(conn.schema.clone(), inbox_rx, WebSocketProtocols::GraphQLWS).on_connection_init({
-        let (ledger, live, verdict) = (conn.ledger.clone(), conn.live.clone(), verdict.clone());
-        move |payload| init(ledger, live, verdict, payload)
+        let (ledger, live, verdict, client) = (conn.ledger.clone(), conn.live.clone(), verdict.clone(), conn.client);
+        move |payload| init(ledger, live, verdict, client, payload)
     });
     futures::pin_mut!(gql);
     let mut session = Session {
@@ -192,6 +201,10 @@ async fn serve(conn: Connection, socket: WebSocket) {
                     heard = Instant::now();
                     session.client_frame(frame).await
                 }
+                Some(Err(err)) if too_big(&err) => Next::Close(Some((
+                    close::MESSAGE_TOO_BIG,
+                    format!("a message holds at most {MAX_BODY_BYTES} bytes"),
+                ))),
                 _ => Next::Close(None),
             },
             out = gql.next() => session.server_message(out, &conn.live).await,
@@ -208,9 +221,22 @@ async fn serve(conn: Connection, socket: WebSocket) {
             break closing;
         }
     };
-    if let Some(closing) = closing {
-        let _ = send_close(&mut session.sink, closing).await;
+    match closing {
+        Some(closing) => {
+            let _ = send_close(&mut session.sink, closing).await;
+        }
+        // The peer closed (its close frame is answered by flushing the echo
+        // the WebSocket layer queued) or is gone (this fails fast).
+        None => {
+            let _ = tokio::time::timeout(CLOSE_FLUSH, session.sink.close()).await;
+        }
     }
+}
+
+/// Whether a read failed for a message or frame over the size limit.
+fn too_big(err: &axum::Error) -> bool {
+    let cause = std::error::Error::source(err).and_then(|e| e.downcast_ref::<WsError>());
+    matches!(cause, Some(WsError::Capacity(_)))
 }
 
 impl Session {
@@ -313,12 +339,17 @@ async fn init(
     ledger: Ledger,
     live: Live,
     verdict: Arc<Mutex<Option<Verdict>>>,
+    client: SocketAddr,
     payload: Value,
 ) -> async_graphql::Result<Data> {
     let header = payload.as_object().and_then(|fields| {
         fields.iter().find(|(key, _)| key.eq_ignore_ascii_case("authorization")).and_then(|(_, v)| v.as_str())
     });
-    match auth::authenticate(ledger.db(), header).await.map_err(LedgerError::from) {
+    let authenticated = auth::authenticate(ledger.db(), header).await;
+    if let Err(err) = &authenticated {
+        auth::log_failure(Some(client), "websocket", err);
+    }
+    match authenticated.map_err(LedgerError::from) {
         Ok((principal, hash)) => {
             *lock(&verdict) = Some(Ok((principal.token_id, hash)));
             let mut data = Data::default();
