@@ -99,7 +99,8 @@ async fn security_headers_on_the_page_the_api_and_refusals() {
     let app = spawn_app().await;
     let token = app.token("f", "op", Role::Operator).await;
 
-    let page = app.http.get(app.url("/")).send().await.expect("GET /");
+    // A browser's request (anyone else gets the plain-text quick start).
+    let page = app.http.get(app.url("/")).header("accept", "text/html").send().await.expect("GET /");
     let csp = page.headers().get("content-security-policy").and_then(|v| v.to_str().ok()).unwrap_or_default();
     for directive in [
         "default-src 'none'",
