@@ -128,7 +128,7 @@ async fn audit(fleet: Option<&str>, url: &str) -> Result<(), AnyError> {
 }
 
 async fn serve(args: ServeArgs, url: &str) -> Result<(), AnyError> {
-    let config = args.live.config();
+    let config = args.config();
     let pool = db::connect_limited(url, args.db_pool_size, config.db).await?;
     if !db::tokens::any_live(&pool).await? {
         let secret = mint(&pool, &args.fleet, "operator", Role::Operator).await?;

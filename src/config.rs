@@ -10,7 +10,7 @@ use uuid::Uuid;
 use crate::agent_cli;
 use crate::auth::Role;
 use crate::db::SessionLimits;
-use crate::http::{HttpConfig, ServerConfig, WsConfig};
+use crate::http::{HttpConfig, ServerConfig, SurfaceConfig, WsConfig};
 use crate::live::{ListenerConfig, LiveConfig, SweeperConfig};
 
 #[derive(Debug, Parser)]
@@ -223,6 +223,37 @@ pub struct ServeArgs {
     pub metrics_listen: String,
     #[command(flatten)]
     pub live: LiveArgs,
+    #[command(flatten)]
+    pub surface: SurfaceArgs,
+}
+
+impl ServeArgs {
+    pub fn config(&self) -> ServerConfig {
+        ServerConfig { surface: self.surface.config(), ..self.live.config() }
+    }
+}
+
+/// Who may reach the server from a browser (DNS rebinding, cross-site
+/// WebSockets). Comma-separated lists.
+#[derive(Debug, Args, Clone)]
+pub struct SurfaceArgs {
+    /// Host names the server answers to (`Host` header, port ignored); other
+    /// names get 421. Default: the --listen host and `localhost`. An address
+    /// by number is always accepted; `*` accepts any name.
+    #[arg(long, env = "WORK_LEDGER_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
+    /// Origins (`https://grafana.example:3000`) whose pages may open
+    /// WebSockets, besides the server's own; others get 403. Clients that
+    /// send no `Origin` are unaffected. `*` allows any.
+    #[arg(long, env = "WORK_LEDGER_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub allowed_origins: Vec<String>,
+}
+
+impl SurfaceArgs {
+    pub fn config(&self) -> SurfaceConfig {
+        let list = |items: &[String]| items.iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect();
+        SurfaceConfig { allowed_hosts: list(&self.allowed_hosts), allowed_origins: list(&self.allowed_origins) }
+    }
 }
 
 /// Live events (the stall sweeper, WebSockets, the LISTEN connection) and
@@ -290,6 +321,7 @@ impl LiveArgs {
                 body_read_timeout: self.body_read_timeout,
             },
             db: SessionLimits { statement_timeout: self.statement_timeout, lock_timeout: self.lock_timeout },
+            surface: SurfaceConfig::default(),
         }
     }
 }
@@ -361,5 +393,22 @@ mod tests {
         assert_eq!(flags.ws.max_per_token, defaults.ws.max_per_token);
         assert_eq!(flags.http, defaults.http);
         assert_eq!(flags.db, defaults.db);
+        assert!(args.config().surface.allowed_hosts.is_empty() && args.config().surface.allowed_origins.is_empty());
+    }
+
+    #[test]
+    fn allow_lists_are_comma_separated() {
+        let cli = Cli::try_parse_from([
+            "work-ledger",
+            "serve",
+            "--allowed-hosts",
+            "ledger.example, localhost",
+            "--allowed-origins=https://grafana.example:3000",
+        ])
+        .expect("parse");
+        let Command::Serve(args) = cli.command else { panic!("serve") };
+        let surface = args.config().surface;
+        assert_eq!(surface.allowed_hosts, ["ledger.example", "localhost"]);
+        assert_eq!(surface.allowed_origins, ["https://grafana.example:3000"]);
     }
 }

@@ -10,6 +10,7 @@ mod pagination;
 mod query;
 mod reads;
 mod stalls;
+pub mod request_errors;
 mod subscription;
 mod types;
 mod units;
@@ -47,6 +48,7 @@ pub fn build_schema(ledger: Ledger) -> LedgerSchema {
         .extension(loaders::LoadersPerOperation)
         .extension(guidance::Guidance)
         .extension(operation_metrics::OperationMetrics)
+        .extension(request_errors::RequestErrors)
         .limit_depth(MAX_DEPTH)
         .limit_complexity(MAX_COMPLEXITY)
         .finish()

@@ -1,67 +1,358 @@
-//! `POST /graphql`: authentication, the body and batch limits of SPEC §9,
-//! then execution. Each operation of a batch gets its own DataLoaders (the
-//! schema's `LoadersPerOperation` extension makes them).
+//! `POST /graphql` and `GET /graphql` by the GraphQL-over-HTTP
+//! specification: authentication first (401), then the media types (406 when
+//! the client accepts neither `application/graphql-response+json` nor
+//! `application/json`; 415 for a POST that is not `application/json`), the
+//! body and batch limits of SPEC §9, the shape of each request (400), and
+//! execution. A request error (the document does not parse or validate, its
+//! variables do not coerce) answers 400 with no `data` entry under
+//! `application/graphql-response+json`, and 200 under `application/json`.
+//! GET runs queries only (a mutation is 405), with the same authentication,
+//! limits and complexity budget. Each operation of a batch gets its own
+//! DataLoaders (the schema's `LoadersPerOperation` extension makes them).
 
-use async_graphql::BatchRequest;
-use async_graphql_axum::GraphQLResponse;
+use std::net::SocketAddr;
+
+use async_graphql::{BatchRequest, BatchResponse, Request, Response as GqlResponse};
 use axum::body::{Body, to_bytes};
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
+use http_body_util::LengthLimitError;
+use serde_json::{Map, Value};
 
-use super::{AppState, MAX_BATCH, MAX_BODY_BYTES, authenticate, refuse};
+use super::{AppState, MAX_BATCH, MAX_BODY_BYTES, authenticate, error_response};
+use crate::auth::Principal;
+use crate::graphql::request_errors::{ExecutionStarted, VALIDATION_FAILED, with_code};
 use crate::ledger::LedgerError;
 
-pub(super) async fn post(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    let principal = match authenticate(&state, &headers).await {
+/// The two response media types of the specification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MediaType {
+    GraphQlResponse,
+    Json,
+}
+
+impl MediaType {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Self::GraphQlResponse => "application/graphql-response+json; charset=utf-8",
+            Self::Json => "application/json; charset=utf-8",
+        }
+    }
+
+    /// What the client accepts: `application/graphql-response+json` when it
+    /// names it (at least as preferred as `application/json`), otherwise
+    /// `application/json` (also for no `Accept` and for `*/*`), `None` when
+    /// neither is acceptable.
+    pub fn negotiate(headers: &HeaderMap) -> Option<Self> {
+        let mut ranges: Vec<(String, f32)> = Vec::new();
+        for value in headers.get_all(header::ACCEPT) {
+            let Ok(value) = value.to_str() else { continue };
+            for range in value.split(',') {
+                let mut parts = range.split(';');
+                let media = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
+                if media.is_empty() {
+                    continue;
+                }
+                let q = parts
+                    .filter_map(|p| p.trim().strip_prefix("q=").or_else(|| p.trim().strip_prefix("Q=")))
+                    .find_map(|q| q.trim().parse::<f32>().ok())
+                    .unwrap_or(1.0);
+                ranges.push((media, q));
+            }
+        }
+        if ranges.is_empty() {
+            return Some(Self::Json);
+        }
+        // The most specific range that matches a type gives its quality.
+        let quality = |wanted: &str| -> (f32, bool) {
+            let exact = ranges.iter().filter(|(m, _)| m == wanted).map(|(_, q)| *q).reduce(f32::max);
+            if let Some(q) = exact {
+                return (q, true);
+            }
+            let partial = ranges.iter().filter(|(m, _)| m == "application/*").map(|(_, q)| *q).reduce(f32::max);
+            let any = ranges.iter().filter(|(m, _)| m == "*/*").map(|(_, q)| *q).reduce(f32::max);
+            (partial.or(any).unwrap_or(0.0), false)
+        };
+        let (graphql, named) = quality("application/graphql-response+json");
+        let (json, _) = quality("application/json");
+        if named && graphql > 0.0 && graphql >= json {
+            Some(Self::GraphQlResponse)
+        } else if json > 0.0 {
+            Some(Self::Json)
+        } else if graphql > 0.0 {
+            Some(Self::GraphQlResponse)
+        } else {
+            None
+        }
+    }
+}
+
+/// 406: nothing the client accepts.
+fn not_acceptable() -> Response {
+    error_response(
+        StatusCode::NOT_ACCEPTABLE,
+        MediaType::Json,
+        LedgerError::invalid(
+            "Accept",
+            "this endpoint answers application/graphql-response+json or application/json; accept one of them",
+        ),
+    )
+}
+
+pub(super) async fn post(
+    State(state): State<AppState>,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let media = MediaType::negotiate(&headers);
+    let principal = match authenticate(&state, &headers, client).await {
         Ok(principal) => principal,
-        Err(err @ LedgerError::Unauthenticated(_)) => return refuse(StatusCode::UNAUTHORIZED, err),
-        Err(err) => return refuse(StatusCode::SERVICE_UNAVAILABLE, err),
+        Err(err) => return auth_refusal(err, media.unwrap_or(MediaType::Json)),
     };
+    let Some(media) = media else { return not_acceptable() };
+    if !is_json(&headers) {
+        return error_response(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            media,
+            LedgerError::invalid(
+                "Content-Type",
+                "a POST carries `Content-Type: application/json` with {\"query\": ..., \"variables\": ...}",
+            ),
+        );
+    }
     let limit = state.http.body_read_timeout;
     let bytes = match tokio::time::timeout(limit, to_bytes(body, MAX_BODY_BYTES)).await {
-        Ok(Ok(bytes)) => bytes,
-        Ok(Err(_)) => {
-            return refuse(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                LedgerError::invalid("body", format!("request bodies are limited to {MAX_BODY_BYTES} bytes")),
-            );
-        }
         Err(_) => {
-            return refuse(
+            return error_response(
                 StatusCode::REQUEST_TIMEOUT,
+                media,
                 LedgerError::invalid(
                     "body",
                     format!("the request body did not arrive within {} s; send it at once", limit.as_secs_f64()),
                 ),
             );
         }
-    };
-    let batch: BatchRequest = match serde_json::from_slice(&bytes) {
-        Ok(batch) => batch,
-        Err(_) => {
-            return refuse(
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(err)) if std::error::Error::source(&err).is_some_and(|e| e.is::<LengthLimitError>()) => {
+            return error_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                media,
+                LedgerError::invalid("body", format!("request bodies are limited to {MAX_BODY_BYTES} bytes")),
+            );
+        }
+        // Malformed framing (a bad chunk), or the client went away.
+        Ok(Err(_)) => {
+            return error_response(
                 StatusCode::BAD_REQUEST,
+                media,
                 LedgerError::invalid(
                     "body",
-                    "expected a JSON GraphQL request {\"query\": ..., \"variables\": ...} or a list of them",
+                    "the request body could not be read (malformed or cut short); send it again",
                 ),
             );
         }
     };
-    if let BatchRequest::Batch(requests) = &batch
-        && (requests.is_empty() || requests.len() > MAX_BATCH)
+    let batch = match parse_body(&bytes) {
+        Ok(batch) => batch,
+        Err(err) => return error_response(StatusCode::BAD_REQUEST, media, err),
+    };
+    execute(&state, principal, batch, media).await
+}
+
+pub(super) async fn get(
+    State(state): State<AppState>,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
+    let media = MediaType::negotiate(&headers);
+    let principal = match authenticate(&state, &headers, client).await {
+        Ok(principal) => principal,
+        Err(err) => return auth_refusal(err, media.unwrap_or(MediaType::Json)),
+    };
+    let Some(media) = media else { return not_acceptable() };
+    let mut request = match parse_query_string(uri.query().unwrap_or_default()) {
+        Ok(request) => request,
+        Err(err) => return error_response(StatusCode::BAD_REQUEST, media, err),
+    };
+    // Only reads: a GET can be a link, and a link must never write.
+    if let Some(kind) = operation_kind(&mut request)
+        && kind != async_graphql::parser::types::OperationType::Query
     {
-        return refuse(
-            StatusCode::BAD_REQUEST,
-            LedgerError::invalid("body", format!("a batch holds 1 to {MAX_BATCH} operations (got {})", requests.len())),
+        let mut response = error_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            media,
+            LedgerError::invalid(
+                "query",
+                format!("GET runs queries only; send this {kind} as a POST with Content-Type: application/json"),
+            ),
         );
+        response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, POST"));
+        return response;
     }
+    execute(&state, principal, BatchRequest::Single(request), media).await
+}
+
+/// 401 (with the scheme to use) or, when the token store cannot be asked, 503.
+fn auth_refusal(err: LedgerError, media: MediaType) -> Response {
+    match err {
+        err @ LedgerError::Unauthenticated(_) => error_response(StatusCode::UNAUTHORIZED, media, err),
+        err => error_response(StatusCode::SERVICE_UNAVAILABLE, media, err),
+    }
+}
+
+/// `application/json`, with any parameters.
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// The body: one request object or a batch of 1 to `MAX_BATCH` of them.
+fn parse_body(bytes: &[u8]) -> Result<BatchRequest, LedgerError> {
+    let value: Value = serde_json::from_slice(bytes).map_err(|_| {
+        LedgerError::invalid(
+            "body",
+            "expected a JSON GraphQL request {\"query\": ..., \"variables\": ...} or a list of them",
+        )
+    })?;
+    match value {
+        Value::Array(items) => {
+            if items.is_empty() || items.len() > MAX_BATCH {
+                return Err(LedgerError::invalid(
+                    "body",
+                    format!("a batch holds 1 to {MAX_BATCH} operations (got {})", items.len()),
+                ));
+            }
+            let requests = items.into_iter().map(request_of).collect::<Result<Vec<_>, _>>()?;
+            Ok(BatchRequest::Batch(requests))
+        }
+        other => Ok(BatchRequest::Single(request_of(other)?)),
+    }
+}
+
+/// One request object, its parameters checked by the specification's rules:
+/// `query` a string, `operationName` a string or null, `variables` and
+/// `extensions` maps or null.
+fn request_of(value: Value) -> Result<Request, LedgerError> {
+    let Value::Object(mut fields) = value else {
+        return Err(LedgerError::invalid("body", "each GraphQL request is a JSON object with a string `query`"));
+    };
+    let query = match fields.remove("query") {
+        Some(Value::String(query)) => query,
+        None | Some(Value::Null) => {
+            return Err(LedgerError::invalid("query", "missing: send the GraphQL document as a string `query`"));
+        }
+        Some(_) => return Err(LedgerError::invalid("query", "must be a string holding the GraphQL document")),
+    };
+    let operation_name = match fields.remove("operationName") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name)) => Some(name),
+        Some(_) => return Err(LedgerError::invalid("operationName", "must be a string or null")),
+    };
+    let variables = map_or_null(fields.remove("variables"), "variables")?;
+    let extensions = map_or_null(fields.remove("extensions"), "extensions")?;
+    let mut request = Request::new(query);
+    if let Some(name) = operation_name {
+        request = request.operation_name(name);
+    }
+    if let Some(variables) = variables {
+        request = request.variables(async_graphql::Variables::from_json(Value::Object(variables)));
+    }
+    if let Some(extensions) = extensions {
+        for (key, value) in extensions {
+            let value = async_graphql::Value::from_json(value)
+                .map_err(|_| LedgerError::invalid("extensions", "must be a JSON map"))?;
+            request.extensions.insert(key, value);
+        }
+    }
+    Ok(request)
+}
+
+fn map_or_null(value: Option<Value>, name: &str) -> Result<Option<Map<String, Value>>, LedgerError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(map)) => Ok(Some(map)),
+        Some(_) => Err(LedgerError::invalid(name, "must be a JSON map (object) or null")),
+    }
+}
+
+/// `?query=...&variables=<JSON>&operationName=...&extensions=<JSON>`.
+fn parse_query_string(query: &str) -> Result<Request, LedgerError> {
+    let mut fields = Map::new();
+    for (key, value) in url::form_urlencoded::parse(query.as_bytes()) {
+        let value = match key.as_ref() {
+            "query" | "operationName" => Value::String(value.into_owned()),
+            "variables" | "extensions" => serde_json::from_str(&value)
+                .map_err(|_| LedgerError::invalid(key.as_ref(), "must be a URL-encoded JSON map"))?,
+            _ => continue,
+        };
+        fields.insert(key.into_owned(), value);
+    }
+    request_of(Value::Object(fields))
+}
+
+/// The kind of operation a request would run; `None` when the document does
+/// not parse or names no runnable operation (execution reports that).
+fn operation_kind(request: &mut Request) -> Option<async_graphql::parser::types::OperationType> {
+    use async_graphql::parser::types::DocumentOperations;
+    let name = request.operation_name.clone();
+    let document = request.parsed_query().ok()?;
+    match (&document.operations, name) {
+        (DocumentOperations::Single(op), _) => Some(op.node.ty),
+        (DocumentOperations::Multiple(ops), Some(name)) => {
+            ops.iter().find(|(n, _)| n.as_str() == name).map(|(_, op)| op.node.ty)
+        }
+        (DocumentOperations::Multiple(ops), None) if ops.len() == 1 => ops.values().next().map(|op| op.node.ty),
+        _ => None,
+    }
+}
+
+/// Runs the batch as `principal` and answers in `media`.
+async fn execute(state: &AppState, principal: Principal, batch: BatchRequest, media: MediaType) -> Response {
+    let mut started = Vec::new();
+    let mut with_context = |request: Request| {
+        let flag = ExecutionStarted::default();
+        started.push(flag.clone());
+        request.data(principal.clone()).data(flag)
+    };
     let batch = match batch {
-        BatchRequest::Single(request) => BatchRequest::Single(request.data(principal)),
-        BatchRequest::Batch(requests) => {
-            BatchRequest::Batch(requests.into_iter().map(|request| request.data(principal.clone())).collect())
+        BatchRequest::Single(request) => BatchRequest::Single(with_context(request)),
+        BatchRequest::Batch(requests) => BatchRequest::Batch(requests.into_iter().map(with_context).collect()),
+    };
+    let (body, status) = match state.schema.execute_batch(batch).await {
+        BatchResponse::Single(response) => {
+            let failed = started.first().is_some_and(|s| !s.get());
+            let status =
+                if failed && media == MediaType::GraphQlResponse { StatusCode::BAD_REQUEST } else { StatusCode::OK };
+            (response_body(response, failed), status)
+        }
+        BatchResponse::Batch(responses) => {
+            let bodies = responses
+                .into_iter()
+                .zip(started.iter().map(|s| !s.get()).chain(std::iter::repeat(false)))
+                .map(|(response, failed)| response_body(response, failed))
+                .collect();
+            (Value::Array(bodies), StatusCode::OK)
         }
     };
-    GraphQLResponse::from(state.schema.execute_batch(batch).await).into_response()
+    (status, [(header::CONTENT_TYPE, media.content_type())], body.to_string()).into_response()
+}
+
+/// A response as JSON. A request error (nothing executed) has no `data`
+/// entry, and every error of it has a code.
+fn response_body(mut response: GqlResponse, request_error: bool) -> Value {
+    if request_error {
+        response.errors =
+            std::mem::take(&mut response.errors).into_iter().map(|err| with_code(err, VALIDATION_FAILED)).collect();
+    }
+    let mut body = serde_json::to_value(&response).unwrap_or_else(|_| serde_json::json!({ "data": null }));
+    if request_error && let Value::Object(fields) = &mut body {
+        fields.remove("data");
+    }
+    body
 }

@@ -8,6 +8,7 @@
 pub mod graphiql;
 mod graphql;
 pub mod quickstart;
+pub mod surface;
 pub mod ws;
 
 use std::future::Future;
@@ -16,8 +17,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{State, WebSocketUpgrade};
+use axum::extract::{ConnectInfo, State, WebSocketUpgrade};
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use sea_orm::ConnectionTrait;
@@ -25,6 +27,8 @@ use tokio::net::TcpListener;
 use tokio_util::task::TaskTracker;
 
 pub use crate::db::SessionLimits;
+pub use graphql::MediaType;
+pub use surface::SurfaceConfig;
 pub use ws::WsConfig;
 
 use crate::auth::{self, Principal};
@@ -44,6 +48,7 @@ pub struct ServerConfig {
     pub ws: WsConfig,
     /// Where `GET /metrics` (Prometheus) listens; `None`: nowhere.
     pub metrics_listen: Option<String>,
+    pub surface: SurfaceConfig,
     pub http: HttpConfig,
     /// The request pool's statement and lock timeouts (applied where the
     /// pool is opened: [`db::connect_limited`]).
@@ -76,6 +81,7 @@ struct AppState {
     /// The schema's own words for the quick start.
     descriptions: Arc<quickstart::Descriptions>,
     local_addr: SocketAddr,
+    policy: Arc<surface::Policy>,
 }
 
 pub struct Application {
@@ -107,6 +113,7 @@ impl Application {
         let connections = TaskTracker::new();
         let schema = build_schema(ledger.clone());
         let descriptions = Arc::new(quickstart::Descriptions::of_schema(&schema).await);
+        let policy = surface::Policy::new(&config.surface, listen);
         let state = AppState {
             schema,
             ledger: ledger.clone(),
@@ -116,17 +123,20 @@ impl Application {
             connections: connections.clone(),
             descriptions,
             local_addr: listener.local_addr()?,
+            policy: policy.clone(),
         };
         let mcp = crate::mcp::routes(ledger.clone(), live.stop_token());
         let router = Router::new()
             .merge(graphiql::routes())
             .route("/", get(root))
-            .route("/graphql", post(graphql::post))
+            .route("/graphql", post(graphql::post).get(graphql::get))
             .route("/graphql/ws", get(graphql_ws))
             .route("/healthz", get(|| async { "ok" }))
             .route("/readyz", get(readyz))
             .with_state(state.clone())
-            .merge(mcp);
+            .merge(mcp)
+            .layer(middleware::from_fn_with_state(policy, surface::check_host))
+            .layer(middleware::from_fn(surface::security_headers));
         let metrics = metrics_listener.map(|l| (l, Router::new().route("/metrics", get(metrics)).with_state(state)));
         Ok(Self { listener, router, live, http: config.http, connections, metrics })
     }
@@ -229,10 +239,10 @@ async fn serve_http(
     let connections = TaskTracker::new();
     tokio::pin!(shutdown);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(err) => {
                     // Out of file descriptors and the like: back off rather than spin.
                     tracing::warn!(error = %err, "accept failed");
@@ -242,8 +252,9 @@ async fn serve_http(
             },
         };
         let _ = stream.set_nodelay(true);
-        let conn =
-            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router.clone())).with_upgrades();
+        // Handlers learn the client's address (`ConnectInfo`) as with axum::serve.
+        let service = router.clone().layer(axum::Extension(axum::extract::ConnectInfo(peer)));
+        let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service)).with_upgrades();
         let stopping = stop.clone();
         connections.spawn(async move {
             tokio::pin!(conn);
@@ -295,17 +306,39 @@ async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 /// Subscriptions over graphql-transport-ws; the token comes in `connection_init`.
-async fn graphql_ws(State(state): State<AppState>, upgrade: WebSocketUpgrade) -> Response {
-    ws::upgrade(upgrade, state.schema, state.ledger, state.live, state.ws, state.connections)
+/// Pages of other origins are refused before the upgrade.
+async fn graphql_ws(
+    State(state): State<AppState>,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    if !state.policy.origin_allowed(&headers) {
+        return surface::refuse_origin();
+    }
+    ws::upgrade(upgrade, state.schema, state.ledger, state.live, state.ws, state.connections, client)
 }
 
-/// A GraphQL error body for refusals that happen before execution.
-fn refuse(status: StatusCode, err: LedgerError) -> Response {
-    (status, [(header::CONTENT_TYPE, "application/json")], error_body(err).to_string()).into_response()
+/// A GraphQL error body, in `media`, for refusals that happen before
+/// execution; a 401 names the scheme it wants (RFC 6750).
+fn error_response(status: StatusCode, media: MediaType, err: LedgerError) -> Response {
+    let mut response =
+        (status, [(header::CONTENT_TYPE, media.content_type())], error_body(err).to_string()).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+    }
+    response
 }
 
-/// The request's principal from its `Authorization` header.
-async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal, LedgerError> {
+/// The request's principal from its `Authorization` header; failures are
+/// logged (at a bounded rate) with the client's address.
+async fn authenticate(state: &AppState, headers: &HeaderMap, client: SocketAddr) -> Result<Principal, LedgerError> {
     let value = headers.get(header::AUTHORIZATION).map(|v| v.to_str().unwrap_or(""));
-    Ok(auth::authenticate(state.ledger.db(), value).await?.0)
+    match auth::authenticate(state.ledger.db(), value).await {
+        Ok((principal, _)) => Ok(principal),
+        Err(err) => {
+            auth::log_failure(Some(client), "http", &err);
+            Err(err.into())
+        }
+    }
 }

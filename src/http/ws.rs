@@ -13,6 +13,7 @@
 //! connection holds at most `max_subscriptions` operations.
 
 use std::collections::HashSet;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +26,7 @@ use futures::{SinkExt, channel::mpsc};
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
@@ -41,6 +43,8 @@ pub mod close {
     pub const NORMAL: u16 = 1000;
     pub const GOING_AWAY: u16 = 1001;
     pub const POLICY_VIOLATION: u16 = 1008;
+    /// A message over the size limit.
+    pub const MESSAGE_TOO_BIG: u16 = 1009;
     pub const INTERNAL_ERROR: u16 = 1011;
     /// A malformed message.
     pub const BAD_REQUEST: u16 = 4400;
@@ -86,6 +90,8 @@ impl Default for WsConfig {
 
 /// A send that takes longer means the peer stopped reading.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long answering a peer's close may take.
+const CLOSE_FLUSH: Duration = Duration::from_secs(5);
 /// Client messages queued for async-graphql before the client is cut off.
 const INBOX: usize = 64;
 /// Small buffers: a thousand idle subscribers must not cost 256 KiB each.
@@ -99,6 +105,7 @@ pub fn upgrade(
     live: Live,
     config: WsConfig,
     connections: TaskTracker,
+    client: SocketAddr,
 ) -> Response {
     let offered = ws.requested_protocols().any(|p| p.as_bytes() == PROTOCOL.as_bytes());
     ws.protocols([PROTOCOL])
@@ -109,7 +116,7 @@ pub fn upgrade(
         .on_upgrade(move |socket| {
             connections.track_future(async move {
                 if offered {
-                    serve(Connection { schema, ledger, live, config }, socket).await;
+                    serve(Connection { schema, ledger, live, config, client }, socket).await;
                 } else {
                     let (mut sink, _) = socket.split();
                     let reason = "Subprotocol not acceptable: use graphql-transport-ws";
@@ -144,6 +151,8 @@ struct Connection {
     ledger: Ledger,
     live: Live,
     config: WsConfig,
+    /// The peer's address, for the log of failed authentications.
+    client: SocketAddr,
 }
 
 type Sink = SplitSink<WebSocket, Message>;
@@ -174,10 +183,10 @@ async fn serve(conn: Connection, socket: WebSocket) {
     let (inbox, inbox_rx) = mpsc::channel::<String>(INBOX);
     let tracked: Arc<Mutex<Option<crate::live::TrackedToken>>> = Arc::default();
     let gql = GqlWebSocket::new(conn.schema.clone(), inbox_rx, WebSocketProtocols::GraphQLWS).on_connection_init({
-        let (ledger, live, verdict, tracked) =
-            (conn.ledger.clone(), conn.live.clone(), verdict.clone(), tracked.clone());
+        let (ledger, live, verdict, tracked, client) =
+            (conn.ledger.clone(), conn.live.clone(), verdict.clone(), tracked.clone(), conn.client);
         let max_per_token = config.max_per_token;
-        move |payload| init(ledger, live, verdict, tracked, max_per_token, payload)
+        move |payload| init(ledger, live, verdict, tracked, max_per_token, client, payload)
     });
     futures::pin_mut!(gql);
     let mut session = Session {
@@ -208,6 +217,10 @@ async fn serve(conn: Connection, socket: WebSocket) {
                     heard = Instant::now();
                     session.client_frame(frame).await
                 }
+                Some(Err(err)) if too_big(&err) => Next::Close(Some((
+                    close::MESSAGE_TOO_BIG,
+                    format!("a message holds at most {MAX_BODY_BYTES} bytes"),
+                ))),
                 _ => Next::Close(None),
             },
             out = gql.next() => session.server_message(out).await,
@@ -224,9 +237,22 @@ async fn serve(conn: Connection, socket: WebSocket) {
             break closing;
         }
     };
-    if let Some(closing) = closing {
-        let _ = send_close(&mut session.sink, closing).await;
+    match closing {
+        Some(closing) => {
+            let _ = send_close(&mut session.sink, closing).await;
+        }
+        // The peer closed (its close frame is answered by flushing the echo
+        // the WebSocket layer queued) or is gone (this fails fast).
+        None => {
+            let _ = tokio::time::timeout(CLOSE_FLUSH, session.sink.close()).await;
+        }
     }
+}
+
+/// Whether a read failed for a message or frame over the size limit.
+fn too_big(err: &axum::Error) -> bool {
+    let cause = std::error::Error::source(err).and_then(|e| e.downcast_ref::<WsError>());
+    matches!(cause, Some(WsError::Capacity(_)))
 }
 
 impl Session {
@@ -331,12 +357,17 @@ async fn init(
     verdict: Arc<Mutex<Option<Verdict>>>,
     tracked: Arc<Mutex<Option<crate::live::TrackedToken>>>,
     max_per_token: usize,
+    client: SocketAddr,
     payload: Value,
 ) -> async_graphql::Result<Data> {
     let header = payload.as_object().and_then(|fields| {
         fields.iter().find(|(key, _)| key.eq_ignore_ascii_case("authorization")).and_then(|(_, v)| v.as_str())
     });
-    match auth::authenticate(ledger.db(), header).await.map_err(LedgerError::from) {
+    let authenticated = auth::authenticate(ledger.db(), header).await;
+    if let Err(err) = &authenticated {
+        auth::log_failure(Some(client), "websocket", err);
+    }
+    match authenticated.map_err(LedgerError::from) {
         Ok((principal, hash)) => {
             let Some(slot) = live.try_track_token(principal.token_id, max_per_token) else {
                 let reason = format!(

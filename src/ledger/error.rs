@@ -15,6 +15,11 @@ pub enum LedgerError {
     #[error("this token lacks the permission `{0}`; ask an operator for a token whose role grants it")]
     Forbidden(Permission),
 
+    /// A request refused before authentication for where it comes from (a
+    /// `Host` or WebSocket `Origin` not allowed); the text says what to set.
+    #[error("{0}")]
+    RequestRefused(String),
+
     #[error("no {what} with id {id} exists in your fleet; list units with `units` or look one up with `unitByRef`")]
     NotFound { what: &'static str, id: String },
 
@@ -125,7 +130,7 @@ impl LedgerError {
     pub fn code(&self) -> &'static str {
         match self {
             Self::Unauthenticated(_) => "UNAUTHENTICATED",
-            Self::Forbidden(_) => "FORBIDDEN",
+            Self::Forbidden(_) | Self::RequestRefused(_) => "FORBIDDEN",
             Self::NotFound { .. } => "NOT_FOUND",
             Self::InvalidInput { .. } => "INVALID_INPUT",
             Self::UnitAlreadyClaimed { .. } => "UNIT_ALREADY_CLAIMED",

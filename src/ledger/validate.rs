@@ -41,11 +41,36 @@ pub fn range(from_arg: &str, until_arg: &str, range: &crate::db::reads::Range) -
 }
 
 pub fn external_ref(argument: &str, value: &str) -> Result<(), LedgerError> {
-    short_text(argument, value, MAX_SHORT)
+    short_text(argument, value, MAX_SHORT)?;
+    visible(argument, value)
 }
 
 pub fn label(argument: &str, value: &str) -> Result<(), LedgerError> {
-    short_text(argument, value, MAX_SHORT)
+    short_text(argument, value, MAX_SHORT)?;
+    visible(argument, value)
+}
+
+/// Invisible formatting characters: bidirectional overrides and isolates
+/// (U+202A..U+202E, U+2066..U+2069) and zero-width characters and marks
+/// (U+200B..U+200F). In text that people read (GraphiQL, Grafana) they make
+/// one string display as another.
+fn is_invisible_formatting(c: char) -> bool {
+    matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200B}'..='\u{200F}')
+}
+
+/// Refuses text that holds an invisible formatting character.
+pub fn visible(argument: &str, value: &str) -> Result<(), LedgerError> {
+    match value.chars().find(|&c| is_invisible_formatting(c)) {
+        Some(c) => Err(LedgerError::invalid(
+            argument,
+            format!(
+                "must not hold invisible formatting characters (found U+{:04X}: bidirectional overrides, \
+                 isolates and zero-width characters change how the text displays); remove them",
+                c as u32
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// A read filter (`domain`, `claimedBy`, `agentId`, `assigneeGroup`): the
@@ -138,6 +163,17 @@ mod tests {
             assert!(evidence_url(bad).is_err(), "{bad} accepted");
         }
         assert!(evidence_url(&format!("https://x/{}", "a".repeat(MAX_URL))).is_err());
+    }
+
+    #[test]
+    fn invisible_formatting_characters_are_refused() {
+        for c in ['\u{202A}', '\u{202E}', '\u{2066}', '\u{2069}', '\u{200B}', '\u{200F}'] {
+            assert!(external_ref("externalRef", &format!("a{c}b")).is_err(), "U+{:04X}", c as u32);
+            assert!(visible("question", &format!("a{c}b")).is_err(), "U+{:04X}", c as u32);
+        }
+        for ok in ["plain", "שלום", "naïve", "a\u{2010}b", "a\u{2070}b", "a\u{2029}b"] {
+            assert!(visible("question", ok).is_ok(), "{ok}");
+        }
     }
 
     #[test]

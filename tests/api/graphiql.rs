@@ -157,31 +157,47 @@ async fn a_real_browser_loads_graphiql_offline_and_runs_a_query_with_a_token() {
     let app = spawn_app().await;
     let token = app.token("browser-fleet", "operator", Role::Operator).await;
 
-    // The token travels as the page's `#token=` pre-fill (what an operator's
-    // bookmark would do): the page puts it in the Headers pane, and the query
-    // runs with whatever that pane holds.
+    // A link pre-fills the query (never the token: that is typed into the
+    // Headers pane), and the query runs with whatever that pane holds, under
+    // the server's Content-Security-Policy.
     let base = app.url("/");
-    let url = token_url(&base, Some(QUERY), Some(&token));
+    let url = token_url(&base, Some(QUERY), None);
+    let typed = format!("{{\"Authorization\": \"Bearer {token}\"}}");
     let started = Instant::now();
     let run = tokio::task::spawn_blocking(move || {
         let mut browser = Browser::launch(&chromium, &target_dir().join("graphiql-chromium.log"));
         browser.open_graphiql(&url);
         browser.wait_for(QUERY_TEXT, |v| v == &json!(QUERY), "the ?query= document in the editor");
+        browser.type_headers(&typed);
         let response = browser.execute();
         // The schema GraphiQL works with (docs, completion): open the docs.
         browser.eval(SHOW_DOCS);
         let docs = browser.wait_for(DOCS_ROOT_TYPES, |v| v.as_str().is_some_and(|t| t.contains("query")), "the docs");
         let location = browser.eval("location.href");
         browser.screenshot(&target_dir().join("graphiql.png"));
-        // The browser keeps the token: a plain visit finds it in the Headers pane.
-        browser.wait_for(STORED_HEADERS, |v| v.as_str().is_some_and(|h| h.contains("Bearer wl_")), "the token kept");
+        // The tab keeps the token: a plain visit finds it in the Headers pane.
+        browser.wait_for(HISTORY, |v| v.as_str().is_some_and(|h| h.contains("me { fleet name }")), "the history entry");
         browser.open_graphiql(&base);
         let headers = browser.wait_for(HEADERS_TEXT, |v| v.is_string(), "the Headers pane");
+        let kept = browser.eval(LOCAL_STORAGE);
+        let history = browser.eval(HISTORY);
         browser.close();
-        (browser, response, docs, location, headers)
+        (browser, response, docs, location, headers, kept, history)
     });
-    let (browser, response, docs, location, headers) = run.await.expect("browser thread");
+    let (browser, response, docs, location, headers, kept, history) = run.await.expect("browser thread");
     eprintln!("chromium run took {:?}", started.elapsed());
+
+    // What outlives the tab (localStorage) holds the query in its history,
+    // and no token anywhere.
+    let kept = kept.as_str().unwrap_or_default();
+    assert!(!kept.contains(&token) && !kept.contains("Bearer"), "a token in localStorage: {kept}");
+    let history: Value = serde_json::from_str(history.as_str().unwrap_or_default()).expect("history JSON");
+    let entries = history["queries"].as_array().cloned().unwrap_or_default();
+    assert!(
+        entries.iter().any(|e| e["query"].as_str().is_some_and(|q| q.contains("me { fleet name }"))),
+        "{history:#}"
+    );
+    assert!(entries.iter().all(|e| e.get("headers").is_none()), "headers in query history: {history:#}");
 
     // What the page showed: the server's answer, which only the token could
     // have produced (the fleet is nowhere in the page or the URL).
@@ -215,6 +231,7 @@ async fn a_real_browser_loads_graphiql_offline_and_runs_a_query_with_a_token() {
     assert_eq!(introspections.count(), 0, "GraphiQL introspected instead of using schema.graphql");
 
     browser.assert_offline_and_clean();
+    browser.assert_no_csp_violation();
 }
 
 /// A stand-in for `/graphql/ws` that speaks just enough graphql-transport-ws
@@ -277,9 +294,7 @@ async fn graphiql_subscriptions_send_the_headers_pane_as_connection_init_payload
         let document = browser.eval(QUERY_TEXT);
         let placeholder = browser.wait_for(HEADERS_TEXT, |v| v.is_string(), "the Headers pane");
         browser.screenshot(&target_dir().join("graphiql-first-visit.png"));
-        browser.eval(SELECT_HEADERS);
-        browser.call("Input.insertText", json!({ "text": typed }));
-        browser.wait_for(STORED_HEADERS, |v| v.as_str().is_some_and(|h| h.contains(token)), "the token stored");
+        browser.type_headers(&typed);
         // A new tab starts with it too.
         browser.eval(ADD_TAB);
         browser.wait_for(TAB_COUNT, |v| v == &json!(2), "a second tab");
@@ -321,6 +336,97 @@ async fn graphiql_subscriptions_send_the_headers_pane_as_connection_init_payload
     assert_eq!(sockets.len(), 1, "{sockets:#?}");
     assert!(sockets[0]["url"].as_str().is_some_and(|u| u.ends_with("/graphql/ws")), "{sockets:#?}");
     browser.assert_offline_and_clean();
+    browser.assert_no_csp_violation();
+}
+
+/// Clickjacking: a page on another local port (any dev server, Grafana)
+/// frames GraphiQL under a decoy. The browser refuses to render it, so no
+/// click can reach it.
+#[tokio::test]
+async fn a_page_on_another_port_that_frames_graphiql_gets_nothing_rendered() {
+    let Some(chromium) = chromium() else { return };
+    let app = spawn_app().await;
+    let framed =
+        token_url(&app.url("/"), Some("mutation { registerUnits(units: [{externalRef: \"framed\"}]) { id } }"), None);
+    let decoy = format!(
+        "<!doctype html><title>decoy</title><button>Win a prize</button>\
+         <iframe id=\"f\" src=\"{framed}\" width=\"1000\" height=\"700\" onload=\"window.framedLoaded = true\"></iframe>"
+    );
+    let router = axum::Router::new().route("/", axum::routing::get(move || async move { axum::response::Html(decoy) }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let outer = format!("http://{}/", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, router).await });
+
+    let run = tokio::task::spawn_blocking(move || {
+        let mut browser = Browser::launch(&chromium, &target_dir().join("graphiql-chromium-framed.log"));
+        browser.call("Page.navigate", json!({ "url": outer }));
+        browser.wait_for("window.framedLoaded === true", |v| v == &json!(true), "the frame's load event");
+        browser.screenshot(&target_dir().join("graphiql-framed.png"));
+        browser.close();
+        browser
+    });
+    let browser = run.await.expect("browser thread");
+    // The page's own document may be fetched (that is how the browser learns
+    // it must not show it); nothing it would load or run is.
+    let requests = browser.requests();
+    let loaded: Vec<&Value> =
+        requests.iter().filter(|r| r["url"].as_str().is_some_and(|u| u.contains("/assets/graphiql/"))).collect();
+    assert!(loaded.is_empty(), "the framed GraphiQL loaded its assets: {loaded:#?}");
+    let refusals = browser.console_text();
+    assert!(refusals.contains("frame-ancestors") || refusals.contains("X-Frame-Options"), "{refusals}");
+    assert_eq!(app.sql_i64("SELECT count(*) FROM work_units").await, 0);
+}
+
+/// Links carry no token and no one-click write: a `#token=` of another fleet
+/// changes nothing (the Headers pane keeps the operator's token, storage
+/// never sees the other), and a `?query=` mutation arrives commented out
+/// under a warning, so clicking run writes nothing.
+#[tokio::test]
+async fn a_link_with_a_token_or_a_mutation_changes_nothing() {
+    let Some(chromium) = chromium() else { return };
+    let app = spawn_app().await;
+    let mine = app.token("my-fleet", "operator", Role::Operator).await;
+    let theirs = app.token("their-fleet", "attacker", Role::Operator).await;
+    let mutation = "mutation { registerUnits(units: [{externalRef: \"from-a-link\"}]) { id } }";
+    let base = app.url("/");
+    let link = token_url(&base, Some(mutation), Some(&theirs));
+    let typed = format!("{{\"Authorization\": \"Bearer {mine}\"}}");
+
+    let run = tokio::task::spawn_blocking(move || {
+        let mut browser = Browser::launch(&chromium, &target_dir().join("graphiql-chromium-link.log"));
+        browser.open_graphiql(&base);
+        browser.type_headers(&typed);
+        browser.open_graphiql(&link);
+        let document =
+            browser.wait_for(QUERY_TEXT, |v| v.as_str().is_some_and(|t| t.contains("WARNING")), "the warning");
+        let headers = browser.wait_for(HEADERS_TEXT, |v| v.is_string(), "the Headers pane");
+        let location = browser.eval("location.href");
+        browser.screenshot(&target_dir().join("graphiql-link.png"));
+        // One click on run.
+        let response = browser.execute_any();
+        let storage = browser.eval(ALL_STORAGE);
+        browser.close();
+        (browser, document, headers, location, response, storage)
+    });
+    let (browser, document, headers, location, response, storage) = run.await.expect("browser thread");
+
+    let document = document.as_str().unwrap_or_default();
+    assert!(document.contains("never takes\n# a token from a link"), "{document}");
+    assert!(document.contains("# mutation { registerUnits"), "the mutation is shown commented out: {document}");
+    let headers: Value = serde_json::from_str(headers.as_str().unwrap_or_default()).expect("headers JSON");
+    assert_eq!(headers, json!({ "Authorization": format!("Bearer {mine}") }), "the Headers pane is unchanged");
+    let location = location.as_str().unwrap_or_default();
+    assert!(!location.contains(&theirs) && !location.contains("token="), "{location}");
+    let storage = storage.as_str().unwrap_or_default();
+    assert!(!storage.contains(&theirs), "the link's token reached storage: {storage}");
+    eprintln!("the response pane after one click: {response}");
+    assert_eq!(app.sql_i64("SELECT count(*) FROM work_units").await, 0, "a link wrote");
+    let posts = browser.requests();
+    // (The navigation's own URL holds the fragment; what the page sent is what counts.)
+    let theirs_sent =
+        posts.iter().any(|r| r["headers"].to_string().contains(&theirs) || r["postData"].to_string().contains(&theirs));
+    assert!(!theirs_sent, "a request carried the link's token");
+    browser.assert_no_csp_violation();
 }
 
 const SUBSCRIPTION: &str = "subscription { ticks }";
@@ -350,9 +456,19 @@ const ADD_TAB: &str = "document.querySelector('[aria-label=\"Add tab\"]').click(
 
 const TAB_COUNT: &str = "document.querySelectorAll('.graphiql-tabs [role=\"tab\"]').length";
 
-/// What GraphiQL keeps of the Headers pane (it writes with a short debounce).
+/// What GraphiQL keeps of the Headers pane (it writes with a short debounce):
+/// for this tab only.
 const STORED_HEADERS: &str =
-    "(localStorage.getItem('graphiql:headers') || '') + (localStorage.getItem('graphiql:tabState') || '')";
+    "(sessionStorage.getItem('graphiql:headers') || '') + (sessionStorage.getItem('graphiql:tabState') || '')";
+
+/// Everything in localStorage, which outlives the tab (and is on disk).
+const LOCAL_STORAGE: &str = "JSON.stringify(Object.fromEntries(Object.entries(localStorage)))";
+
+/// Everything the page kept, in either storage.
+const ALL_STORAGE: &str = "JSON.stringify([Object.entries(localStorage), Object.entries(sessionStorage)])";
+
+/// GraphiQL's query history.
+const HISTORY: &str = "localStorage.getItem('graphiql:queries') || ''";
 
 const EXECUTE_BUTTON_CENTER: &str = "(() => {
     const r = document.querySelector('.graphiql-execute-button').getBoundingClientRect();
@@ -383,7 +499,7 @@ impl Browser {
             cdp.call(None, "Target.attachToTarget", json!({ "targetId": target["targetId"], "flatten": true }));
         let session = attached["sessionId"].as_str().expect("sessionId").to_owned();
         let mut browser = Browser { cdp, session, _profile: profile };
-        for domain in ["Network.enable", "Runtime.enable", "Page.enable"] {
+        for domain in ["Network.enable", "Runtime.enable", "Page.enable", "Log.enable"] {
             browser.call(domain, json!({}));
         }
         browser.call(
@@ -431,13 +547,26 @@ impl Browser {
         self.wait_for(EDITORS_READY, |v| v == &json!(true), "GraphiQL's editors");
     }
 
-    /// Clicks "Execute" like a person would; returns what the response pane then shows.
-    fn execute(&mut self) -> Value {
-        // Empty until something runs (GraphiQL shows schema errors there too).
-        let before = self.eval(RESPONSE_TEXT);
-        if before != json!("") {
-            self.cdp.fail(&format!("the response pane shows something before running: {before}"));
-        }
+    /// Types `text` over the Headers pane and waits until GraphiQL kept it.
+    fn type_headers(&mut self, text: &str) {
+        self.wait_for(HEADERS_TEXT, |v| v.is_string(), "the Headers pane");
+        self.eval(SELECT_HEADERS);
+        self.call("Input.insertText", json!({ "text": text }));
+        let wanted = text.to_owned();
+        self.wait_for(
+            STORED_HEADERS,
+            |v| v.as_str().is_some_and(|h| h.contains(wanted.split('"').nth(3).unwrap_or("Bearer"))),
+            "the headers kept",
+        );
+    }
+
+    /// Clicks "Execute"; returns whatever the response pane then shows.
+    fn execute_any(&mut self) -> Value {
+        self.click_execute();
+        self.wait_for(RESPONSE_TEXT, |v| v.as_str().is_some_and(|t| !t.is_empty()), "the response pane")
+    }
+
+    fn click_execute(&mut self) {
         let center = self.eval(EXECUTE_BUTTON_CENTER);
         for kind in ["mouseMoved", "mousePressed", "mouseReleased"] {
             self.call(
@@ -445,6 +574,16 @@ impl Browser {
                 json!({ "type": kind, "x": center["x"], "y": center["y"], "button": "left", "clickCount": 1 }),
             );
         }
+    }
+
+    /// Clicks "Execute" like a person would; returns what the response pane then shows.
+    fn execute(&mut self) -> Value {
+        // Empty until something runs (GraphiQL shows schema errors there too).
+        let before = self.eval(RESPONSE_TEXT);
+        if before != json!("") {
+            self.cdp.fail(&format!("the response pane shows something before running: {before}"));
+        }
+        self.click_execute();
         let text = self.wait_for(
             RESPONSE_TEXT,
             |v| v.as_str().is_some_and(|text| serde_json::from_str::<Value>(text).is_ok()),
@@ -485,6 +624,28 @@ impl Browser {
             }
         }
         requests
+    }
+
+    /// What the browser logged (console, and its own messages such as CSP
+    /// and framing refusals), one entry a line.
+    fn console_text(&self) -> String {
+        let mut lines = Vec::new();
+        for event in &self.cdp.events {
+            match event["method"].as_str() {
+                Some("Log.entryAdded") => lines.push(event["params"]["entry"]["text"].to_string()),
+                Some("Runtime.consoleAPICalled") => lines.push(event["params"]["args"].to_string()),
+                _ => {}
+            }
+        }
+        lines.join("\n")
+    }
+
+    /// The page's Content-Security-Policy blocked nothing it needed.
+    fn assert_no_csp_violation(&self) {
+        let console = self.console_text();
+        let violations: Vec<&str> =
+            console.lines().filter(|l| l.contains("Content Security Policy") || l.contains("Refused to")).collect();
+        assert!(violations.is_empty(), "CSP violations: {violations:#?}");
     }
 
     /// No network beyond loopback, and no uncaught exception in the page.

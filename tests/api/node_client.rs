@@ -1,6 +1,7 @@
-//! A real third-party client: the npm `graphql-ws` library (tests/node)
+//! Real third-party clients (tests/node): the npm `graphql-ws` library
 //! subscribes to `blockingQuestionOpened` and receives a question raised by a
-//! mutation. Needs Node.js and, the first time, the npm registry (`npm ci`).
+//! mutation; `graphql-http`'s `auditServer` checks GraphQL over HTTP against
+//! the specification. Needs Node.js and, the first time, the npm registry (`npm ci`).
 //! With `CI` set a missing Node.js fails the test; otherwise it is skipped
 //! with a note.
 
@@ -33,8 +34,9 @@ pub async fn client_dir() -> Option<PathBuf> {
         Ok(out) if out.status.success() => {}
         _ => return missing("Node.js (`node`) is not installed; see .ci/run"),
     }
-    let installed =
-        ["graphql-ws", "@modelcontextprotocol/sdk"].iter().all(|p| dir.join("node_modules").join(p).exists());
+    let installed = ["graphql-ws", "graphql-http", "@modelcontextprotocol/sdk"]
+        .iter()
+        .all(|p| dir.join("node_modules").join(p).exists());
     if !installed {
         let installed = Command::new("npm")
             .args(["ci", "--no-audit", "--no-fund"])
@@ -88,4 +90,33 @@ async fn the_graphql_ws_npm_client_receives_a_question_raised_by_a_mutation() {
     assert_eq!(question["status"], "OPEN");
     let status = tokio::time::timeout(GUARD, node.wait()).await.expect("guard").expect("node exit");
     assert!(status.success(), "the client exits cleanly after its payload");
+}
+
+/// The GraphQL-over-HTTP audit (SPEC §4): no error and no warning, with a
+/// token on every request; notices (MAY) are printed.
+#[tokio::test]
+async fn the_graphql_http_audit_passes_with_no_error_or_warning() {
+    let Some(dir) = client_dir().await else { return };
+    let app = spawn_app().await;
+    let token = app.token("f", "auditor", Role::Reader).await;
+    let run = Command::new("node")
+        .arg(dir.join("audit.mjs"))
+        .arg(app.url("/graphql"))
+        .arg(&token)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(GUARD * 4, run).await.expect("guard").expect("run node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<Value> = stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let summary = lines.iter().find(|l| l.get("summary").is_some()).expect("the audit's summary line");
+    let failures: Vec<&Value> =
+        lines.iter().filter(|l| matches!(l["audit"].as_str(), Some("warn" | "error"))).collect();
+    assert!(failures.is_empty(), "{failures:#?}");
+    assert_eq!(summary["summary"]["error"], 0, "{summary}");
+    assert_eq!(summary["summary"]["warn"], 0, "{summary}");
+    assert!(summary["total"].as_u64().is_some_and(|n| n > 50), "{summary}");
+    assert!(out.status.success(), "the audit exited with {:?}", out.status);
+    // Nothing of the audit wrote (its mutation went over GET and was refused).
+    assert_eq!(app.sql_i64("SELECT count(*) FROM work_unit_events").await, 0);
 }

@@ -1,0 +1,163 @@
+//! Request errors: a document that does not parse, does not validate, or
+//! whose variables do not coerce is refused before anything runs. This
+//! extension gives those errors their codes (`GRAPHQL_PARSE_FAILED`,
+//! `GRAPHQL_VALIDATION_FAILED`), refuses a missing or null value for a
+//! required variable (async-graphql only checks variables where they are
+//! used), and records whether execution started, which is how the HTTP layer
+//! tells a request error (HTTP 400 and no `data` entry under
+//! `application/graphql-response+json`) from an execution that failed.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_graphql::Value as ConstValue;
+use async_graphql::extensions::{
+    Extension, ExtensionContext, ExtensionFactory, NextExecute, NextParseQuery, NextPrepareRequest, NextValidation,
+};
+use async_graphql::parser::types::{BaseType, DocumentOperations, ExecutableDocument, OperationDefinition, Type};
+use async_graphql::{Positioned, Request, Response, ServerError, ServerResult, ValidationResult, Variables};
+
+pub const PARSE_FAILED: &str = "GRAPHQL_PARSE_FAILED";
+pub const VALIDATION_FAILED: &str = "GRAPHQL_VALIDATION_FAILED";
+
+/// Put into a request's data by the HTTP layer; set once execution starts.
+#[derive(Clone, Default)]
+pub struct ExecutionStarted(Arc<AtomicBool>);
+
+impl ExecutionStarted {
+    pub fn get(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// Gives `err` the code `code` unless it has one.
+pub fn with_code(mut err: ServerError, code: &str) -> ServerError {
+    let extensions = err.extensions.get_or_insert_with(Default::default);
+    if extensions.get("code").is_none() {
+        extensions.set("code", code);
+    }
+    err
+}
+
+pub struct RequestErrors;
+
+impl ExtensionFactory for RequestErrors {
+    fn create(&self) -> Arc<dyn Extension> {
+        Arc::new(PerRequest::default())
+    }
+}
+
+#[derive(Default)]
+struct PerRequest {
+    operation_name: Mutex<Option<String>>,
+}
+
+#[async_graphql::async_trait::async_trait]
+impl Extension for PerRequest {
+    async fn prepare_request(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        request: Request,
+        next: NextPrepareRequest<'_>,
+    ) -> ServerResult<Request> {
+        *self.operation_name.lock().unwrap_or_else(|e| e.into_inner()) = request.operation_name.clone();
+        next.run(ctx, request).await
+    }
+
+    async fn parse_query(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        query: &str,
+        variables: &Variables,
+        next: NextParseQuery<'_>,
+    ) -> ServerResult<ExecutableDocument> {
+        let document = next.run(ctx, query, variables).await.map_err(|err| with_code(err, PARSE_FAILED))?;
+        let name = self.operation_name.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(operation) = selected(&document, name.as_deref()) {
+            required_variables(operation, variables).map_err(|err| with_code(err, VALIDATION_FAILED))?;
+        }
+        Ok(document)
+    }
+
+    async fn validation(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        next: NextValidation<'_>,
+    ) -> Result<ValidationResult, Vec<ServerError>> {
+        next.run(ctx).await.map_err(|errs| errs.into_iter().map(|err| with_code(err, VALIDATION_FAILED)).collect())
+    }
+
+    async fn execute(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        operation_name: Option<&str>,
+        next: NextExecute<'_>,
+    ) -> Response {
+        if let Some(started) = ctx.data_opt::<ExecutionStarted>() {
+            started.0.store(true, Ordering::Release);
+        }
+        next.run(ctx, operation_name).await
+    }
+}
+
+/// The operation a request runs (async-graphql reports an unknown or
+/// missing name itself).
+fn selected<'a>(document: &'a ExecutableDocument, name: Option<&str>) -> Option<&'a Positioned<OperationDefinition>> {
+    match (&document.operations, name) {
+        (DocumentOperations::Single(operation), _) => Some(operation),
+        (DocumentOperations::Multiple(operations), Some(name)) => {
+            operations.iter().find(|(n, _)| n.as_str() == name).map(|(_, op)| op)
+        }
+        (DocumentOperations::Multiple(operations), None) if operations.len() == 1 => operations.values().next(),
+        _ => None,
+    }
+}
+
+/// A variable of a non-null type with no default needs a non-null value,
+/// and a value of a built-in scalar type (or a UUID) must be one.
+fn required_variables(operation: &Positioned<OperationDefinition>, variables: &Variables) -> ServerResult<()> {
+    for definition in &operation.node.variable_definitions {
+        let definition = &definition.node;
+        let name = definition.name.node.as_str();
+        let value = variables.get(name);
+        if let Some(value) = value
+            && !coerces(&definition.var_type.node, value)
+        {
+            return Err(ServerError::new(
+                format!("variable `${name}` got a value that is not a `{}`", definition.var_type.node),
+                Some(definition.name.pos),
+            ));
+        }
+        let given = value.is_some_and(|v| !matches!(v, ConstValue::Null));
+        if !definition.var_type.node.nullable && definition.default_value.is_none() && !given {
+            return Err(ServerError::new(
+                format!(
+                    "variable `${name}` of required type `{}` was not provided (or is null); send it in `variables`",
+                    definition.var_type.node
+                ),
+                Some(definition.name.pos),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `value` can be a `ty`, as far as scalars with a fixed shape go
+/// (enums, input objects and other scalars are left to execution).
+fn coerces(ty: &Type, value: &ConstValue) -> bool {
+    match (value, &ty.base) {
+        (ConstValue::Null, _) => ty.nullable,
+        (ConstValue::List(items), BaseType::List(inner)) => items.iter().all(|item| coerces(inner, item)),
+        (_, BaseType::List(inner)) => coerces(inner, value),
+        (_, BaseType::Named(name)) => match (name.as_str(), value) {
+            ("Int", ConstValue::Number(n)) => n.as_i64().is_some_and(|n| i32::try_from(n).is_ok()),
+            ("Float", ConstValue::Number(_)) => true,
+            ("String", ConstValue::String(_)) | ("Boolean", ConstValue::Boolean(_)) => true,
+            ("ID", ConstValue::String(_)) => true,
+            ("ID", ConstValue::Number(n)) => n.is_i64() || n.is_u64(),
+            ("UUID", ConstValue::String(s)) => uuid::Uuid::parse_str(s).is_ok(),
+            ("Int" | "Float" | "String" | "Boolean" | "ID" | "UUID", _) => false,
+            _ => true,
+        },
+    }
+}
