@@ -111,9 +111,9 @@ impl EventCursor {
 
     /// A cursor of either event list (a stream resumes from any).
     pub fn decode(cursor: &str) -> Result<Self, LedgerError> {
-        parse(List::Events, cursor)
-            .map(|(at, floor)| Self { at, floor, list: List::Events })
-            .or_else(|_| parse(List::EventsOldestFirst, cursor).map(|(at, floor)| Self { at, floor, list: List::EventsOldestFirst }))
+        parse(List::Events, cursor).map(|(at, floor)| Self { at, floor, list: List::Events }).or_else(|_| {
+            parse(List::EventsOldestFirst, cursor).map(|(at, floor)| Self { at, floor, list: List::EventsOldestFirst })
+        })
     }
 }
 
