@@ -283,6 +283,20 @@ impl TestApp {
 }
 
 impl TestApp {
+    /// Lets a fixture lay out history in raw SQL with past timestamps (the
+    /// operator-read calendars): switches off, in this test's own database
+    /// only, the history guards of migration 0005 that rightly refuse such
+    /// rewrites from anyone else. The state-machine triggers stay on.
+    pub async fn allow_history_rewrites(&self) {
+        self.sql(
+            "ALTER TABLE work_units DISABLE TRIGGER work_units_holder_guard;
+             ALTER TABLE work_units DISABLE TRIGGER work_units_change_recorded;
+             ALTER TABLE work_unit_attempts DISABLE TRIGGER work_unit_attempts_history_guard;
+             ALTER TABLE blocking_questions DISABLE TRIGGER blocking_questions_guard;",
+        )
+        .await;
+    }
+
     /// Executes SQL as the owner, panicking on failure.
     pub async fn sql(&self, sql: &str) {
         self.owner.execute_unprepared(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));

@@ -176,6 +176,7 @@ async fn cost_summary_groups_every_unit_open_ones_included() {
 #[tokio::test]
 async fn stall_edges_and_question_ages_are_measured_on_the_servers_clock() {
     let app = spawn_app().await;
+    app.allow_history_rewrites().await;
     let op = fixture(&app).await;
     app.sql(
         "UPDATE work_units SET last_heartbeat_at = '2026-01-05T10:00:00Z', lease_expires_at = '2026-01-05T10:15:00Z'
