@@ -138,10 +138,15 @@ impl FeedTask {
             let held = self.drain(&feed, &mut after).await;
             self.held.store(held, Ordering::Relaxed);
             drop(feed);
+            // A notification is only a hint (SPEC §6): an idle feed still
+            // re-reads every RECHECK_MAX, so an event whose NOTIFY never came
+            // (its writer died after committing, a forged queue) is late by at
+            // most that, never lost. A held feed looks sooner, backing off.
+            let wait = if held { recheck } else { RECHECK_MAX };
             tokio::select! {
                 _ = self.stop.cancelled() => return,
                 _ = self.wake.notified() => recheck = RECHECK_MIN,
-                _ = tokio::time::sleep(recheck), if held => recheck = (recheck * 2).min(RECHECK_MAX),
+                _ = tokio::time::sleep(wait) => recheck = (recheck * 2).min(RECHECK_MAX),
             }
         }
     }
