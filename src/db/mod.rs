@@ -15,11 +15,11 @@
 //! Nothing here knows the domain's error type: functions return [`DbErr`]
 //! and [`in_fleet`] hands the caller's own error type back.
 
+pub mod aggregates;
 pub mod claims;
 pub mod entities;
 pub mod events;
 pub mod idempotency;
-pub mod metrics;
 pub mod reader_logins;
 pub mod reads;
 pub mod tokens;

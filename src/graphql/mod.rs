@@ -1,10 +1,10 @@
 //! The GraphQL surface: one module per area, merged here into the schema.
 
+mod aggregates;
 pub mod error;
 pub mod events;
 mod guidance;
 pub mod loaders;
-mod metrics;
 mod operation_metrics;
 mod pagination;
 mod query;
@@ -25,7 +25,7 @@ pub use error::{Result, error_body, error_object};
 pub use subscription::Subscription;
 
 #[derive(MergedObject, Default)]
-pub struct Query(query::MetaQuery, units::UnitQuery, reads::ReadQuery, metrics::MetricsQuery);
+pub struct Query(query::MetaQuery, units::UnitQuery, reads::ReadQuery, aggregates::MetricsQuery);
 
 #[derive(MergedObject, Default)]
 pub struct Mutation(units::UnitMutation, work::WorkMutation);

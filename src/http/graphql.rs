@@ -106,12 +106,10 @@ pub(super) async fn post(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let media = MediaType::negotiate(&headers);
-    let principal = match authenticate(&state, &headers, client).await {
-        Ok(principal) => principal,
-        Err(err) => return auth_refusal(err, media.unwrap_or(MediaType::Json)),
+    let (principal, media) = match admit(&state, &headers, client).await {
+        Ok(admitted) => admitted,
+        Err(refusal) => return *refusal,
     };
-    let Some(media) = media else { return not_acceptable() };
     if !is_json(&headers) {
         return error_response(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -167,12 +165,10 @@ pub(super) async fn get(
     headers: HeaderMap,
     uri: Uri,
 ) -> Response {
-    let media = MediaType::negotiate(&headers);
-    let principal = match authenticate(&state, &headers, client).await {
-        Ok(principal) => principal,
-        Err(err) => return auth_refusal(err, media.unwrap_or(MediaType::Json)),
+    let (principal, media) = match admit(&state, &headers, client).await {
+        Ok(admitted) => admitted,
+        Err(refusal) => return *refusal,
     };
-    let Some(media) = media else { return not_acceptable() };
     let mut request = match parse_query_string(uri.query().unwrap_or_default()) {
         Ok(request) => request,
         Err(err) => return error_response(StatusCode::BAD_REQUEST, media, err),
@@ -196,6 +192,22 @@ pub(super) async fn get(
 }
 
 /// 401 (with the scheme to use) or, when the token store cannot be asked, 503.
+/// What both methods check first, in order: the token (401 even when the
+/// client accepts no type we answer), then the response type (406).
+async fn admit(
+    state: &AppState,
+    headers: &HeaderMap,
+    client: SocketAddr,
+) -> Result<(Principal, MediaType), Box<Response>> {
+    let media = MediaType::negotiate(headers);
+    let principal = match authenticate(state, headers, client).await {
+        Ok(principal) => principal,
+        Err(err) => return Err(Box::new(auth_refusal(err, media.unwrap_or(MediaType::Json)))),
+    };
+    let Some(media) = media else { return Err(Box::new(not_acceptable())) };
+    Ok((principal, media))
+}
+
 fn auth_refusal(err: LedgerError, media: MediaType) -> Response {
     match err {
         err @ LedgerError::Unauthenticated(_) => error_response(StatusCode::UNAUTHORIZED, media, err),

@@ -12,12 +12,12 @@
 //! | [`reads`] | validated keyset pages and the DataLoaders' batches |
 //! | [`error`](LedgerError) | the domain error enum and its codes |
 
+pub mod aggregates;
 mod claims;
 pub mod cursor;
 mod error;
 mod idempotency;
 mod lifecycle;
-pub mod metrics;
 pub mod reads;
 mod refusals;
 pub mod state_machine;

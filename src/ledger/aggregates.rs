@@ -3,8 +3,8 @@
 
 use super::{Ledger, LedgerError, validate};
 use crate::auth::Principal;
-pub use crate::db::metrics::CostGroup;
-use crate::db::metrics::{self, CostSummaryRow, DayRow, ThroughputRow, WeekRow};
+pub use crate::db::aggregates::CostGroup;
+use crate::db::aggregates::{self as aggregates, CostSummaryRow, DayRow, ThroughputRow, WeekRow};
 use crate::db::reads::Range;
 
 /// The buckets of `throughput`: UTC days, or UTC weeks from Monday.
@@ -15,7 +15,7 @@ pub enum Bucket {
 }
 
 impl Ledger {
-    /// Units and cost per group, open units included (see `db::metrics::cost_summary`).
+    /// Units and cost per group, open units included (see `db::aggregates::cost_summary`).
     pub async fn cost_summary(
         &self,
         who: &Principal,
@@ -26,7 +26,7 @@ impl Ledger {
         validate::range("from", "to", &range)?;
         let fleet = who.fleet.clone();
         self.read(who, move |tx| {
-            Box::pin(async move { Ok(metrics::cost_summary(tx, &fleet, group, &range, domain.as_deref()).await?) })
+            Box::pin(async move { Ok(aggregates::cost_summary(tx, &fleet, group, &range, domain.as_deref()).await?) })
         })
         .await
     }
@@ -46,7 +46,7 @@ impl Ledger {
             Bucket::Week => "week",
         };
         self.read(who, move |tx| {
-            Box::pin(async move { Ok(metrics::throughput(tx, &fleet, bucket, &range, domain.as_deref()).await?) })
+            Box::pin(async move { Ok(aggregates::throughput(tx, &fleet, bucket, &range, domain.as_deref()).await?) })
         })
         .await
     }
@@ -55,13 +55,14 @@ impl Ledger {
     pub async fn weekly_metrics(&self, who: &Principal, range: Range) -> Result<Vec<WeekRow>, LedgerError> {
         validate::range("from", "until", &range)?;
         let fleet = who.fleet.clone();
-        self.read(who, move |tx| Box::pin(async move { Ok(metrics::weekly(tx, &fleet, &range).await?) })).await
+        self.read(who, move |tx| Box::pin(async move { Ok(aggregates::weekly(tx, &fleet, &range).await?) })).await
     }
 
     /// Distinct claiming agents per UTC day (days in `[from, until)`).
     pub async fn claiming_agents(&self, who: &Principal, range: Range) -> Result<Vec<DayRow>, LedgerError> {
         validate::range("from", "until", &range)?;
         let fleet = who.fleet.clone();
-        self.read(who, move |tx| Box::pin(async move { Ok(metrics::claiming_agents(tx, &fleet, &range).await?) })).await
+        self.read(who, move |tx| Box::pin(async move { Ok(aggregates::claiming_agents(tx, &fleet, &range).await?) }))
+            .await
     }
 }

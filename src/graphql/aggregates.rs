@@ -6,9 +6,9 @@ use chrono::{DateTime, Utc};
 
 use super::reads::disposition_of;
 use super::{Result, ledger, principal};
+use crate::db::aggregates::{CostSummaryRow, DayRow, ThroughputRow, WeekRow};
 use crate::db::entities::Disposition;
-use crate::db::metrics::{CostSummaryRow, DayRow, ThroughputRow, WeekRow};
-use crate::ledger::metrics::{Bucket, CostGroup};
+use crate::ledger::aggregates::{Bucket, CostGroup};
 use crate::ledger::reads::Range;
 
 /// What `costSummary` groups units and cost by.
