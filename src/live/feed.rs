@@ -31,11 +31,50 @@ const RECHECK_MAX: Duration = Duration::from_secs(1);
 pub struct Feed {
     events: broadcast::Sender<Arc<LiveEvent>>,
     wake: Arc<Notify>,
+    coverage: Mutex<Coverage>,
+}
+
+/// From where the feed broadcasts every event. A tail whose own reads of
+/// the table end before that point would otherwise skip what committed in
+/// between (its catch-up ended, then the new feed's first read began at the
+/// present).
+#[derive(Debug, Clone, Copy)]
+enum Coverage {
+    /// The first read has not begun: it starts no later than the lowest
+    /// position a tail asked for.
+    NotStarted { from: Option<Position> },
+    /// Every event after this position is broadcast.
+    Since(Position),
 }
 
 impl Feed {
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<LiveEvent>> {
         self.events.subscribe()
+    }
+
+    /// True when everything after `position` reaches a receiver taken from
+    /// [`Feed::subscribe`] before this call; false when the caller must read
+    /// the table further first (the feed began later than `position`).
+    pub fn covers(&self, position: Position) -> bool {
+        let mut coverage = self.coverage.lock().unwrap_or_else(|e| e.into_inner());
+        match &mut *coverage {
+            Coverage::NotStarted { from } => {
+                *from = Some(from.map_or(position, |f| f.min(position)));
+                true
+            }
+            Coverage::Since(since) => *since <= position,
+        }
+    }
+
+    /// Fixes where the feed starts: `present`, or earlier when a tail asked.
+    fn begin(&self, present: Position) -> Position {
+        let mut coverage = self.coverage.lock().unwrap_or_else(|e| e.into_inner());
+        let since = match *coverage {
+            Coverage::NotStarted { from } => from.map_or(present, |f| f.min(present)),
+            Coverage::Since(since) => since,
+        };
+        *coverage = Coverage::Since(since);
+        since
     }
 }
 
@@ -76,7 +115,11 @@ impl Feeds {
         let wake = Arc::new(Notify::new());
         let held = Arc::new(AtomicBool::new(false));
         let tag = Arc::new(OnceLock::new());
-        let feed = Arc::new(Feed { events: broadcast::channel(self.capacity).0, wake: wake.clone() });
+        let feed = Arc::new(Feed {
+            events: broadcast::channel(self.capacity).0,
+            wake: wake.clone(),
+            coverage: Mutex::new(Coverage::NotStarted { from: None }),
+        });
         let entry = Entry { feed: Arc::downgrade(&feed), wake: wake.clone(), held: held.clone(), tag: tag.clone() };
         entries.insert(fleet.to_owned(), entry);
         let task = FeedTask {
@@ -129,9 +172,7 @@ impl FeedTask {
         if !self.learn_tag().await {
             return;
         }
-        // Where the feed starts does not matter for correctness: each
-        // subscriber reads up to the present itself before it listens.
-        let mut after: Option<Position> = None;
+        let Some(mut after) = self.begin().await else { return };
         let mut recheck = RECHECK_MIN;
         loop {
             let Some(feed) = self.feed.upgrade() else { return };
@@ -181,24 +222,40 @@ impl FeedTask {
         }
     }
 
+    /// Where the first read starts: the present, or the lowest position a
+    /// tail that joined before asked for (see [`Feed::covers`]). None: the
+    /// server stops or the subscribers left before the database answered.
+    async fn begin(&self) -> Option<Position> {
+        let mut retry = RECHECK_MIN;
+        loop {
+            let present = db::in_fleet::<_, DbErr, _>(&self.db, &self.fleet, |tx| {
+                Box::pin(async move { Ok(events::start(tx).await?.position()) })
+            })
+            .await;
+            match present {
+                Ok(present) => return Some(self.feed.upgrade()?.begin(present)),
+                Err(err) => tracing::warn!(fleet = %self.fleet, error = %err, "cannot read the event log"),
+            }
+            tokio::select! {
+                _ = self.stop.cancelled() => return None,
+                _ = tokio::time::sleep(retry) => retry = (retry * 2).min(RECHECK_MAX),
+            }
+            self.feed.upgrade()?;
+        }
+    }
+
     /// Reads and broadcasts everything deliverable; true when some committed
     /// events wait for an older transaction (or a read failed) and the feed
     /// must look again without a notification.
-    async fn drain(&self, feed: &Feed, after: &mut Option<Position>) -> bool {
+    async fn drain(&self, feed: &Feed, after: &mut Position) -> bool {
         loop {
             let fleet = self.fleet.clone();
             let from = *after;
             let read = db::in_fleet::<_, DbErr, _>(&self.db, &self.fleet, move |tx| {
-                Box::pin(async move {
-                    let from = match from {
-                        Some(position) => position,
-                        None => events::start(tx).await?.position(),
-                    };
-                    Ok((from, events::events_after(tx, &fleet, from, BATCH).await?))
-                })
+                Box::pin(async move { events::events_after(tx, &fleet, from, BATCH).await })
             })
             .await;
-            let (from, batch) = match read {
+            let batch = match read {
                 Ok(read) => read,
                 // Retried on the recheck timer.
                 Err(err) => {
@@ -210,7 +267,7 @@ impl FeedTask {
                 // No receiver is not an error: a subscriber may be leaving.
                 let _ = feed.events.send(Arc::new(event.clone()));
             }
-            *after = Some(batch.next_after(from, BATCH));
+            *after = batch.next_after(from, BATCH);
             if batch.events.len() < BATCH {
                 return batch.held;
             }

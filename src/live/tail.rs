@@ -27,7 +27,7 @@ const PAGE: usize = 500;
 pub struct Tail {
     ledger: Ledger,
     who: Principal,
-    _feed: Arc<Feed>,
+    feed: Arc<Feed>,
     live: broadcast::Receiver<Arc<LiveEvent>>,
     /// Everything at or before it has been delivered or skipped.
     position: Position,
@@ -75,7 +75,7 @@ impl Tail {
         Self {
             ledger: ledger.clone(),
             who: who.clone(),
-            _feed: feed,
+            feed,
             live,
             position,
             start,
@@ -119,7 +119,9 @@ impl Tail {
     }
 
     /// One page of the table after `position`; catching up ends with the
-    /// first page that is not full.
+    /// first page that is not full and reaches where the feed's broadcast
+    /// begins (a feed started after this tail joined may begin later than
+    /// the tail's first reads reached).
     async fn catch_up(&mut self) -> Result<(), LedgerError> {
         let (fleet, from) = (self.who.fleet.clone(), self.position);
         let batch = self
@@ -127,7 +129,7 @@ impl Tail {
             .read(&self.who, move |tx| Box::pin(async move { Ok(events::events_after(tx, &fleet, from, PAGE).await?) }))
             .await?;
         self.position = batch.next_after(from, PAGE);
-        self.catching_up = batch.events.len() >= PAGE;
+        self.catching_up = batch.events.len() >= PAGE || !self.feed.covers(self.position);
         self.pending.extend(batch.events.into_iter().map(Arc::new));
         Ok(())
     }
