@@ -3,6 +3,12 @@
 //!
 //!   cargo bench --bench load -- [--agents 64] [--seconds 10]
 //!
+//! `WL_BENCH_EVENT_POSITION=no-marker` runs the same phases with the live
+//! event writer marker (migration 0004's advisory lock) left out of the
+//! events trigger, to measure what the marker costs; `xid-only` goes back to
+//! migration 0003's trigger (transaction id only, no batch sequence). Both
+//! break live delivery's exactness and exist only for this comparison.
+//!
 //! Uses DATABASE_URL when set (a scratch database is created next to it),
 //! otherwise an embedded PostgreSQL in a temporary folder. Prints a Markdown
 //! report for docs/BENCHMARKS.md.
@@ -125,6 +131,8 @@ async fn main() -> Result<(), AnyError> {
     let scratch = scratch_database("wl_bench").await?;
     let url = scratch.url.clone();
     let owner = db::connect(&url, (args.agents + 4) as u32).await?;
+    let position = std::env::var("WL_BENCH_EVENT_POSITION").unwrap_or_else(|_| "marker".into());
+    event_position_variant(&owner, &position).await?;
 
     let per_agent = 250;
     let claims_needed = args.agents * per_agent;
@@ -363,6 +371,40 @@ async fn main() -> Result<(), AnyError> {
 
 /// One agent's loop of the bare claim statement, one autocommit round trip
 /// each, as the owner; a fresh agent name per claim.
+/// Replaces the events trigger's position function for a comparison run
+/// (see the module comment); `marker` keeps migration 0004's.
+async fn event_position_variant(owner: &DatabaseConnection, variant: &str) -> Result<(), AnyError> {
+    let body = match variant {
+        "marker" => return Ok(()),
+        "no-marker" => {
+            "DECLARE
+                 xid text := pg_current_xact_id()::text;
+                 mark text := current_setting('work_ledger.live_batch', true);
+                 drawn bigint;
+             BEGIN
+                 IF mark IS NOT NULL AND split_part(mark, ':', 1) = xid THEN
+                     drawn := split_part(mark, ':', 2)::bigint;
+                 ELSE
+                     drawn := nextval('work_unit_events_batch_seq');
+                     PERFORM set_config('work_ledger.live_batch', xid || ':' || drawn, true);
+                 END IF;
+                 NEW.tx_id := xid::bigint;
+                 NEW.batch := drawn;
+                 RETURN NEW;
+             END"
+        }
+        "xid-only" => "BEGIN NEW.tx_id := pg_current_xact_id()::text::bigint; RETURN NEW; END",
+        other => return Err(format!("WL_BENCH_EVENT_POSITION: unknown variant {other:?}").into()),
+    };
+    owner
+        .execute_unprepared(&format!(
+            "CREATE OR REPLACE FUNCTION work_unit_events_position() RETURNS trigger LANGUAGE plpgsql AS $body$ {body} $body$"
+        ))
+        .await?;
+    eprintln!("event position variant: {variant}");
+    Ok(())
+}
+
 async fn raw_claims(owner: &DatabaseConnection, fleet: &str, i: usize, deadline: Instant, limit: usize) -> Samples {
     let mut s = Samples::default();
     for n in 0..limit {

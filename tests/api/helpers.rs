@@ -48,6 +48,7 @@ impl Cluster {
                     let (base, embedded) = match std::env::var("DATABASE_URL") {
                         Ok(url) if !url.is_empty() => (url, None),
                         _ => {
+                            remove_stopped_clusters();
                             let dir = tempfile::Builder::new().prefix("wl-test-").tempdir().expect("tempdir").keep();
                             let pg = EmbeddedPostgres::start(&dir).await.expect("embedded PostgreSQL");
                             (pg.url().to_owned(), Some(pg))
@@ -68,6 +69,24 @@ impl Cluster {
             });
             rx.recv().expect("cluster started")
         })
+    }
+}
+
+/// Throwaway clusters of earlier test processes (about 1 GB each) whose
+/// server has stopped: a fast shutdown removes `postmaster.pid`, and a log
+/// untouched for minutes rules out a cluster another process is starting.
+fn remove_stopped_clusters() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        let is_test_cluster = entry.file_name().to_string_lossy().starts_with("wl-test-");
+        let stopped = dir.join("pgdata/PG_VERSION").exists() && !dir.join("pgdata/postmaster.pid").exists();
+        let quiet = std::fs::metadata(dir.join("postgres.log"))
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > std::time::Duration::from_secs(120)));
+        if is_test_cluster && stopped && quiet {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
     }
 }
 
