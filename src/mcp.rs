@@ -44,7 +44,9 @@ Loop: `claim_next` gives you one unit (you hold at most one live claim: CLAIMED,
 `start_work`; `heartbeat` before the lease runs out; `record_cost` as bills arrive; `verify` with an \
 evidence link when done (the unit is then no longer held: claim your next one, and still `dispose` of \
 the verified one with MIGRATED); `block` with a question when stuck, or `release` to give the unit up. \
-Every result carries `legalActions`: what you may do next. `my_work` says what you hold.";
+Every result carries `legalActions`: what you may do next. `my_work` says what you hold. \
+Give every write an `idempotencyKey`; after an UNAVAILABLE error (the database failing over) or a lost \
+answer, call again with the same arguments and the same key: a write that did land is returned, not made twice.";
 
 /// The `/mcp` routes over `ledger`, stopped by `stop`.
 pub fn routes(ledger: Ledger, stop: CancellationToken) -> Router {

@@ -11,6 +11,7 @@
 //! | [`reads`] | keyset pages, DataLoader batches and the SQL views |
 //! | [`tokens`] | `api_tokens` |
 //! | [`reader_logins`] | per-fleet Grafana logins |
+//! | [`target`], [`primary`] | multi-host URLs: finding and following the read-write server |
 //!
 //! Nothing here knows the domain's error type: functions return [`DbErr`]
 //! and [`in_fleet`] hands the caller's own error type back.
@@ -20,8 +21,10 @@ pub mod claims;
 pub mod entities;
 pub mod events;
 pub mod idempotency;
+pub mod primary;
 pub mod reader_logins;
 pub mod reads;
+pub mod target;
 pub mod tokens;
 pub mod transitions;
 pub mod units;
@@ -65,7 +68,7 @@ pub const SERVICE_IDLE_IN_TRANSACTION_TIMEOUT: &str = "30s";
 
 /// Opens a connection pool with no session limits (the CLI, migrations).
 pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnection, DbErr> {
-    Database::connect(pool_options(url, max_connections)).await
+    open(url, max_connections, None).await
 }
 
 /// The service's pool with the default limits.
@@ -80,17 +83,53 @@ pub async fn connect_limited(
     max_connections: u32,
     limits: SessionLimits,
 ) -> Result<DatabaseConnection, DbErr> {
-    let mut options = pool_options(url, max_connections);
-    let ms = |d: Duration| format!("{}ms", d.as_millis().max(1));
-    let (statement, lock) = (ms(limits.statement_timeout), ms(limits.lock_timeout));
-    options.map_sqlx_postgres_opts(move |opts| {
-        opts.options([
-            ("statement_timeout", statement.as_str()),
-            ("lock_timeout", lock.as_str()),
-            ("idle_in_transaction_session_timeout", SERVICE_IDLE_IN_TRANSACTION_TIMEOUT),
-        ])
+    open(url, max_connections, Some(limits)).await
+}
+
+/// The one way this process connects to its database (`serve`, `migrate`
+/// and every other command): `url` names one server, or several of which
+/// the read-write one is used and followed ([`primary`]).
+async fn open(url: &str, max_connections: u32, limits: Option<SessionLimits>) -> Result<DatabaseConnection, DbErr> {
+    let target = target::Target::parse(url)?;
+    let mut options = pool_options(target.sqlx_url(), max_connections);
+    let settings = limits.map(|limits| {
+        let ms = |d: Duration| format!("{}ms", d.as_millis().max(1));
+        [
+            ("statement_timeout", ms(limits.statement_timeout)),
+            ("lock_timeout", ms(limits.lock_timeout)),
+            ("idle_in_transaction_session_timeout", SERVICE_IDLE_IN_TRANSACTION_TIMEOUT.to_owned()),
+        ]
     });
-    Database::connect(options).await
+    let primary = if target.is_plain() { None } else { Some(primary::Primary::find(target).await?) };
+    let aim = primary.clone();
+    options.map_sqlx_postgres_opts(move |opts| {
+        let opts = match &settings {
+            Some(settings) => opts.options(settings.iter().map(|(k, v)| (*k, v.as_str()))),
+            None => opts,
+        };
+        match &aim {
+            Some(primary) => primary.point(&opts),
+            None => opts,
+        }
+    });
+    let Some(primary) = primary else {
+        return Database::connect(options).await;
+    };
+    let hooks = primary.clone();
+    options.map_sqlx_postgres_pool_opts(move |pool| hooks.pool_options(pool));
+    let db = Database::connect(options).await?;
+    primary.adopt(db.get_postgres_connection_pool());
+    Ok(db)
+}
+
+/// A URL for libpq tools (pg_dump, pg_restore): `url` itself when it names
+/// one plain server, else the read-write server's alone.
+pub async fn libpq_url(url: &str) -> Result<String, DbErr> {
+    let target = target::Target::parse(url)?;
+    if target.is_plain() {
+        return Ok(url.to_owned());
+    }
+    Ok(primary::Primary::find(target).await?.libpq_url())
 }
 
 fn pool_options(url: &str, max_connections: u32) -> ConnectOptions {
@@ -169,8 +208,9 @@ pub fn violation(err: &DbErr) -> Option<(String, String)> {
 /// True when `err` says the database is out of reach rather than that the
 /// request was wrong: no connection could be had or the one in use broke
 /// (I/O, TLS, protocol, pool timeout), or the server is shutting down,
-/// starting up or lost the connection (SQLSTATE classes 08 and 57P0x). A
-/// client retries such a request with the same idempotency key.
+/// starting up, lost the connection or turned read-only (SQLSTATE classes
+/// 08 and 57P0x, 25006). A client retries such a request with the same
+/// idempotency key.
 pub fn is_unavailable(err: &DbErr) -> bool {
     use sea_orm::sqlx::Error as Sqlx;
     let runtime = match err {
@@ -183,8 +223,9 @@ pub fn is_unavailable(err: &DbErr) -> bool {
     };
     match sqlx_err.as_ref() {
         Sqlx::Io(_) | Sqlx::Tls(_) | Sqlx::Protocol(_) | Sqlx::PoolTimedOut | Sqlx::PoolClosed => true,
+        // 25006 read_only_sql_transaction: the server was demoted under us.
         Sqlx::Database(db_err) => db_err.code().is_some_and(|code| {
-            code.starts_with("08") || matches!(code.as_ref(), "57P01" | "57P02" | "57P03" | "53300")
+            code.starts_with("08") || matches!(code.as_ref(), "57P01" | "57P02" | "57P03" | "53300" | "25006")
         }),
         _ => false,
     }

@@ -297,6 +297,9 @@ async fn metrics(State(state): State<AppState>) -> Response {
 async fn readyz(State(state): State<AppState>) -> Response {
     if let Err(err) = state.ledger.db().execute_unprepared("SELECT 1").await {
         tracing::warn!(error = %err, "readiness check failed");
+        if db::is_unavailable(&err) {
+            db::primary::suspect();
+        }
         return (StatusCode::SERVICE_UNAVAILABLE, "database unreachable").into_response();
     }
     if !state.live.is_listening() {

@@ -215,6 +215,8 @@ impl From<sea_orm::DbErr> for LedgerError {
         }
         if crate::db::is_unavailable(&err) {
             tracing::warn!(error = %err, "database unavailable");
+            // Perhaps the primary was lost or demoted: look for it again.
+            crate::db::primary::suspect();
             return Self::Unavailable;
         }
         if crate::db::violation(&err).is_some_and(|(code, _)| RETRYABLE_STATES.contains(&code.as_str())) {

@@ -45,7 +45,9 @@ impl Default for ListenerConfig {
 }
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// A failover takes seconds: waiting longer would keep `/readyz` at 503
+/// and subscribers on polling after the new primary is up.
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 enum Ended {
@@ -53,12 +55,14 @@ enum Ended {
     Lost(String),
 }
 
-pub async fn run(live: Live, options: PgConnectOptions) {
-    let options = options.application_name(APPLICATION_NAME);
+pub async fn run(live: Live) {
     let mut backoff = BACKOFF_MIN;
     let mut connected_before = false;
     loop {
-        match tokio::time::timeout(CONNECT_TIMEOUT, connect(&options)).await {
+        // Read afresh each time: the server may have moved (a failover).
+        let pool = live.db().get_postgres_connection_pool();
+        let options = (*pool.connect_options()).clone().application_name(APPLICATION_NAME);
+        match tokio::time::timeout(CONNECT_TIMEOUT, connect(pool.options(), &options)).await {
             Ok(Ok(listener)) => {
                 backoff = BACKOFF_MIN;
                 if connected_before {
@@ -71,7 +75,11 @@ pub async fn run(live: Live, options: PgConnectOptions) {
                 live.set_listening(false);
                 match ended {
                     Ended::Stopped => return,
-                    Ended::Lost(why) => tracing::warn!(reason = %why, "LISTEN connection lost; reconnecting"),
+                    Ended::Lost(why) => {
+                        tracing::warn!(reason = %why, "LISTEN connection lost; reconnecting");
+                        // The server itself may be gone: have it looked for.
+                        crate::db::primary::suspect();
+                    }
                 }
             }
             Ok(Err(err)) => tracing::warn!(error = %err, retry_in = ?backoff, "cannot LISTEN"),
@@ -88,9 +96,13 @@ pub async fn run(live: Live, options: PgConnectOptions) {
 }
 
 /// A fresh single-connection pool per attempt: an abandoned connection (say,
-/// half-open) can then never stand in the way of the next one.
-async fn connect(options: &PgConnectOptions) -> Result<PgListener, sea_orm::sqlx::Error> {
-    let pool = PgPoolOptions::new()
+/// half-open) can then never stand in the way of the next one. It takes the
+/// live pool's checks (`pool_options`): a LISTEN on a read-only server would
+/// hear nothing of the writes.
+async fn connect(pool_options: &PgPoolOptions, options: &PgConnectOptions) -> Result<PgListener, sea_orm::sqlx::Error> {
+    let pool = pool_options
+        .clone()
+        .min_connections(0)
         .max_connections(1)
         .acquire_timeout(CONNECT_TIMEOUT)
         .max_lifetime(None)

@@ -23,7 +23,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sea_orm::sqlx::postgres::PgPoolOptions;
 use sea_orm::{DatabaseConnection, DbErr, SqlxPostgresConnector};
 use tokio::sync::{Notify, broadcast, watch};
 use tokio_util::sync::CancellationToken;
@@ -99,12 +98,18 @@ impl Live {
     /// a pool of its own); nothing runs until [`Live::run_listener`] and
     /// [`Live::run_sweeper`] (`Application::run_until` runs both).
     pub fn new(requests: &DatabaseConnection, config: LiveConfig) -> Self {
-        let options = (*requests.get_postgres_connection_pool().connect_options()).clone();
-        let pool = PgPoolOptions::new()
+        let requests = requests.get_postgres_connection_pool();
+        let options = (*requests.connect_options()).clone();
+        // The request pool's pool options carry its checks (a read-write
+        // server only); it follows the request pool's server when that moves.
+        let pool = requests
+            .options()
+            .clone()
             .max_connections(config.pool_size.max(1))
             .min_connections(0)
             .acquire_timeout(Duration::from_secs(10))
             .connect_lazy_with(options.application_name("work-ledger-live"));
+        db::primary::follow(requests, &pool);
         let db = SqlxPostgresConnector::from_sqlx_postgres_pool(pool);
         let stop = CancellationToken::new();
         Self(Arc::new(Inner {
@@ -125,8 +130,7 @@ impl Live {
 
     /// The listener (and the token checker it drives) until [`Live::stop`].
     pub async fn run_listener(&self) {
-        let options = (*self.0.db.get_postgres_connection_pool().connect_options()).clone();
-        tokio::join!(listener::run(self.clone(), options), self.check_tokens_on_notice());
+        tokio::join!(listener::run(self.clone()), self.check_tokens_on_notice());
     }
 
     /// `pg_notification_queue_usage()` (0 to 1) as the listener last saw it,

@@ -74,7 +74,12 @@ impl Sweeper {
             match self.run_once().await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(stalled = n, "sweeper reported expired leases"),
-                Err(err) => tracing::warn!(error = %err, "sweep failed; retrying at the next interval"),
+                Err(err) => {
+                    if crate::db::is_unavailable(&err) {
+                        crate::db::primary::suspect();
+                    }
+                    tracing::warn!(error = %err, "sweep failed; retrying at the next interval")
+                }
             }
             self.passes.send_modify(|n| *n += 1);
         }

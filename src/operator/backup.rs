@@ -47,7 +47,8 @@ async fn run(program: &Path, args: &[&str]) -> Result<(), AnyError> {
 /// Writes the ledger database at `url` to `out`.
 pub async fn backup(url: &str, out: &Path) -> Result<(), AnyError> {
     let out = out.to_str().ok_or("the output path is not UTF-8")?;
-    run(&tool("pg_dump")?, &["--format=custom", "--no-owner", "--file", out, "--dbname", url]).await
+    let url = db::libpq_url(url).await?;
+    run(&tool("pg_dump")?, &["--format=custom", "--no-owner", "--file", out, "--dbname", &url]).await
 }
 
 /// True when the database holds no table of its own (a fresh `CREATE DATABASE`).
@@ -76,7 +77,8 @@ pub async fn restore(url: &str, file: &Path) -> Result<(), AnyError> {
     };
     conn.close().await?;
     roles?;
-    run(&tool("pg_restore")?, &["--no-owner", "--exit-on-error", "--single-transaction", "--dbname", url, file])
+    let libpq = db::libpq_url(url).await?;
+    run(&tool("pg_restore")?, &["--no-owner", "--exit-on-error", "--single-transaction", "--dbname", &libpq, file])
         .await?;
     db::migrate(url).await?;
     Ok(())

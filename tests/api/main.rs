@@ -8,6 +8,7 @@ mod agents;
 mod auth;
 mod claims;
 mod embedded;
+mod failover;
 mod fencing;
 mod graphiql;
 mod hostile;
