@@ -339,8 +339,10 @@ async fn main() -> Result<(), AnyError> {
         explain(&owner, &g.name, sql, values).await?;
     }
     let week_ago = week.from.map(|t| t.to_rfc3339()).unwrap_or_default();
-    let (cost_from, cost_to) =
-        (costs.from.map(|t| t.to_rfc3339()).unwrap_or_default(), costs.until.map(|t| t.to_rfc3339()).unwrap_or_default());
+    let (cost_from, cost_to) = (
+        costs.from.map(|t| t.to_rfc3339()).unwrap_or_default(),
+        costs.until.map(|t| t.to_rfc3339()).unwrap_or_default(),
+    );
     for (title, sql) in [
         (
             "totalCount of units(filter: {domain})".to_owned(),
