@@ -57,6 +57,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261130_000005_write_path", "0005_write_path"),
             // The operator's reads: reasons derived from the events, date-range indexes, North Star views.
             sql_migration!("m20261130_000007_operator_reads", "0007_operator_reads"),
+            // The operator's grouped reads at scale: covering indexes, v_cost_groups, throughput per unit first.
+            sql_migration!("m20261130_000008_grouped_reads", "0008_grouped_reads"),
         ]
     }
 }

@@ -29,6 +29,9 @@ pub struct CostSummaryRow {
 /// its whole cost); with a range, the cost recorded in it (from the
 /// `cost_recorded` events) and the units it was recorded for. AGENT groups
 /// by the agent of the attempt the cost was recorded on.
+///
+/// Every form aggregates per unit (or per attempt) first, from covering
+/// indexes of migration 0008, and names its key only on the grouped rows.
 pub async fn cost_summary(
     tx: &DatabaseTransaction,
     fleet: &str,
@@ -36,50 +39,109 @@ pub async fn cost_summary(
     range: &Range,
     domain: Option<&str>,
 ) -> Result<Vec<CostSummaryRow>, DbErr> {
-    let key = match group {
-        CostGroup::Domain => "u.domain",
-        CostGroup::Disposition => "coalesce(u.disposition::text, 'OPEN')",
-        CostGroup::State => "upper(u.state::text)",
-        CostGroup::Agent => "a.agent_id",
-    };
+    cost_summary_query(fleet, group, range, domain).rows(tx).await
+}
+
+/// The statement of [`cost_summary`] (the reads bench explains it).
+pub fn cost_summary_query(fleet: &str, group: CostGroup, range: &Range, domain: Option<&str>) -> Query {
     let bounded = range.from.is_some() || range.until.is_some();
-    // Per (key, unit) first, then per key: a unit counts once in its group
-    // (an agent may have several attempts on it) without count(DISTINCT).
-    let from = match (bounded, group) {
-        (false, CostGroup::Agent) if domain.is_some() => {
-            "work_unit_attempts a JOIN work_units u ON u.id = a.unit_id WHERE a.fleet = "
-        }
-        (false, CostGroup::Agent) => "work_unit_attempts a WHERE a.fleet = ",
-        (false, _) => "work_units u WHERE u.fleet = ",
-        (true, CostGroup::Agent) => {
-            "work_unit_events e JOIN work_unit_attempts a ON a.id = e.attempt_id JOIN work_units u ON u.id = e.unit_id \
-             WHERE e.event_type = 'cost_recorded' AND e.fleet = "
-        }
-        (true, _) => {
-            "work_unit_events e JOIN work_units u ON u.id = e.unit_id WHERE e.event_type = 'cost_recorded' AND e.fleet = "
-        }
+    let mut q = match (bounded, group) {
+        (false, CostGroup::Agent) => agent_cost(fleet, domain),
+        (false, _) => unit_cost(fleet, group, domain),
+        (true, CostGroup::Agent) => agent_cost_in(fleet, range, domain),
+        (true, _) => unit_cost_in(fleet, group, range, domain),
     };
-    // One row per unit already (no inner grouping) when reading work_units alone.
-    let (unit, cost, per_unit) = match (bounded, group) {
-        (false, CostGroup::Agent) => ("a.unit_id", "sum(a.cost_cents)", " GROUP BY 1, 2"),
-        (false, _) => ("u.id", "u.cost_cents", ""),
-        (true, _) => ("e.unit_id", "sum(e.cost_delta_cents)", " GROUP BY 1, 2"),
-    };
+    q.push(" ORDER BY 1");
+    q
+}
+
+/// The group of a unit, on columns of `alias` (the grouped rows).
+fn unit_key(group: CostGroup, alias: &str) -> String {
+    match group {
+        CostGroup::Disposition => format!("coalesce({alias}.disposition::text, 'OPEN')"),
+        CostGroup::State => format!("upper({alias}.state::text)"),
+        CostGroup::Domain | CostGroup::Agent => format!("{alias}.domain"),
+    }
+}
+
+/// Unbounded, by domain, state or disposition: regroups the few rows of
+/// `v_cost_groups` (one per domain, state and disposition).
+fn unit_cost(fleet: &str, group: CostGroup, domain: Option<&str>) -> Query {
     let mut q = Query::new(&format!(
-        "SELECT key, count(*) AS units, coalesce(sum(cost), 0)::bigint AS cost_cents FROM (\
-           SELECT {key} AS key, {unit} AS unit, {cost} AS cost FROM {from}"
+        "SELECT {} AS key, sum(g.units)::bigint AS units, sum(g.cost_cents)::bigint AS cost_cents \
+           FROM v_cost_groups g WHERE g.fleet = ",
+        unit_key(group, "g")
     ));
     let p = q.bind(fleet);
     q.push(&p);
-    if bounded {
-        q.range("e.created_at", range);
+    if let Some(domain) = domain {
+        q.and("g.domain = {}", domain.to_owned());
     }
+    q.push(" GROUP BY 1");
+    q
+}
+
+/// Unbounded, by agent: each agent's attempts, unit by unit (an agent may
+/// have made several attempts on one unit; it counts once).
+fn agent_cost(fleet: &str, domain: Option<&str>) -> Query {
+    let mut q = Query::new(
+        "SELECT a.agent_id AS key, count(*) AS units, coalesce(sum(a.cost), 0)::bigint AS cost_cents FROM (\
+           SELECT agent_id, unit_id, sum(cost_cents) AS cost FROM work_unit_attempts WHERE fleet = ",
+    );
+    let p = q.bind(fleet);
+    q.push(&p);
+    if let Some(domain) = domain {
+        let d = q.bind(domain.to_owned());
+        q.push(&format!(" AND unit_id IN (SELECT id FROM work_units WHERE fleet = {p} AND domain = {d})"));
+    }
+    q.push(" GROUP BY agent_id, unit_id) AS a GROUP BY 1");
+    q
+}
+
+/// The cost records of `[from, until)`, summed per `per` (a column of the events).
+fn recorded(q: &mut Query, fleet: &str, per: &str, range: &Range) -> String {
+    q.push(&format!(
+        "SELECT e.{per}, sum(e.cost_delta_cents) AS cost FROM work_unit_events e \
+          WHERE e.event_type = 'cost_recorded' AND e.fleet = "
+    ));
+    let p = q.bind(fleet);
+    q.push(&p);
+    q.range("e.created_at", range);
+    q.push(&format!(" GROUP BY e.{per}"));
+    p
+}
+
+/// Over a range, by domain, state or disposition: the cost recorded per
+/// unit, then per group of those units.
+fn unit_cost_in(fleet: &str, group: CostGroup, range: &Range, domain: Option<&str>) -> Query {
+    let mut q = Query::new(&format!(
+        "SELECT {} AS key, count(*) AS units, sum(r.cost)::bigint AS cost_cents FROM (",
+        unit_key(group, "u")
+    ));
+    let p = recorded(&mut q, fleet, "unit_id", range);
+    q.push(&format!(") AS r JOIN work_units u ON u.id = r.unit_id AND u.fleet = {p}"));
     if let Some(domain) = domain {
         q.and("u.domain = {}", domain.to_owned());
     }
-    q.push(per_unit);
-    q.push(") AS per_unit GROUP BY 1 ORDER BY 1");
-    q.rows(tx).await
+    q.push(" GROUP BY 1");
+    q
+}
+
+/// Over a range, by agent: the cost recorded per attempt, then per (agent,
+/// unit), then per agent. Cost recorded without an attempt has no agent.
+fn agent_cost_in(fleet: &str, range: &Range, domain: Option<&str>) -> Query {
+    let mut q = Query::new(
+        "SELECT a.key, count(*) AS units, sum(a.cost)::bigint AS cost_cents FROM (\
+           SELECT t.agent_id AS key, t.unit_id, sum(r.cost) AS cost FROM (",
+    );
+    let p = recorded(&mut q, fleet, "attempt_id", range);
+    q.push(&format!(") AS r JOIN work_unit_attempts t ON t.id = r.attempt_id AND t.fleet = {p}"));
+    if let Some(domain) = domain {
+        let d = q.bind(domain.to_owned());
+        q.push(&format!(" AND t.unit_id IN (SELECT id FROM work_units WHERE fleet = {p} AND domain = {d})"));
+    }
+    q.push(" GROUP BY 1, 2) AS a GROUP BY 1");
+    q
 }
 
 /// Units disposed per bucket and disposition (the `throughput` SQL function
@@ -100,10 +162,22 @@ pub async fn throughput(
     range: &Range,
     domain: Option<&str>,
 ) -> Result<Vec<ThroughputRow>, DbErr> {
-    let sql = "SELECT t.start, t.disposition::text AS disposition, t.units, t.cost_cents, t.distinct_agents \
-                 FROM throughput($2, $3, $4, $5) t WHERE t.fleet = $1 ORDER BY t.start, t.disposition";
-    let values = [fleet.into(), bucket.into(), range.from.into(), range.until.into(), domain.map(str::to_owned).into()];
-    ThroughputRow::find_by_statement(stmt(sql, values)).all(tx).await
+    throughput_query(fleet, bucket, range, domain).rows(tx).await
+}
+
+/// The statement of [`throughput`] (the reads bench explains it).
+pub fn throughput_query(fleet: &str, bucket: &str, range: &Range, domain: Option<&str>) -> Query {
+    let mut q = Query::new(
+        "SELECT t.start, t.disposition::text AS disposition, t.units, t.cost_cents, t.distinct_agents FROM throughput(",
+    );
+    let args = [bucket.into(), range.from.into(), range.until.into(), domain.map(str::to_owned).into()]
+        .map(|v: sea_orm::Value| q.bind(v))
+        .join(", ");
+    q.push(&format!("{args}) t WHERE t.fleet = "));
+    let p = q.bind(fleet);
+    q.push(&p);
+    q.push(" ORDER BY t.start, t.disposition");
+    q
 }
 
 /// One week of the North Star metrics (`v_claims_weekly`,

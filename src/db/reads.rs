@@ -97,6 +97,11 @@ impl Query {
         Query { sql: format!("SELECT count(*) AS n FROM ({}) AS listed", self.sql), values: self.values.clone() }
     }
 
+    /// The SQL text and its values, e.g. to EXPLAIN the very statement a read sends.
+    pub fn parts(&self) -> (&str, &[Value]) {
+        (&self.sql, &self.values)
+    }
+
     pub async fn scalar(self, tx: &DatabaseTransaction) -> Result<i64, DbErr> {
         #[derive(FromQueryResult)]
         struct N {

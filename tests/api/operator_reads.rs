@@ -145,6 +145,29 @@ async fn cost_summary_groups_every_unit_open_ones_included() {
         summary(json!({ "g": "STATE", "d": "jcl" })).await,
         json!([row("ABANDONED", 1, 0, 0.0), row("READY", 1, 0, 0.0)])
     );
+    assert_eq!(summary(json!({ "g": "AGENT", "d": "jcl" })).await, json!([]), "no agent worked on jcl");
+    assert_eq!(summary(json!({ "g": "AGENT", "d": "cobol" })).await.as_array().map(Vec::len), Some(7));
+
+    // The rows behind DOMAIN, STATE and DISPOSITION, for Grafana too: one per
+    // (domain, state, disposition), under row-level security (ordered by the state's name).
+    let groups = "SELECT domain, state::text AS state, disposition::text AS disposition, units, cost_cents
+                    FROM v_cost_groups ORDER BY domain, state, disposition";
+    let group = |domain: &str, state: &str, disposition: Value, units: i64, cost: i64| json!({ "domain": domain, "state": state, "disposition": disposition, "units": units, "cost_cents": cost });
+    assert_eq!(
+        app.app_role_query(Some("f"), groups).await,
+        vec![
+            group("cobol", "abandoned", json!("DEAD"), 1, 50),
+            group("cobol", "blocked", Value::Null, 1, 0),
+            group("cobol", "claimed", Value::Null, 1, 0),
+            group("cobol", "done", json!("MIGRATED"), 1, 300),
+            group("cobol", "in_progress", Value::Null, 1, 0),
+            group("cobol", "ready", Value::Null, 2, 0),
+            group("cobol", "verified", Value::Null, 1, 70),
+            group("jcl", "abandoned", json!("DROPPED"), 1, 0),
+            group("jcl", "ready", Value::Null, 1, 0),
+        ]
+    );
+    assert_eq!(app.app_role_query(Some("other"), groups).await, Vec::<Value>::new());
 
     // A range counts the cost recorded in it, and the units it was recorded for.
     let now: DateTime<Utc> = time(&op.run("{ serverTime }", json!({})).await.data()["serverTime"]);
@@ -160,6 +183,21 @@ async fn cost_summary_groups_every_unit_open_ones_included() {
             row("a-x1", 1, 50, 50.0)
         ])
     );
+    assert_eq!(
+        summary(json!({ "g": "STATE", "from": from, "to": to })).await,
+        json!([row("ABANDONED", 1, 50, 50.0), row("DONE", 1, 300, 300.0), row("VERIFIED", 1, 70, 70.0)])
+    );
+    assert_eq!(
+        summary(json!({ "g": "DISPOSITION", "from": from })).await,
+        json!([row("DEAD", 1, 50, 50.0), row("MIGRATED", 1, 300, 300.0), row("OPEN", 1, 70, 70.0)])
+    );
+    assert_eq!(summary(json!({ "g": "DOMAIN", "from": from, "to": to, "d": "jcl" })).await, json!([]));
+    assert_eq!(
+        summary(json!({ "g": "AGENT", "to": to, "d": "cobol" })).await.as_array().map(Vec::len),
+        Some(4),
+        "the four agents that recorded cost"
+    );
+    assert_eq!(summary(json!({ "g": "AGENT", "from": from, "d": "jcl" })).await, json!([]));
     assert_eq!(
         summary(json!({ "g": "DISPOSITION", "to": (now - hour).to_rfc3339() })).await,
         json!([]),

@@ -243,6 +243,14 @@ async fn the_grafana_reader_role_sees_its_fleet_and_nothing_else() {
         q("SELECT count(*)::int AS n FROM v_cost_per_unit".into()).await.expect("cost"),
         vec![json!({ "n": 10 })]
     );
+    assert_eq!(
+        q("SELECT sum(units)::int AS n, sum(cost_cents)::int AS cost FROM v_cost_groups".into()).await.expect("groups"),
+        vec![json!({ "n": 10, "cost": 420 })]
+    );
+    assert_eq!(
+        q("SELECT sum(units)::int AS n FROM v_throughput_weekly".into()).await.expect("throughput"),
+        vec![json!({ "n": 3 })]
+    );
 
     // Read-only, and no access to credentials.
     for sql in [
