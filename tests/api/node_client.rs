@@ -34,6 +34,10 @@ pub async fn client_dir() -> Option<PathBuf> {
         Ok(out) if out.status.success() => {}
         _ => return missing("Node.js (`node`) is not installed; see .ci/run"),
     }
+    // One install at a time: the tests of this binary run in parallel, and a
+    // second `npm ci` deletes node_modules under the first one's feet.
+    static INSTALL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _installing = INSTALL.lock().await;
     let installed = ["graphql-ws", "graphql-http", "@modelcontextprotocol/sdk"]
         .iter()
         .all(|p| dir.join("node_modules").join(p).exists());
