@@ -4,6 +4,7 @@
 //! and graphile-worker (when Node is installed; `benches/peers/`).
 //!
 //!   cargo bench --bench load -- [--agents 64] [--race-agents 256] [--seconds 10] [--pool 32] [--peer-pool 64]
+//!                                 [--notify in-transaction]
 //!
 //! Uses DATABASE_URL when set (a scratch database is created next to it),
 //! otherwise an embedded PostgreSQL in a temporary folder. Prints a Markdown
@@ -18,7 +19,7 @@ use serde_json::{Value, json};
 use work_ledger::auth::{self, Role};
 use work_ledger::db::claims;
 use work_ledger::db::events::Actor;
-use work_ledger::db::{self, stmt};
+use work_ledger::db::{self, Notify, stmt};
 use work_ledger::http::Application;
 use work_ledger::ledger::Ledger;
 
@@ -36,10 +37,13 @@ struct Args {
     pool: u32,
     /// graphile-worker's pool (its default is 10).
     peer_pool: usize,
+    /// How the server announces events (`--notify in-transaction` for the trigger).
+    notify: Notify,
 }
 
 fn args() -> Args {
-    let mut args = Args { agents: 64, race_agents: 256, seconds: 10, pool: 32, peer_pool: 64 };
+    let mut args =
+        Args { agents: 64, race_agents: 256, seconds: 10, pool: 32, peer_pool: 64, notify: Notify::AfterCommit };
     let argv: Vec<String> = std::env::args().collect();
     for pair in argv.windows(2) {
         let value = pair[1].parse::<u64>().ok();
@@ -49,6 +53,7 @@ fn args() -> Args {
             ("--seconds", Some(v)) => args.seconds = v,
             ("--pool", Some(v)) => args.pool = v as u32,
             ("--peer-pool", Some(v)) => args.peer_pool = v as usize,
+            ("--notify", _) if pair[1] == "in-transaction" => args.notify = Notify::InTransaction,
             _ => {}
         }
     }
@@ -130,6 +135,14 @@ async fn main() -> Result<(), AnyError> {
     // Setup and settling only; each phase opens the pool it needs and closes
     // it after, so that the phases fit under a shared server's max_connections.
     let owner = db::connect(&url, 4).await?;
+    // The profile: time spent in each PL/pgSQL function (triggers included),
+    // by the sessions opened after this.
+    let profiled = owner
+        .execute_unprepared(
+            "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET track_functions = ''pl''', current_database()); END $$",
+        )
+        .await
+        .is_ok();
 
     let per_agent = 250;
     let claims_needed = args.agents * per_agent;
@@ -263,7 +276,7 @@ async fn main() -> Result<(), AnyError> {
     settle().await?;
 
     let pool = db::connect_service(&url, args.pool).await?;
-    let app = Application::build(Ledger::new(pool), "127.0.0.1:0").await?;
+    let app = Application::build(Ledger::notifying(pool, args.notify), "127.0.0.1:0").await?;
     let endpoint = format!("http://{}/graphql", app.local_addr()?);
     tokio::spawn(app.run_until(std::future::pending()));
     let client = reqwest::Client::builder().pool_max_idle_per_host(args.race_agents).build()?;
@@ -329,7 +342,10 @@ async fn main() -> Result<(), AnyError> {
     let events = owner.query_one_raw(stmt("SELECT count(*) AS n FROM work_unit_events", [])).await?;
     let events: i64 = events.map(|r| r.try_get("", "n")).transpose()?.unwrap_or(0);
     println!("Machine: {}", support::machine(&owner).await?);
-    println!("Agents: {}, {} s per phase, server pool {}", args.agents, args.seconds, args.pool);
+    println!(
+        "Agents: {}, {} s per phase, server pool {}, notifications {:?}",
+        args.agents, args.seconds, args.pool, args.notify
+    );
     println!();
     print_table(&[&seed, &raw, &rls, &api, &paced, &finish, &race, &life], peer.as_ref());
     println!();
@@ -356,6 +372,9 @@ async fn main() -> Result<(), AnyError> {
         pct(race.rate(), api.rate())
     );
     println!("events written in the run: {events}");
+    if profiled {
+        print_functions(&owner).await?;
+    }
 
     owner.close().await?;
     if let Some(pg) = scratch.embedded {
@@ -418,7 +437,8 @@ async fn fresh_claims(
     .await
 }
 
-const START: &str = "mutation($u: UUID!, $to: WorkState!, $e: String) { transition(unitId: $u, to: $to, evidenceUrl: $e) { state } }";
+const START: &str =
+    "mutation($u: UUID!, $to: WorkState!, $e: String) { transition(unitId: $u, to: $to, evidenceUrl: $e) { state } }";
 
 async fn claim_and_finish(http: &Http, token: &str, deadline: Instant) -> Vec<(&'static str, Samples)> {
     let mut ops: Vec<(&'static str, Samples)> =
@@ -501,6 +521,31 @@ async fn raw_claims(owner: &DatabaseConnection, fleet: &str, i: usize, deadline:
     s
 }
 
+/// The profile: PL/pgSQL functions and triggers by total time over the run.
+async fn print_functions(db: &DatabaseConnection) -> Result<(), AnyError> {
+    let rows = db
+        .query_all_raw(stmt(
+            "SELECT funcname, calls, round(total_time::numeric, 0)::text AS total_ms,
+                    round((1000 * self_time / greatest(calls, 1))::numeric, 1)::text AS self_us
+               FROM pg_stat_user_functions ORDER BY total_time DESC LIMIT 12",
+            [],
+        ))
+        .await?;
+    println!();
+    println!("| function (pg_stat_user_functions, whole run) | calls | total ms | self µs per call |");
+    println!("| --- | ---: | ---: | ---: |");
+    for r in rows {
+        let (name, calls, total, per): (String, i64, String, String) = (
+            r.try_get("", "funcname")?,
+            r.try_get("", "calls")?,
+            r.try_get("", "total_ms")?,
+            r.try_get("", "self_us")?,
+        );
+        println!("| {name} | {calls} | {total} | {per} |");
+    }
+    Ok(())
+}
+
 fn print_table(reports: &[&Report], peer: Option<&Peer>) {
     println!("| phase | ops | ops/s | p50 ms | p95 ms | p99 ms |");
     println!("| --- | ---: | ---: | ---: | ---: | ---: |");
@@ -520,7 +565,11 @@ fn print_table(reports: &[&Report], peer: Option<&Peer>) {
     if let Some(peer) = peer {
         println!(
             "| graphile-worker {} (concurrency {}, pool {}) / job | {} | {:.0} | | | |",
-            peer.version, peer.concurrency, peer.pool, peer.jobs, peer.rate()
+            peer.version,
+            peer.concurrency,
+            peer.pool,
+            peer.jobs,
+            peer.rate()
         );
     }
 }

@@ -57,6 +57,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261130_000005_write_path", "0005_write_path"),
             // The operator's reads: reasons derived from the events, date-range indexes, North Star views.
             sql_migration!("m20261130_000007_operator_reads", "0007_operator_reads"),
+            // Claims at the speed of the database: notifications after the commit, claimNext in one round trip.
+            sql_migration!("m20261130_000010_write_speed", "0010_write_speed"),
         ]
     }
 }

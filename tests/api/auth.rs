@@ -2,7 +2,7 @@
 //! UNAUTHENTICATED with HTTP 401; a missing permission is FORBIDDEN naming it.
 
 use serde_json::json;
-use work_ledger::auth::Role;
+use work_ledger::auth::{Role, TokenCache};
 
 use crate::helpers::spawn_app;
 
@@ -35,8 +35,17 @@ async fn missing_malformed_unknown_and_revoked_tokens_are_unauthenticated() {
     let id = app.sql_json("SELECT id::text FROM api_tokens WHERE name = 'agent-1'").await[0]["id"].clone();
     let id = id.as_str().expect("id");
     assert!(work_ledger::db::tokens::revoke(&app.owner, id.parse().expect("uuid")).await.expect("revoke"));
-    let revoked = app.post_raw(Some(&format!("Bearer {token}")), ME.to_owned()).await;
-    assert_eq!(revoked.status, 401);
+    // Lookups are cached for at most TokenCache::TTL, and dropped as soon as
+    // the revocation notice arrives: the token is refused within the TTL.
+    let deadline = std::time::Instant::now() + TokenCache::TTL + std::time::Duration::from_millis(500);
+    let revoked = loop {
+        let resp = app.post_raw(Some(&format!("Bearer {token}")), ME.to_owned()).await;
+        if resp.status != 200 || std::time::Instant::now() > deadline {
+            break resp;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(revoked.status, 401, "{:#}", revoked.body);
     revoked.assert_code("UNAUTHENTICATED");
     assert!(revoked.message().contains("revoked"), "{}", revoked.message());
 }
