@@ -377,8 +377,9 @@ async fn main() -> Result<(), AnyError> {
     }
 
     owner.close().await?;
-    if let Some(pg) = scratch.embedded {
-        pg.stop().await;
+    match scratch.embedded {
+        Some(pg) => pg.stop().await,
+        None => support::drop_scratch(&url).await?,
     }
     Ok(())
 }
