@@ -1,7 +1,10 @@
 //! Load generator: N concurrent agents against the real server over HTTP,
-//! and the same claim SQL straight over a pool in the same run (the ceiling).
+//! beside, in the same run, the seed architecture's claim transaction as raw
+//! SQL (the ceiling), the project's own claim statement straight over a pool,
+//! and graphile-worker (when Node is installed; `benches/peers/`).
 //!
-//!   cargo bench --bench load -- [--agents 64] [--seconds 10]
+//!   cargo bench --bench load -- [--agents 64] [--race-agents 256] [--seconds 10] [--pool 32] [--peer-pool 64]
+//!                                 [--notify in-transaction]
 //!
 //! `WL_BENCH_EVENT_POSITION=no-marker` runs the same phases with the live
 //! event writer marker (migration 0004's advisory lock) left out of the
@@ -21,29 +24,42 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr};
 use serde_json::{Value, json};
 use work_ledger::auth::{self, Role};
 use work_ledger::db::claims;
-use work_ledger::db::entities::{Disposition, WorkState};
-use work_ledger::db::events::{Actor, IdempotencyKey};
-use work_ledger::db::transitions::{self, Disposal};
-use work_ledger::db::{self, stmt};
+use work_ledger::db::events::Actor;
+use work_ledger::db::{self, Notify, stmt};
 use work_ledger::http::Application;
 use work_ledger::ledger::Ledger;
 
+mod peers;
 mod support;
 
+use peers::{Peer, graphile_worker, seed};
 use support::{AnyError, Samples, scratch_database, timed};
 
 struct Args {
     agents: usize,
+    race_agents: usize,
     seconds: u64,
+    /// The server's database pool.
+    pool: u32,
+    /// graphile-worker's pool (its default is 10).
+    peer_pool: usize,
+    /// How the server announces events (`--notify in-transaction` for the trigger).
+    notify: Notify,
 }
 
 fn args() -> Args {
-    let mut args = Args { agents: 64, seconds: 10 };
+    let mut args =
+        Args { agents: 64, race_agents: 256, seconds: 10, pool: 32, peer_pool: 64, notify: Notify::AfterCommit };
     let argv: Vec<String> = std::env::args().collect();
     for pair in argv.windows(2) {
-        match pair[0].as_str() {
-            "--agents" => args.agents = pair[1].parse().unwrap_or(args.agents),
-            "--seconds" => args.seconds = pair[1].parse().unwrap_or(args.seconds),
+        let value = pair[1].parse::<u64>().ok();
+        match (pair[0].as_str(), value) {
+            ("--agents", Some(v)) => args.agents = v as usize,
+            ("--race-agents", Some(v)) => args.race_agents = v as usize,
+            ("--seconds", Some(v)) => args.seconds = v,
+            ("--pool", Some(v)) => args.pool = v as u32,
+            ("--peer-pool", Some(v)) => args.peer_pool = v as usize,
+            ("--notify", _) if pair[1] == "in-transaction" => args.notify = Notify::InTransaction,
             _ => {}
         }
     }
@@ -117,82 +133,125 @@ async fn seed_tokens(db: &DatabaseConnection, fleet: &str, prefix: &str, n: usiz
 
 const CLAIM: &str = "mutation { claimNext(leaseSeconds: 900) { id currentAttemptId } }";
 
-async fn gql(client: &reqwest::Client, url: &str, token: &str, query: &str, vars: Value) -> Value {
-    let resp = client.post(url).bearer_auth(token).json(&json!({ "query": query, "variables": vars })).send().await;
-    match resp {
-        Ok(resp) => resp.json().await.unwrap_or(Value::Null),
-        Err(_) => Value::Null,
-    }
-}
-
 #[tokio::main]
 async fn main() -> Result<(), AnyError> {
     let args = args();
     let scratch = scratch_database("wl_bench").await?;
     let url = scratch.url.clone();
-    let owner = db::connect(&url, (args.agents + 4) as u32).await?;
+    // Setup and settling only; each phase opens the pool it needs and closes
+    // it after, so that the phases fit under a shared server's max_connections.
+    let owner = db::connect(&url, 4).await?;
+    // The profile: time spent in each PL/pgSQL function (triggers included),
+    // by the sessions opened after this.
+    let profiled = owner
+        .execute_unprepared(
+            "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET track_functions = ''pl''', current_database()); END $$",
+        )
+        .await
+        .is_ok();
     let position = std::env::var("WL_BENCH_EVENT_POSITION").unwrap_or_else(|_| "marker".into());
     event_position_variant(&owner, &position).await?;
 
     let per_agent = 250;
     let claims_needed = args.agents * per_agent;
-    let pool = db::connect(&url, 32).await?;
-    let app = Application::build(Ledger::new(pool), "127.0.0.1:0").await?;
-    let endpoint = format!("http://{}/graphql", app.local_addr()?);
-    tokio::spawn(app.run_until(std::future::pending()));
-    let client = reqwest::Client::builder().pool_max_idle_per_host(args.agents).build()?;
+    let race_needed = args.race_agents * 60;
 
     eprintln!("seeding {claims_needed} units and tokens per phase...");
-    for fleet in ["warm", "raw", "rls", "api", "life", "rawlife"] {
+    for fleet in ["warm", "raw", "rls", "api", "paced", "finish"] {
         seed_units(&owner, fleet, claims_needed).await?;
     }
+    seed_units(&owner, "race", race_needed).await?;
+    seed_units(&owner, "life", claims_needed / 4).await?;
     let api_tokens = Arc::new(seed_tokens(&owner, "api", "agent", claims_needed).await?);
+    let paced_tokens = Arc::new(seed_tokens(&owner, "paced", "agent", claims_needed).await?);
+    let race_tokens = Arc::new(seed_tokens(&owner, "race", "agent", race_needed).await?);
+    let finish_tokens = Arc::new(seed_tokens(&owner, "finish", "agent", args.agents).await?);
     let life_tokens = Arc::new(seed_tokens(&owner, "life", "agent", args.agents).await?);
+    seed::create(&owner, claims_needed).await?;
     owner.execute_unprepared("VACUUM ANALYZE").await?;
 
+    // Every phase starts from a vacuumed table: on two cores an autovacuum of
+    // work_units triggered by the previous phase's updates would otherwise
+    // run inside the next phase and be charged to it.
+    let settle = || async {
+        owner.execute_unprepared("VACUUM ANALYZE work_units, work_unit_attempts, work_unit_events").await?;
+        owner.execute_unprepared("CHECKPOINT").await.map(|_| ())
+    };
+
+    // The peer first, while none of our pools holds connections.
+    let peer = match graphile_worker(&url, &args).await {
+        Ok(peer) => peer,
+        Err(why) => {
+            eprintln!("graphile-worker peer not run: {why}");
+            None
+        }
+    };
+    settle().await?;
+
+    let raw_pool = db::connect(&url, (args.agents + 2) as u32).await?;
     // Warm-up (not reported): caches, plans, and the first autovacuum after seeding.
     eprintln!("warm-up...");
     {
-        let owner = owner.clone();
+        let raw_pool = raw_pool.clone();
         drive(args.agents, 3, "warm-up", move |i, deadline| {
-            let owner = owner.clone();
+            let pool = raw_pool.clone();
             async move {
-                raw_claims(&owner, "warm", i, deadline, per_agent).await;
+                raw_claims(&pool, "warm", i, deadline, per_agent).await;
                 Vec::new()
             }
         })
         .await;
     }
-
-    // Every phase starts from a vacuumed table: on two cores an autovacuum of
-    // work_units triggered by the previous phase's updates would otherwise
-    // run inside the next phase and be charged to it.
-    let settle =
-        || async { owner.execute_unprepared("VACUUM ANALYZE work_units, work_unit_attempts, work_unit_events").await };
     settle().await?;
 
-    // Phase 1: the ceiling: the claim CTE as one autocommit statement, as the owner (no RLS, no role switch).
-    eprintln!("raw SQL claim...");
-    let raw = {
-        let owner = owner.clone();
-        drive(args.agents, args.seconds, "raw SQL claim (autocommit, owner)", move |i, deadline| {
-            let owner = owner.clone();
+    // The ceiling: the seed architecture's claim transaction on its own schema.
+    eprintln!("seed claim transaction...");
+    let seed = {
+        let pool = raw_pool.clone();
+        drive(args.agents, args.seconds, "seed claim transaction (raw SQL, 6 round trips)", move |i, deadline| {
+            let pool = pool.clone();
             async move {
-                let s = raw_claims(&owner, "raw", i, deadline, per_agent).await;
+                let mut s = Samples::default();
+                let mut n = 0;
+                while Instant::now() < deadline {
+                    let agent = format!("seed-{i}-{n}");
+                    match timed(&mut s, seed::claim(&pool, &agent)).await {
+                        Ok(true) => n += 1,
+                        Ok(false) => break,
+                        Err(err) => {
+                            eprintln!("seed claim failed: {err}");
+                            break;
+                        }
+                    }
+                }
                 vec![("claim", s)]
             }
         })
         .await
     };
-
     settle().await?;
 
-    // Phase 2: the same statement in the service's transaction shape: role + fleet setting, RLS on.
+    // The project's claim statement as one autocommit round trip, as the owner (no RLS, no role switch).
+    eprintln!("raw SQL claim...");
+    let raw = {
+        let pool = raw_pool.clone();
+        drive(args.agents, args.seconds, "project claim statement (autocommit, owner)", move |i, deadline| {
+            let pool = pool.clone();
+            async move {
+                let s = raw_claims(&pool, "raw", i, deadline, per_agent).await;
+                vec![("claim", s)]
+            }
+        })
+        .await
+    };
+    settle().await?;
+
+    // The same statement in the service's former transaction shape: BEGIN, role + fleet, statement, COMMIT.
     eprintln!("raw SQL claim under RLS...");
     let rls = {
-        let owner = owner.clone();
-        drive(args.agents, args.seconds, "raw SQL claim (transaction, app role + RLS)", move |i, deadline| {
-            let owner = owner.clone();
+        let pool = raw_pool.clone();
+        drive(args.agents, args.seconds, "project claim statement (transaction, app role + RLS)", move |i, deadline| {
+            let pool = pool.clone();
             async move {
                 let mut s = Samples::default();
                 let mut n = 0;
@@ -200,7 +259,7 @@ async fn main() -> Result<(), AnyError> {
                     let agent = format!("rls-{i}-{n}");
                     let claimed = timed(&mut s, async {
                         let agent = agent.clone();
-                        db::in_fleet::<_, DbErr, _>(&owner, "rls", move |tx| {
+                        db::in_fleet::<_, DbErr, _>(&pool, "rls", move |tx| {
                             Box::pin(async move {
                                 let w = Actor { fleet: "rls", agent: &agent, key: None };
                                 claims::claim_next(tx, &w, 900, None).await
@@ -221,152 +280,237 @@ async fn main() -> Result<(), AnyError> {
         })
         .await
     };
-
+    raw_pool.close().await?;
     settle().await?;
 
-    // Phase 3: claimNext through the server: HTTP, auth, GraphQL, RLS. A fresh
-    // agent (token) per claim, so every call is a new claim.
+    let pool = db::connect_service(&url, args.pool).await?;
+    let app = Application::build(Ledger::notifying(pool, args.notify), "127.0.0.1:0").await?;
+    let endpoint = format!("http://{}/graphql", app.local_addr()?);
+    tokio::spawn(app.run_until(std::future::pending()));
+    let client = reqwest::Client::builder().pool_max_idle_per_host(args.race_agents).build()?;
+    let http = Http { client, endpoint };
+
+    // claimNext through the server: HTTP, auth, GraphQL, RLS. A fresh agent
+    // (token) per claim, so every call is a new claim.
     eprintln!("claimNext over HTTP...");
-    let next_token = Arc::new(AtomicUsize::new(0));
-    let api = {
-        let (client, endpoint) = (client.clone(), endpoint.clone());
-        drive(args.agents, args.seconds, "claimNext over HTTP", move |_, deadline| {
-            let (client, endpoint, tokens, next) =
-                (client.clone(), endpoint.clone(), api_tokens.clone(), next_token.clone());
-            async move {
-                let mut s = Samples::default();
-                while Instant::now() < deadline {
-                    let Some(token) = tokens.get(next.fetch_add(1, Ordering::SeqCst)) else { break };
-                    let resp = timed(&mut s, gql(&client, &endpoint, token, CLAIM, json!({}))).await;
-                    if resp["data"]["claimNext"].is_null() {
-                        eprintln!("claimNext failed: {resp}");
-                        break;
-                    }
-                }
-                vec![("claim", s)]
-            }
+    let api = fresh_claims(&http, args.agents, args.seconds, "claimNext over HTTP", api_tokens.clone(), None).await;
+    settle().await?;
+
+    // The same agents below saturation: 80% of the rate just measured.
+    let offered = (api.rate() * 0.8).max(1.0);
+    eprintln!("paced claimNext over HTTP at {offered:.0}/s...");
+    let paced = fresh_claims(
+        &http,
+        args.agents,
+        args.seconds,
+        &format!("claimNext over HTTP, paced at {offered:.0}/s (80%)"),
+        paced_tokens,
+        Some(Duration::from_secs_f64(args.agents as f64 / offered)),
+    )
+    .await;
+    settle().await?;
+
+    // The shortest whole job: claimNext, transition(IN_PROGRESS), dispose(DROPPED); one token per agent.
+    eprintln!("claim-and-finish over HTTP...");
+    let finish = {
+        let http = http.clone();
+        drive(args.agents, args.seconds, "claim-and-finish over HTTP", move |i, deadline| {
+            let (http, token) = (http.clone(), finish_tokens[i].clone());
+            async move { claim_and_finish(&http, &token, deadline).await }
         })
         .await
     };
-
     settle().await?;
 
-    // Phase 3b: the same 64 agents below saturation: each claims at a fixed
-    // pace so that the offered load is half of what phase 3 sustained.
-    eprintln!("paced claimNext over HTTP...");
-    let paced_tokens = Arc::new(seed_tokens(&owner, "paced", "agent", claims_needed).await?);
-    seed_units(&owner, "paced", claims_needed).await?;
-    settle().await?;
-    let offered = (api.rate() / 2.0).max(1.0);
-    let interval = Duration::from_secs_f64(args.agents as f64 / offered);
-    let next_paced = Arc::new(AtomicUsize::new(0));
-    let paced = {
-        let (client, endpoint) = (client.clone(), endpoint.clone());
-        drive(
-            args.agents,
-            args.seconds,
-            &format!("claimNext over HTTP, paced at {offered:.0}/s"),
-            move |i, deadline| {
-                let (client, endpoint, tokens, next) =
-                    (client.clone(), endpoint.clone(), paced_tokens.clone(), next_paced.clone());
-                async move {
-                    let mut s = Samples::default();
-                    // Spread the agents' first calls over one interval.
-                    tokio::time::sleep(interval.mul_f64(i as f64 / 64.0)).await;
-                    let mut tick = tokio::time::interval(interval);
-                    while Instant::now() < deadline {
-                        tick.tick().await;
-                        let Some(token) = tokens.get(next.fetch_add(1, Ordering::SeqCst)) else { break };
-                        let resp = timed(&mut s, gql(&client, &endpoint, token, CLAIM, json!({}))).await;
-                        if resp["data"]["claimNext"].is_null() {
-                            break;
-                        }
-                    }
-                    vec![("claim", s)]
-                }
-            },
-        )
-        .await
-    };
-
+    // The race: many more agents than connections, each claim by a fresh agent.
+    eprintln!("{} agents racing...", args.race_agents);
+    let race = fresh_claims(
+        &http,
+        args.race_agents,
+        args.seconds,
+        &format!("claimNext over HTTP, {} agents", args.race_agents),
+        race_tokens,
+        None,
+    )
+    .await;
+    let twice = claimed_twice(&owner, "race").await?;
     settle().await?;
 
-    // Phase 4: full lifecycles over HTTP: claim, start, cost, verify, dispose.
+    // Full lifecycles over HTTP: claim, start, cost, verify, dispose.
     eprintln!("lifecycles over HTTP...");
     let life = {
-        let (client, endpoint) = (client.clone(), endpoint.clone());
+        let http = http.clone();
         drive(args.agents, args.seconds, "lifecycle over HTTP", move |i, deadline| {
-            let (client, endpoint, token) = (client.clone(), endpoint.clone(), life_tokens[i].clone());
-            async move {
-                let mut ops: Vec<(&'static str, Samples)> = ["lifecycle", "claimNext", "transition", "recordCost", "dispose"]
-                    .into_iter()
-                    .map(|n| (n, Samples::default()))
-                    .collect();
-                let mut n = 0;
-                while Instant::now() < deadline {
-                    let start = Instant::now();
-                    let claim = timed(&mut ops[1].1, gql(&client, &endpoint, &token, CLAIM, json!({}))).await;
-                    let (Some(unit), Some(attempt)) =
-                        (claim["data"]["claimNext"]["id"].as_str(), claim["data"]["claimNext"]["currentAttemptId"].as_str())
-                    else {
-                        break;
-                    };
-                    let (unit, attempt) = (unit.to_owned(), attempt.to_owned());
-                    let t = "mutation($u: UUID!, $to: WorkState!, $e: String) { transition(unitId: $u, to: $to, evidenceUrl: $e) { state } }";
-                    timed(&mut ops[2].1, gql(&client, &endpoint, &token, t, json!({ "u": unit, "to": "IN_PROGRESS" }))).await;
-                    let c = "mutation($a: UUID!, $k: String!) { recordCost(attemptId: $a, cents: 250, idempotencyKey: $k) { costCents } }";
-                    timed(&mut ops[3].1, gql(&client, &endpoint, &token, c, json!({ "a": attempt, "k": format!("bill-{i}-{n}") }))).await;
-                    let v = json!({ "u": unit, "to": "VERIFIED", "e": format!("https://ci.example/run/{i}/{n}") });
-                    timed(&mut ops[2].1, gql(&client, &endpoint, &token, t, v)).await;
-                    let d = "mutation($u: UUID!) { dispose(unitId: $u, disposition: MIGRATED) { state } }";
-                    let done = timed(&mut ops[4].1, gql(&client, &endpoint, &token, d, json!({ "u": unit }))).await;
-                    if done["data"]["dispose"]["state"] != "DONE" {
-                        eprintln!("lifecycle failed: {done}");
-                        break;
-                    }
-                    ops[0].1.0.push(start.elapsed());
-                    n += 1;
-                }
-                ops
-            }
-        })
-        .await
-    };
-
-    settle().await?;
-
-    // Phase 5: the same lifecycle as raw SQL in the service's transaction shape.
-    eprintln!("lifecycles as raw SQL...");
-    let rawlife = {
-        let owner = owner.clone();
-        drive(args.agents, args.seconds, "lifecycle as raw SQL (app role + RLS)", move |i, deadline| {
-            let owner = owner.clone();
-            async move {
-                let mut s = Samples::default();
-                let agent = format!("rawlife-{i}");
-                let mut n = 0;
-                while Instant::now() < deadline {
-                    let ok = timed(&mut s, raw_lifecycle(&owner, &agent, n)).await;
-                    if !ok {
-                        break;
-                    }
-                    n += 1;
-                }
-                vec![("lifecycle", s)]
-            }
+            let (http, token) = (http.clone(), life_tokens[i].clone());
+            async move { lifecycle(&http, &token, i, deadline).await }
         })
         .await
     };
 
     let events = owner.query_one_raw(stmt("SELECT count(*) AS n FROM work_unit_events", [])).await?;
     let events: i64 = events.map(|r| r.try_get("", "n")).transpose()?.unwrap_or(0);
-    print_report(&args, &[&raw, &rls, &api, &life, &rawlife, &paced], events, &owner).await?;
+    println!("Machine: {}", support::machine(&owner).await?);
+    println!(
+        "Agents: {}, {} s per phase, server pool {}, notifications {:?}",
+        args.agents, args.seconds, args.pool, args.notify
+    );
+    println!();
+    print_table(&[&seed, &raw, &rls, &api, &paced, &finish, &race, &life], peer.as_ref());
+    println!();
+    let pct = |a: f64, b: f64| 100.0 * a / b;
+    println!("claimNext over HTTP vs seed claim transaction: {:.0}%", pct(api.rate(), seed.rate()));
+    println!("claimNext over HTTP vs project claim statement as owner: {:.0}%", pct(api.rate(), raw.rate()));
+    match &peer {
+        Some(peer) => println!(
+            "claim-and-finish over HTTP vs graphile-worker jobs: {:.0}% ({:.0} vs {:.0} per second)",
+            pct(finish.rate(), peer.rate()),
+            finish.rate(),
+            peer.rate()
+        ),
+        None => println!("claim-and-finish over HTTP vs graphile-worker jobs: not measured (no peer)"),
+    }
+    println!(
+        "paced claim p99 at 80% of the saturated rate: {:.2} ms",
+        paced.samples.first().map(|(_, s)| s.pct(0.99)).unwrap_or(0.0)
+    );
+    println!(
+        "{} agents vs {}: {:.0}% of the throughput; units claimed twice: {twice}",
+        args.race_agents,
+        args.agents,
+        pct(race.rate(), api.rate())
+    );
+    println!("events written in the run: {events}");
+    if profiled {
+        print_functions(&owner).await?;
+    }
 
     owner.close().await?;
-    if let Some(pg) = scratch.embedded {
-        pg.stop().await;
+    match scratch.embedded {
+        Some(pg) => pg.stop().await,
+        None => support::drop_scratch(&url).await?,
     }
     Ok(())
+}
+
+#[derive(Clone)]
+struct Http {
+    client: reqwest::Client,
+    endpoint: String,
+}
+
+impl Http {
+    async fn gql(&self, token: &str, query: &str, vars: Value) -> Value {
+        let body = json!({ "query": query, "variables": vars });
+        match self.client.post(&self.endpoint).bearer_auth(token).json(&body).send().await {
+            Ok(resp) => resp.json().await.unwrap_or(Value::Null),
+            Err(_) => Value::Null,
+        }
+    }
+}
+
+/// `agents` agents claiming as fast as they can (or each once per `pace`),
+/// every claim by the next fresh token.
+async fn fresh_claims(
+    http: &Http,
+    agents: usize,
+    seconds: u64,
+    name: &str,
+    tokens: Arc<Vec<String>>,
+    pace: Option<Duration>,
+) -> Report {
+    let next = Arc::new(AtomicUsize::new(0));
+    let http = http.clone();
+    drive(agents, seconds, name, move |i, deadline| {
+        let (http, tokens, next) = (http.clone(), tokens.clone(), next.clone());
+        async move {
+            let mut s = Samples::default();
+            let mut tick = pace.map(|pace| {
+                // Spread the agents' first calls over one interval.
+                let first = tokio::time::Instant::now() + pace.mul_f64(i as f64 / agents as f64);
+                tokio::time::interval_at(first, pace)
+            });
+            while Instant::now() < deadline {
+                if let Some(tick) = &mut tick {
+                    tick.tick().await;
+                }
+                let Some(token) = tokens.get(next.fetch_add(1, Ordering::SeqCst)) else { break };
+                let resp = timed(&mut s, http.gql(token, CLAIM, json!({}))).await;
+                if resp["data"]["claimNext"].is_null() {
+                    eprintln!("claimNext failed: {resp}");
+                    break;
+                }
+            }
+            vec![("claim", s)]
+        }
+    })
+    .await
+}
+
+const START: &str =
+    "mutation($u: UUID!, $to: WorkState!, $e: String) { transition(unitId: $u, to: $to, evidenceUrl: $e) { state } }";
+
+async fn claim_and_finish(http: &Http, token: &str, deadline: Instant) -> Vec<(&'static str, Samples)> {
+    let mut ops: Vec<(&'static str, Samples)> =
+        ["job", "claimNext", "transition", "dispose"].into_iter().map(|n| (n, Samples::default())).collect();
+    while Instant::now() < deadline {
+        let start = Instant::now();
+        let claim = timed(&mut ops[1].1, http.gql(token, CLAIM, json!({}))).await;
+        let Some(unit) = claim["data"]["claimNext"]["id"].as_str().map(str::to_owned) else { break };
+        timed(&mut ops[2].1, http.gql(token, START, json!({ "u": unit, "to": "IN_PROGRESS" }))).await;
+        let d = "mutation($u: UUID!) { dispose(unitId: $u, disposition: DROPPED, evidenceUrl: \"https://ci.example/noop\") { state } }";
+        let done = timed(&mut ops[3].1, http.gql(token, d, json!({ "u": unit }))).await;
+        if done["data"]["dispose"]["state"] != "ABANDONED" {
+            eprintln!("claim-and-finish failed: {done}");
+            break;
+        }
+        ops[0].1.0.push(start.elapsed());
+    }
+    ops
+}
+
+async fn lifecycle(http: &Http, token: &str, i: usize, deadline: Instant) -> Vec<(&'static str, Samples)> {
+    let mut ops: Vec<(&'static str, Samples)> = ["lifecycle", "claimNext", "transition", "recordCost", "dispose"]
+        .into_iter()
+        .map(|n| (n, Samples::default()))
+        .collect();
+    let mut n = 0;
+    while Instant::now() < deadline {
+        let start = Instant::now();
+        let claim = timed(&mut ops[1].1, http.gql(token, CLAIM, json!({}))).await;
+        let (Some(unit), Some(attempt)) =
+            (claim["data"]["claimNext"]["id"].as_str(), claim["data"]["claimNext"]["currentAttemptId"].as_str())
+        else {
+            break;
+        };
+        let (unit, attempt) = (unit.to_owned(), attempt.to_owned());
+        timed(&mut ops[2].1, http.gql(token, START, json!({ "u": unit, "to": "IN_PROGRESS" }))).await;
+        let c = "mutation($a: UUID!, $k: String!) { recordCost(attemptId: $a, cents: 250, idempotencyKey: $k) { costCents } }";
+        timed(&mut ops[3].1, http.gql(token, c, json!({ "a": attempt, "k": format!("bill-{i}-{n}") }))).await;
+        let v = json!({ "u": unit, "to": "VERIFIED", "e": format!("https://ci.example/run/{i}/{n}") });
+        timed(&mut ops[2].1, http.gql(token, START, v)).await;
+        let d = "mutation($u: UUID!) { dispose(unitId: $u, disposition: MIGRATED) { state } }";
+        let done = timed(&mut ops[4].1, http.gql(token, d, json!({ "u": unit }))).await;
+        if done["data"]["dispose"]["state"] != "DONE" {
+            eprintln!("lifecycle failed: {done}");
+            break;
+        }
+        ops[0].1.0.push(start.elapsed());
+        n += 1;
+    }
+    ops
+}
+
+/// Units of `fleet` with more than one `claimed` event or attempt.
+async fn claimed_twice(db: &DatabaseConnection, fleet: &str) -> Result<i64, AnyError> {
+    let row = db
+        .query_one_raw(stmt(
+            "SELECT (SELECT count(*) FROM (SELECT unit_id FROM work_unit_events WHERE fleet = $1 AND event_type = 'claimed'
+                                            GROUP BY unit_id HAVING count(*) > 1) e)
+                  + (SELECT count(*) FROM work_units WHERE fleet = $1 AND attempt_count > 1) AS n",
+            [fleet.into()],
+        ))
+        .await?;
+    Ok(row.map(|r| r.try_get("", "n")).transpose()?.unwrap_or(0))
 }
 
 /// One agent's loop of the bare claim statement, one autocommit round trip
@@ -420,87 +564,32 @@ async fn raw_claims(owner: &DatabaseConnection, fleet: &str, i: usize, deadline:
     s
 }
 
-async fn raw_lifecycle(db: &DatabaseConnection, agent: &str, n: usize) -> bool {
-    let step = |sql: &'static str, key: Option<String>| {
-        let agent = agent.to_owned();
-        async move {
-            db::in_fleet::<_, DbErr, _>(db, "rawlife", move |tx| {
-                Box::pin(async move {
-                    let w = Actor {
-                        fleet: "rawlife",
-                        agent: &agent,
-                        key: key.as_deref().map(|id| IdempotencyKey { id, hash: "h" }),
-                    };
-                    let unit = match sql {
-                        "claim" => claims::claim_next(tx, &w, 900, None).await?,
-                        _ => claims::held_by(tx, "rawlife", &agent).await?,
-                    };
-                    Ok(unit)
-                })
-            })
-            .await
-            .ok()
-            .flatten()
-        }
-    };
-    let Some(unit) = step("claim", None).await else { return false };
-    let agent_owned = agent.to_owned();
-    let result = db::in_fleet::<_, DbErr, _>(db, "rawlife", move |tx| {
-        Box::pin(async move {
-            let w = Actor { fleet: "rawlife", agent: &agent_owned, key: None };
-            transitions::start(tx, &w, unit.id).await?;
-            Ok(unit)
-        })
-    })
-    .await;
-    let Ok(unit) = result else { return false };
-    let (agent_owned, key) = (agent.to_owned(), format!("bill-{agent}-{n}"));
-    let attempt = unit.current_attempt_id.unwrap_or_default();
-    let cost = db::in_fleet::<_, DbErr, _>(db, "rawlife", move |tx| {
-        Box::pin(async move {
-            let w = Actor { fleet: "rawlife", agent: &agent_owned, key: Some(IdempotencyKey { id: &key, hash: "h" }) };
-            transitions::record_cost(tx, &w, attempt, 250, false).await
-        })
-    })
-    .await;
-    if cost.is_err() {
-        return false;
+/// The profile: PL/pgSQL functions and triggers by total time over the run.
+async fn print_functions(db: &DatabaseConnection) -> Result<(), AnyError> {
+    let rows = db
+        .query_all_raw(stmt(
+            "SELECT funcname, calls, round(total_time::numeric, 0)::text AS total_ms,
+                    round((1000 * self_time / greatest(calls, 1))::numeric, 1)::text AS self_us
+               FROM pg_stat_user_functions ORDER BY total_time DESC LIMIT 12",
+            [],
+        ))
+        .await?;
+    println!();
+    println!("| function (pg_stat_user_functions, whole run) | calls | total ms | self µs per call |");
+    println!("| --- | ---: | ---: | ---: |");
+    for r in rows {
+        let (name, calls, total, per): (String, i64, String, String) = (
+            r.try_get("", "funcname")?,
+            r.try_get("", "calls")?,
+            r.try_get("", "total_ms")?,
+            r.try_get("", "self_us")?,
+        );
+        println!("| {name} | {calls} | {total} | {per} |");
     }
-    let agent_owned = agent.to_owned();
-    let verified = db::in_fleet::<_, DbErr, _>(db, "rawlife", move |tx| {
-        Box::pin(async move {
-            let w = Actor { fleet: "rawlife", agent: &agent_owned, key: None };
-            transitions::verify(tx, &w, unit.id, "https://ci.example/raw").await
-        })
-    })
-    .await;
-    if !matches!(verified, Ok(Some(_))) {
-        return false;
-    }
-    let agent_owned = agent.to_owned();
-    let disposed = db::in_fleet::<_, DbErr, _>(db, "rawlife", move |tx| {
-        Box::pin(async move {
-            let w = Actor { fleet: "rawlife", agent: &agent_owned, key: None };
-            let disposal = Disposal {
-                unit_id: unit.id,
-                disposition: Disposition::Migrated,
-                terminal_state: WorkState::Done,
-                evidence_url: None,
-                reason: None,
-                holder_states: &[WorkState::Verified],
-                operator_states: &[],
-            };
-            transitions::dispose(tx, &w, &disposal).await
-        })
-    })
-    .await;
-    matches!(disposed, Ok(Some(_)))
+    Ok(())
 }
 
-async fn print_report(args: &Args, reports: &[&Report], events: i64, db: &DatabaseConnection) -> Result<(), AnyError> {
-    println!("Machine: {}", support::machine(db).await?);
-    println!("Agents: {}, {} s per phase", args.agents, args.seconds);
-    println!();
+fn print_table(reports: &[&Report], peer: Option<&Peer>) {
     println!("| phase | ops | ops/s | p50 ms | p95 ms | p99 ms |");
     println!("| --- | ---: | ---: | ---: | ---: | ---: |");
     for r in reports {
@@ -516,11 +605,14 @@ async fn print_report(args: &Args, reports: &[&Report], events: i64, db: &Databa
             );
         }
     }
-    println!();
-    let (raw, rls, api, life, rawlife) = (reports[0], reports[1], reports[2], reports[3], reports[4]);
-    println!("claimNext over HTTP vs raw SQL ceiling: {:.0}%", 100.0 * api.rate() / raw.rate());
-    println!("claimNext over HTTP vs raw SQL under RLS: {:.0}%", 100.0 * api.rate() / rls.rate());
-    println!("lifecycle over HTTP vs raw SQL lifecycle: {:.0}%", 100.0 * life.rate() / rawlife.rate());
-    println!("events written in the run: {events}");
-    Ok(())
+    if let Some(peer) = peer {
+        println!(
+            "| graphile-worker {} (concurrency {}, pool {}) / job | {} | {:.0} | | | |",
+            peer.version,
+            peer.concurrency,
+            peer.pool,
+            peer.jobs,
+            peer.rate()
+        );
+    }
 }

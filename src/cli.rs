@@ -97,7 +97,10 @@ async fn import(args: ImportArgs, url: &str) -> Result<(), AnyError> {
     let format = args.format.unwrap_or_else(|| import::Format::detect(&args.file, &text));
     let db = db::connect(url, 2).await?;
     let started = std::time::Instant::now();
-    let summary = import::run(&Ledger::new(db.clone()), &args.fleet, &text, format, args.dry_run).await;
+    // In-transaction notifications: this process may exit right after its
+    // last commit, before a notification after it could go out.
+    let ledger = Ledger::notifying(db.clone(), db::Notify::InTransaction);
+    let summary = import::run(&ledger, &args.fleet, &text, format, args.dry_run).await;
     db.close().await?;
     let summary = summary.map_err(|e| e.to_string())?;
     println!("{summary}");
@@ -138,7 +141,8 @@ async fn serve(args: ServeArgs, url: &str) -> Result<(), AnyError> {
     // The listener and the sweeper run beside the HTTP server and stop with it.
     let mut config = config;
     config.metrics_listen = Some(args.metrics_listen.clone()).filter(|addr| !addr.trim().is_empty());
-    let app = Application::build_with(Ledger::new(pool.clone()), &args.listen, config).await?;
+    let ledger = Ledger::notifying(pool.clone(), args.notify.into());
+    let app = Application::build_with(ledger, &args.listen, config).await?;
     tracing::info!(addr = %app.local_addr()?, "serving GraphQL on /graphql and /graphql/ws, GraphiQL on /");
     if let Some(addr) = app.metrics_addr() {
         tracing::info!(metrics_addr = %addr, "Prometheus metrics on /metrics");

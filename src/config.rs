@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use crate::agent_cli;
 use crate::auth::Role;
-use crate::db::SessionLimits;
+use crate::db::{Notify, SessionLimits};
 use crate::http::{HttpConfig, ServerConfig, SurfaceConfig, WsConfig};
 use crate::live::{ListenerConfig, LiveConfig, SweeperConfig};
 
@@ -218,6 +218,12 @@ pub struct ServeArgs {
     /// Fleet of the operator token minted on first start.
     #[arg(long, env = "WORK_LEDGER_FLEET", default_value = "default")]
     pub fleet: String,
+    /// How writes announce their events to live subscribers: `after-commit`
+    /// (the server notifies right after its commits, at most once per fleet
+    /// every few milliseconds; commits then share WAL flushes) or
+    /// `in-transaction` (a trigger notifies inside every writing transaction).
+    #[arg(long, env = "WORK_LEDGER_NOTIFY", value_enum, default_value_t = NotifyMode::AfterCommit)]
+    pub notify: NotifyMode,
     /// Where Prometheus metrics are served (`GET /metrics`); empty: off.
     #[arg(long, env = "WORK_LEDGER_METRICS_LISTEN", default_value = "127.0.0.1:9464")]
     pub metrics_listen: String,
@@ -225,6 +231,22 @@ pub struct ServeArgs {
     pub live: LiveArgs,
     #[command(flatten)]
     pub surface: SurfaceArgs,
+}
+
+/// `--notify` (SPEC §6, migration 0010).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum NotifyMode {
+    AfterCommit,
+    InTransaction,
+}
+
+impl From<NotifyMode> for Notify {
+    fn from(mode: NotifyMode) -> Self {
+        match mode {
+            NotifyMode::AfterCommit => Notify::AfterCommit,
+            NotifyMode::InTransaction => Notify::InTransaction,
+        }
+    }
 }
 
 impl ServeArgs {

@@ -39,6 +39,18 @@ pub async fn scratch_database(prefix: &str) -> Result<Scratch, AnyError> {
     Ok(Scratch { url, embedded })
 }
 
+/// Drops a scratch database made beside DATABASE_URL (a shared server keeps
+/// what a run leaves otherwise).
+pub async fn drop_scratch(url: &str) -> Result<(), AnyError> {
+    let mut admin_url = url::Url::parse(url)?;
+    let name = admin_url.path().trim_start_matches('/').to_owned();
+    admin_url.set_path("/postgres");
+    let admin = db::connect(admin_url.as_str(), 1).await?;
+    admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await?;
+    admin.close().await?;
+    Ok(())
+}
+
 /// Latencies of one operation.
 #[derive(Default, Clone)]
 pub struct Samples(pub Vec<Duration>);

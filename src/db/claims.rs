@@ -3,13 +3,13 @@
 //! Like every write, each is one statement whose `WHERE` is the invariant:
 //! zero rows means "refused", and the ledger then reads to explain why.
 
-use sea_orm::{ConnectionTrait, DbErr, EntityTrait};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, FromQueryResult};
 use uuid::Uuid;
 
 use super::entities::work_unit;
 use super::events::{Actor, INSERT_EVENT};
-use super::stmt;
 use super::units::{UNIT_COLUMNS, one_unit};
+use super::{Notify, stmt};
 
 /// The claim: lock one unit, supersede a stale attempt, open attempt N+1,
 /// take the unit, and append `stale_reclaimed` (when stale) and `claimed`;
@@ -153,4 +153,45 @@ pub async fn held_by(tx: &impl ConnectionTrait, fleet: &str, agent: &str) -> Res
           WHERE u.fleet = $1 AND u.claimed_by = $2 AND u.state IN ('claimed', 'in_progress', 'blocked')"
     );
     work_unit::Entity::find().from_raw_sql(stmt(&sql, [fleet.into(), agent.into()])).one(tx).await
+}
+
+/// What [`claim_next_now`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimNext {
+    /// Claimed a unit (a new attempt).
+    Claimed,
+    /// The agent held a CLAIMED or IN_PROGRESS unit: its lease was renewed.
+    Renewed,
+    /// The agent holds a BLOCKED unit: returned as it is, nothing written.
+    Held,
+}
+
+/// `claimNext` without a domain or idempotency key in one autocommit round
+/// trip: `ledger_claim_next` (migration 0010) sets the role, the fleet and
+/// the notification mode transaction-locally and runs the claim statement
+/// (the same as [`claim_next_sql`]`(false)`), then the renewal or the read of
+/// what the agent holds, as [`crate::ledger::Ledger::claim_next`] does in a
+/// transaction. Run it on a pool, never inside a transaction: its role
+/// switch would outlive the call there.
+pub async fn claim_next_now(
+    db: &DatabaseConnection,
+    fleet: &str,
+    agent: &str,
+    lease_seconds: i32,
+    notify: Notify,
+) -> Result<Option<(ClaimNext, work_unit::Model)>, DbErr> {
+    let sql = format!(
+        "SELECT c.outcome, {UNIT_COLUMNS}
+           FROM ledger_claim_next($1, $2, $3, $4) c CROSS JOIN LATERAL (SELECT (c.unit).*) u"
+    );
+    let row = db
+        .query_one_raw(stmt(&sql, [fleet.into(), agent.into(), lease_seconds.into(), notify.setting().into()]))
+        .await?;
+    let Some(row) = row else { return Ok(None) };
+    let outcome = match row.try_get::<String>("", "outcome")?.as_str() {
+        "claimed" => ClaimNext::Claimed,
+        "renewed" => ClaimNext::Renewed,
+        _ => ClaimNext::Held,
+    };
+    Ok(Some((outcome, work_unit::Model::from_query_result(&row, "")?)))
 }

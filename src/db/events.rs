@@ -309,6 +309,22 @@ pub async fn report_stalls(db: &impl ConnectionTrait, batch_size: u32) -> Result
     Ok(Sweep { found: found.max(0) as u64, reported: reported.max(0) as u64 })
 }
 
+/// Announces that `fleets` have new events: one `pg_notify` per fleet on the
+/// events channel, with the fleet's opaque tag as payload (migration 0004),
+/// in one autocommit statement. Its commit carries nothing worth a WAL flush,
+/// so it does not wait for one (`synchronous_commit` off for it alone): a
+/// notification lost to a crash is made up for by the listeners' periodic
+/// re-read of the table.
+pub async fn notify_fleets(db: &impl ConnectionTrait, fleets: Vec<String>) -> Result<(), DbErr> {
+    db.execute_raw(stmt(
+        "SELECT pg_notify('work_ledger_events', live_fleet_tag(f)), set_config('synchronous_commit', 'off', true)
+           FROM unnest($1::text[]) AS f",
+        [fleets.into()],
+    ))
+    .await
+    .map(|_| ())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -167,10 +167,41 @@ where
     E: From<DbErr>,
     F: for<'t> FnOnce(&'t DatabaseTransaction) -> BoxFuture<'t, Result<T, E>> + Send,
 {
+    in_fleet_notifying(db, fleet, Notify::InTransaction, work).await
+}
+
+/// How the events a transaction appends are announced (SPEC §6, migration 0010).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Notify {
+    /// The events trigger issues `pg_notify` inside the transaction.
+    InTransaction,
+    /// The caller notifies after the commit (`work_ledger.notify =
+    /// 'after-commit'`); the trigger stays silent.
+    AfterCommit,
+}
+
+impl Notify {
+    /// The value of the transaction-local `work_ledger.notify` setting.
+    pub fn setting(self) -> &'static str {
+        match self {
+            Self::InTransaction => "",
+            Self::AfterCommit => "after-commit",
+        }
+    }
+}
+
+/// [`in_fleet`] for a write whose events are announced as `notify` says.
+pub async fn in_fleet_notifying<T, E, F>(db: &DatabaseConnection, fleet: &str, notify: Notify, work: F) -> Result<T, E>
+where
+    T: Send,
+    E: From<DbErr>,
+    F: for<'t> FnOnce(&'t DatabaseTransaction) -> BoxFuture<'t, Result<T, E>> + Send,
+{
     let tx = db.begin().await?;
     tx.execute_raw(stmt(
-        "SELECT set_config('role', $1, true), set_config('work_ledger.fleet', $2, true)",
-        [APP_ROLE.into(), fleet.into()],
+        "SELECT set_config('role', $1, true), set_config('work_ledger.fleet', $2, true),
+                set_config('work_ledger.notify', $3, true)",
+        [APP_ROLE.into(), fleet.into(), notify.setting().into()],
     ))
     .await?;
     match work(&tx).await {

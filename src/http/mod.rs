@@ -110,6 +110,7 @@ impl Application {
             None => None,
         };
         let live = Live::new(ledger.db(), config.live);
+        live.forget_tokens_with(ledger.token_cache().clone());
         let connections = TaskTracker::new();
         let schema = build_schema(ledger.clone());
         let descriptions = Arc::new(quickstart::Descriptions::of_schema(&schema).await);
@@ -337,7 +338,7 @@ fn error_response(status: StatusCode, media: MediaType, err: LedgerError) -> Res
 /// logged (at a bounded rate) with the client's address.
 async fn authenticate(state: &AppState, headers: &HeaderMap, client: SocketAddr) -> Result<Principal, LedgerError> {
     let value = headers.get(header::AUTHORIZATION).map(|v| v.to_str().unwrap_or(""));
-    match auth::authenticate(state.ledger.db(), value).await {
+    match state.ledger.authenticate(value).await {
         Ok((principal, _)) => Ok(principal),
         Err(err) => {
             auth::log_failure(Some(client), "http", &err);

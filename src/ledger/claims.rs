@@ -4,10 +4,10 @@
 use serde_json::json;
 use uuid::Uuid;
 
-use super::write::{Outcome, or_explain};
+use super::write::{Outcome, RETRIES, or_explain};
 use super::{Ledger, LedgerError, UnitModel, load, refusals, state_machine, validate};
 use crate::auth::{Permission, Principal};
-use crate::db::claims;
+use crate::db::claims::{self, ClaimNext};
 use crate::db::entities::WorkState;
 
 impl Ledger {
@@ -22,6 +22,9 @@ impl Ledger {
         let lease = validate::lease_seconds(lease_seconds)?;
         if let Some(domain) = &domain {
             validate::label("domain", domain)?;
+        }
+        if domain.is_none() && key.is_none() {
+            return self.claim_next_now(who, lease).await;
         }
         let args = json!({ "domain": domain, "leaseSeconds": lease });
         let outcome = self
@@ -46,6 +49,32 @@ impl Ledger {
             Outcome::Replayed(unit) => Some(*unit),
             Outcome::Done(unit) => unit,
         })
+    }
+
+    /// The common `claimNext` (no domain, no idempotency key) as one
+    /// autocommit statement (`db::claims::claim_next_now`): the same claim,
+    /// renewal or read as the transaction above, one round trip.
+    async fn claim_next_now(&self, who: &Principal, lease: i32) -> Result<Option<UnitModel>, LedgerError> {
+        for _ in 0..RETRIES {
+            match claims::claim_next_now(&self.db, &who.fleet, &who.name, lease, self.notifier.mode()).await {
+                Err(err) => match LedgerError::from(err) {
+                    LedgerError::Retry => continue,
+                    err => return Err(err),
+                },
+                Ok(found) => {
+                    match found.as_ref().map(|(outcome, _)| *outcome) {
+                        Some(ClaimNext::Claimed) => {
+                            self.metrics.claims.inc();
+                            self.notifier.committed(&who.fleet);
+                        }
+                        Some(ClaimNext::Renewed) => self.notifier.committed(&who.fleet),
+                        Some(ClaimNext::Held) | None => {}
+                    }
+                    return Ok(found.map(|(_, unit)| unit));
+                }
+            }
+        }
+        Err(LedgerError::internal(format!("claimNext: still conflicting after {RETRIES} runs")))
     }
 
     pub async fn claim_unit(

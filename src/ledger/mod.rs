@@ -18,6 +18,7 @@ pub mod cursor;
 mod error;
 mod idempotency;
 mod lifecycle;
+pub mod notifier;
 pub mod reads;
 mod refusals;
 pub mod state_machine;
@@ -31,10 +32,11 @@ use std::sync::Arc;
 use sea_orm::{DatabaseConnection, DatabaseTransaction};
 use uuid::Uuid;
 
-use crate::auth::{Permission, Principal};
+use crate::auth::{self, AuthError, Permission, Principal, TokenCache};
 use crate::db::entities::{attempt, work_unit};
-use crate::db::{self, units};
+use crate::db::{self, Notify, units};
 use crate::metrics::Metrics;
+use notifier::Notifier;
 
 pub type UnitModel = work_unit::Model;
 
@@ -51,11 +53,31 @@ pub const DEFAULT_DOMAIN: &str = "default";
 pub struct Ledger {
     db: DatabaseConnection,
     metrics: Arc<Metrics>,
+    notifier: Arc<Notifier>,
+    tokens: Arc<TokenCache>,
 }
 
 impl Ledger {
+    /// A ledger that notifies after its commits ([`Notify::AfterCommit`]).
     pub fn new(db: DatabaseConnection) -> Self {
-        Self { db, metrics: Metrics::new() }
+        Self::notifying(db, Notify::AfterCommit)
+    }
+
+    /// A ledger whose writes announce their events as `notify` says.
+    pub fn notifying(db: DatabaseConnection, notify: Notify) -> Self {
+        let notifier = Arc::new(Notifier::new(db.clone(), notify));
+        Self { db, metrics: Metrics::new(), notifier, tokens: Arc::default() }
+    }
+
+    /// Authenticates an `Authorization` header value through this ledger's
+    /// token cache (`auth::authenticate_cached`).
+    pub async fn authenticate(&self, authorization: Option<&str>) -> Result<(Principal, auth::TokenHash), AuthError> {
+        auth::authenticate_cached(&self.db, &self.tokens, authorization).await
+    }
+
+    /// The token cache, which the live subsystem empties on revocation notices.
+    pub fn token_cache(&self) -> &Arc<TokenCache> {
+        &self.tokens
     }
 
     pub fn db(&self) -> &DatabaseConnection {
@@ -95,10 +117,12 @@ impl Ledger {
             });
         }
         let (fleet, agent) = (who.fleet.clone(), who.name.clone());
-        db::in_fleet(&self.db, &who.fleet, move |tx| {
-            Box::pin(async move { Ok(units::register(tx, &fleet, &agent, &units).await?) })
+        let units = db::in_fleet_notifying(&self.db, &who.fleet, self.notifier.mode(), move |tx| {
+            Box::pin(async move { Ok::<_, LedgerError>(units::register(tx, &fleet, &agent, &units).await?) })
         })
-        .await
+        .await?;
+        self.notifier.committed(&who.fleet);
+        Ok(units)
     }
 
     /// Which of `refs` are registered in the caller's fleet already.

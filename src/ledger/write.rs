@@ -14,7 +14,7 @@ use crate::auth::Principal;
 use crate::db::events::{Actor, IdempotencyKey};
 use crate::db::{self, BoxFuture, units};
 
-const RETRIES: usize = 4;
+pub(super) const RETRIES: usize = 4;
 
 /// The caller of a write, owned so the operation can be retried.
 pub struct WriteCtx {
@@ -89,7 +89,7 @@ impl Ledger {
         for _ in 0..RETRIES {
             ctx.claimed.store(false, Ordering::Relaxed);
             let (run_ctx, op) = (ctx.clone(), op.clone());
-            let result = db::in_fleet(&self.db, &who.fleet, move |tx| {
+            let result = db::in_fleet_notifying(&self.db, &who.fleet, self.notifier.mode(), move |tx| {
                 let ctx = run_ctx;
                 Box::pin(async move {
                     if let Some(unit) = idempotency::replayed(tx, &ctx.actor()).await? {
@@ -105,6 +105,9 @@ impl Ledger {
             match result {
                 Err(LedgerError::Retry) => continue,
                 other => {
+                    if matches!(other, Ok(Outcome::Done(_))) {
+                        self.notifier.committed(&who.fleet);
+                    }
                     if other.is_ok() && ctx.claimed.load(Ordering::Relaxed) {
                         self.metrics.claims.inc();
                     }

@@ -31,6 +31,7 @@ use uuid::Uuid;
 pub use listener::ListenerConfig;
 pub use sweeper::SweeperConfig;
 
+use crate::auth::TokenCache;
 use crate::db;
 pub use crate::db::events::EventWriter;
 
@@ -79,6 +80,8 @@ struct Inner {
     tokens: Mutex<HashMap<Uuid, usize>>,
     /// Asks the token checker for one more check (notices coalesce).
     token_check: Notify,
+    /// Token caches emptied on every revocation notice and reconnect.
+    token_caches: Mutex<Vec<Arc<TokenCache>>>,
     /// `pg_notification_queue_usage()` at the last health tick.
     queue_usage: watch::Sender<Option<f64>>,
     /// The oldest in-flight event writer at the last health tick.
@@ -120,6 +123,7 @@ impl Live {
             revoked: broadcast::channel(256).0,
             tokens: Mutex::new(HashMap::new()),
             token_check: Notify::new(),
+            token_caches: Mutex::new(Vec::new()),
             queue_usage: watch::channel(None).0,
             oldest_writer: watch::channel(None).0,
             config,
@@ -258,7 +262,20 @@ impl Live {
     /// Some token was revoked (the notice says not which, nor of what
     /// fleet): check the open connections' tokens.
     fn recheck_tokens(&self) {
+        self.forget_tokens();
         self.0.token_check.notify_one();
+    }
+
+    /// Empties `cache` on every revocation notice and whenever the LISTEN
+    /// connection comes back (notices may have been missed meanwhile).
+    pub fn forget_tokens_with(&self, cache: Arc<TokenCache>) {
+        self.0.token_caches.lock().unwrap_or_else(|e| e.into_inner()).push(cache);
+    }
+
+    fn forget_tokens(&self) {
+        for cache in self.0.token_caches.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            cache.forget_all();
+        }
     }
 
     async fn check_tokens_on_notice(&self) {
@@ -302,6 +319,7 @@ impl Live {
     /// After (re)connecting: every feed reads what it missed, and the tokens
     /// of open connections are checked for revocations missed meanwhile.
     async fn catch_up(&self) {
+        self.forget_tokens();
         self.0.feeds.wake_all();
         self.check_tokens().await;
     }

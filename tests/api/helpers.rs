@@ -122,6 +122,8 @@ pub struct TestApp {
     pub db_url: String,
     /// Statements the server has sent to PostgreSQL so far.
     pub statements: Arc<AtomicUsize>,
+    /// Their SQL, in order (the same statements as `statements` counts).
+    pub statement_log: Arc<std::sync::Mutex<Vec<String>>>,
     /// A pool as the migrating (owner) role: for setting up fixtures and for
     /// reading what the database recorded, bypassing row-level security.
     pub owner: DatabaseConnection,
@@ -189,9 +191,11 @@ pub async fn start_server(db_url: String, config: ServerConfig) -> TestApp {
     // tests read it. The listener's periodic health ping (a NOTIFY through this
     // pool) is not a request's statement and would make those counts flaky.
     let statements = Arc::new(AtomicUsize::new(0));
-    let counter = statements.clone();
+    let statement_log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (counter, log) = (statements.clone(), statement_log.clone());
     pool.set_metric_callback(move |info| {
         if !info.statement.sql.starts_with("SELECT pg_notify(") {
+            log.lock().unwrap_or_else(|e| e.into_inner()).push(info.statement.sql.clone());
             counter.fetch_add(1, Ordering::SeqCst);
         }
     });
@@ -206,7 +210,7 @@ pub async fn start_server(db_url: String, config: ServerConfig) -> TestApp {
         .await
         .expect("the LISTEN connection within 30 s")
         .expect("listener status");
-    TestApp { addr, db_url, owner, http: reqwest::Client::new(), statements, live, metrics_addr }
+    TestApp { addr, db_url, owner, http: reqwest::Client::new(), statements, statement_log, live, metrics_addr }
 }
 
 /// A GraphQL response as the client sees it.

@@ -32,6 +32,7 @@ mod operator_reads;
 mod reads;
 mod register;
 mod restart;
+mod round_trips;
 mod schema;
 mod slow_clients;
 mod soak;
