@@ -195,7 +195,7 @@ async fn main() -> Result<(), AnyError> {
                         db::in_fleet::<_, DbErr, _>(&owner, "rls", move |tx| {
                             Box::pin(async move {
                                 let w = Actor { fleet: "rls", agent: &agent, key: None };
-                                claims::claim_next(tx, &w, 900, None).await
+                                Ok(claims::claim_next(tx, &w, 900, None).await?.map(|c| c.unit))
                             })
                         })
                         .await
@@ -390,7 +390,7 @@ async fn raw_lifecycle(db: &DatabaseConnection, agent: &str, n: usize) -> bool {
                         key: key.as_deref().map(|id| IdempotencyKey { id, hash: "h" }),
                     };
                     let unit = match sql {
-                        "claim" => claims::claim_next(tx, &w, 900, None).await?,
+                        "claim" => claims::claim_next(tx, &w, 900, None).await?.map(|c| c.unit),
                         _ => claims::held_by(tx, "rawlife", &agent).await?,
                     };
                     Ok(unit)

@@ -57,6 +57,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261130_000005_write_path", "0005_write_path"),
             // The operator's reads: reasons derived from the events, date-range indexes, North Star views.
             sql_migration!("m20261130_000007_operator_reads", "0007_operator_reads"),
+            // The results of `work-ledger audit`, which the service exports as metrics.
+            sql_migration!("m20261130_000009_audit_runs", "0009_audit_runs"),
         ]
     }
 }

@@ -28,6 +28,7 @@ pub mod units;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use sea_orm::{
@@ -128,7 +129,27 @@ where
     E: From<DbErr>,
     F: for<'t> FnOnce(&'t DatabaseTransaction) -> BoxFuture<'t, Result<T, E>> + Send,
 {
-    let tx = db.begin().await?;
+    in_fleet_counted(db, None, fleet, work).await
+}
+
+/// [`in_fleet`], counting the task in `waiting` while it waits for a
+/// connection (and its `BEGIN`): the pool's waiters, which sqlx does not
+/// report (the `db_pool_waiting` metric).
+pub async fn in_fleet_counted<T, E, F>(
+    db: &DatabaseConnection,
+    waiting: Option<&AtomicI64>,
+    fleet: &str,
+    work: F,
+) -> Result<T, E>
+where
+    T: Send,
+    E: From<DbErr>,
+    F: for<'t> FnOnce(&'t DatabaseTransaction) -> BoxFuture<'t, Result<T, E>> + Send,
+{
+    let tx = {
+        let _waiting = waiting.map(Waiting::new);
+        db.begin().await?
+    };
     tx.execute_raw(stmt(
         "SELECT set_config('role', $1, true), set_config('work_ledger.fleet', $2, true)",
         [APP_ROLE.into(), fleet.into()],
@@ -147,6 +168,23 @@ where
             }
             Err(err)
         }
+    }
+}
+
+/// One task counted in a waiters gauge until dropped (also when the waiting
+/// future is cancelled).
+struct Waiting<'a>(&'a AtomicI64);
+
+impl<'a> Waiting<'a> {
+    fn new(count: &'a AtomicI64) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

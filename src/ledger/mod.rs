@@ -95,7 +95,7 @@ impl Ledger {
             });
         }
         let (fleet, agent) = (who.fleet.clone(), who.name.clone());
-        db::in_fleet(&self.db, &who.fleet, move |tx| {
+        db::in_fleet_counted(&self.db, Some(&self.metrics.pool_waiting), &who.fleet, move |tx| {
             Box::pin(async move { Ok(units::register(tx, &fleet, &agent, &units).await?) })
         })
         .await
@@ -113,7 +113,7 @@ impl Ledger {
         F: for<'t> FnOnce(&'t DatabaseTransaction) -> db::BoxFuture<'t, Result<T, LedgerError>> + Send,
     {
         who.require(Permission::LedgerRead)?;
-        db::in_fleet(&self.db, &who.fleet, read).await
+        db::in_fleet_counted(&self.db, Some(&self.metrics.pool_waiting), &who.fleet, read).await
     }
 
     /// The unit the caller holds (a live claim: CLAIMED, IN_PROGRESS or BLOCKED).
@@ -162,7 +162,7 @@ impl Ledger {
         checks: Result<(), LedgerError>,
     ) -> Result<(), LedgerError> {
         let Err(err) = checks else { return Ok(()) };
-        let found = db::in_fleet(&self.db, &who.fleet, move |tx| {
+        let found = db::in_fleet_counted(&self.db, Some(&self.metrics.pool_waiting), &who.fleet, move |tx| {
             Box::pin(async move { Ok::<_, LedgerError>(units::by_id(tx, unit_id).await?) })
         })
         .await;

@@ -20,6 +20,7 @@ pub mod sweeper;
 pub mod tail;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,6 +35,8 @@ pub use sweeper::SweeperConfig;
 
 use crate::db;
 pub use crate::db::events::EventWriter;
+use crate::ledger::Ledger;
+use crate::metrics::PoolSample;
 
 use feed::Feeds;
 use sweeper::Sweeper;
@@ -84,6 +87,8 @@ struct Inner {
     queue_usage: watch::Sender<Option<f64>>,
     /// The oldest in-flight event writer at the last health tick.
     oldest_writer: watch::Sender<Option<EventWriter>>,
+    /// Feeds waiting for a connection of this pool.
+    waiting: Arc<AtomicI64>,
     stop: CancellationToken,
 }
 
@@ -98,8 +103,8 @@ impl Live {
     /// Prepares the subsystem over the database `requests` connects to (with
     /// a pool of its own); nothing runs until [`Live::run_listener`] and
     /// [`Live::run_sweeper`] (`Application::run_until` runs both).
-    pub fn new(requests: &DatabaseConnection, config: LiveConfig) -> Self {
-        let options = (*requests.get_postgres_connection_pool().connect_options()).clone();
+    pub fn new(ledger: &Ledger, config: LiveConfig) -> Self {
+        let options = (*ledger.db().get_postgres_connection_pool().connect_options()).clone();
         let pool = PgPoolOptions::new()
             .max_connections(config.pool_size.max(1))
             .min_connections(0)
@@ -107,9 +112,11 @@ impl Live {
             .connect_lazy_with(options.application_name("work-ledger-live"));
         let db = SqlxPostgresConnector::from_sqlx_postgres_pool(pool);
         let stop = CancellationToken::new();
+        let waiting = Arc::new(AtomicI64::new(0));
         Self(Arc::new(Inner {
-            feeds: Feeds::new(db.clone(), config.broadcast_capacity, stop.clone()),
-            sweeper: Sweeper::new(db.clone(), config.sweeper.clone()),
+            feeds: Feeds::new(db.clone(), config.broadcast_capacity, stop.clone(), waiting.clone()),
+            sweeper: Sweeper::new(db.clone(), config.sweeper.clone(), ledger.metrics().stalls.clone()),
+            waiting,
             listening: watch::channel(false).0,
             connects: watch::channel(0).0,
             revoked: broadcast::channel(256).0,
@@ -139,6 +146,12 @@ impl Live {
     /// database, asked now. Only such transactions hold live delivery back.
     pub async fn oldest_event_writer(&self) -> Result<Option<EventWriter>, DbErr> {
         db::events::oldest_event_writer(&self.0.db).await
+    }
+
+    /// The live pool's state, for the metrics.
+    pub fn pool_sample(&self) -> (PoolSample, i64) {
+        let pool = self.0.db.get_postgres_connection_pool();
+        (PoolSample { size: pool.size(), idle: pool.num_idle() }, self.0.waiting.load(Ordering::Relaxed).max(0))
     }
 
     /// The oldest in-flight event writer as the last health tick saw it.
