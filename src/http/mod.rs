@@ -282,7 +282,9 @@ async fn serve_http(
 /// `GET /metrics` on the metrics listener: Prometheus text, the states
 /// sampled now (the last audit results read from the database).
 async fn metrics(State(state): State<AppState>) -> Response {
+    // The pools first: the audit query below takes a connection.
     let pool = state.ledger.db().get_postgres_connection_pool();
+    let requests_pool = crate::metrics::PoolSample { size: pool.size(), idle: pool.num_idle() };
     let (live_pool, live_waiting) = state.live.pool_sample();
     let audits = match crate::operator::audit::last_runs(state.ledger.db()).await {
         Ok(audits) => Some(audits),
@@ -292,7 +294,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
         }
     };
     let sample = crate::metrics::Sample {
-        requests_pool: crate::metrics::PoolSample { size: pool.size(), idle: pool.num_idle() },
+        requests_pool,
         live_pool,
         live_waiting,
         listener_connects: *state.live.listener_connects().borrow(),

@@ -14,7 +14,7 @@ use work_ledger::embedded_pg::EmbeddedPostgres;
 
 use crate::helpers::{Agent, TestApp, spawn_app, spawn_app_on};
 
-fn work_ledger(app: &TestApp, args: &[&str], stdin: Option<&str>) -> Output {
+pub(crate) fn work_ledger(app: &TestApp, args: &[&str], stdin: Option<&str>) -> Output {
     work_ledger_on(&app.db_url, args, stdin)
 }
 
@@ -33,7 +33,7 @@ fn work_ledger_on(db_url: &str, args: &[&str], stdin: Option<&str>) -> Output {
     child.wait_with_output().expect("work-ledger output")
 }
 
-fn text(bytes: &[u8]) -> String {
+pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
