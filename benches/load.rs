@@ -29,11 +29,15 @@ use support::{AnyError, Samples, scratch_database, timed};
 struct Args {
     agents: usize,
     seconds: u64,
+    /// Only the metrics' overhead: claimNext over HTTP against a server
+    /// without metrics and one with them (scraped every second), alternated.
+    metrics_overhead: bool,
 }
 
 fn args() -> Args {
-    let mut args = Args { agents: 64, seconds: 10 };
+    let mut args = Args { agents: 64, seconds: 10, metrics_overhead: false };
     let argv: Vec<String> = std::env::args().collect();
+    args.metrics_overhead = argv.iter().any(|a| a == "--metrics-overhead");
     for pair in argv.windows(2) {
         match pair[0].as_str() {
             "--agents" => args.agents = pair[1].parse().unwrap_or(args.agents),
@@ -125,6 +129,9 @@ async fn main() -> Result<(), AnyError> {
     let scratch = scratch_database("wl_bench").await?;
     let url = scratch.url.clone();
     let owner = db::connect(&url, (args.agents + 4) as u32).await?;
+    if args.metrics_overhead {
+        return metrics_overhead(&args, &url, &owner).await;
+    }
 
     let per_agent = 250;
     let claims_needed = args.agents * per_agent;
@@ -480,5 +487,105 @@ async fn print_report(args: &Args, reports: &[&Report], events: i64, db: &Databa
     println!("claimNext over HTTP vs raw SQL under RLS: {:.0}%", 100.0 * api.rate() / rls.rate());
     println!("lifecycle over HTTP vs raw SQL lifecycle: {:.0}%", 100.0 * life.rate() / rawlife.rate());
     println!("events written in the run: {events}");
+    Ok(())
+}
+
+/// claimNext over HTTP with metrics off (no `--metrics-listen`: no counting
+/// extension, no listener) and on (the listener, scraped every second as a
+/// Prometheus would, far more often than its default 15 s), each on a server
+/// of its own with its own pool over the same database; the phases alternate
+/// off, on, off, on so that drift (autovacuum, a shared machine) hits both.
+async fn metrics_overhead(args: &Args, url: &str, owner: &DatabaseConnection) -> Result<(), AnyError> {
+    use work_ledger::http::ServerConfig;
+    let per_agent = 250;
+    let claims_needed = args.agents * per_agent;
+    let mut endpoints = Vec::new();
+    for metrics in [false, true] {
+        let config = ServerConfig { metrics_listen: metrics.then(|| "127.0.0.1:0".to_owned()), ..Default::default() };
+        let app = Application::build_with(Ledger::new(db::connect(url, 32).await?), "127.0.0.1:0", config).await?;
+        let endpoint = format!("http://{}/graphql", app.local_addr()?);
+        if let Some(addr) = app.metrics_addr() {
+            tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                loop {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    if let Ok(resp) = client.get(format!("http://{addr}/metrics")).send().await {
+                        let _ = resp.text().await;
+                    }
+                }
+            });
+        }
+        tokio::spawn(app.run_until(std::future::pending()));
+        endpoints.push(endpoint);
+    }
+    let client = reqwest::Client::builder().pool_max_idle_per_host(args.agents * 2).build()?;
+    let phases = [("off", 0), ("on", 1), ("off", 0), ("on", 1)];
+    eprintln!("seeding {claims_needed} units and tokens per phase...");
+    let mut tokens = Vec::new();
+    for (n, _) in phases.iter().enumerate() {
+        let fleet = format!("m{n}");
+        seed_units(owner, &fleet, claims_needed).await?;
+        tokens.push(Arc::new(seed_tokens(owner, &fleet, "agent", claims_needed).await?));
+    }
+    seed_units(owner, "mwarm", claims_needed).await?;
+    let warm_tokens = Arc::new(seed_tokens(owner, "mwarm", "agent", claims_needed).await?);
+    let mut reports = Vec::new();
+    for (n, (label, server)) in [("warm-up", 0)].into_iter().chain(phases).enumerate() {
+        owner.execute_unprepared("VACUUM ANALYZE work_units, work_unit_attempts, work_unit_events").await?;
+        let tokens = if n == 0 { warm_tokens.clone() } else { tokens[n - 1].clone() };
+        let endpoint = endpoints[server].clone();
+        let client = client.clone();
+        let next = Arc::new(AtomicUsize::new(0));
+        let seconds = if n == 0 { 3 } else { args.seconds };
+        let name = format!("claimNext over HTTP, metrics {label}");
+        eprintln!("{name}...");
+        let report = drive(args.agents, seconds, &name, move |_, deadline| {
+            let (client, endpoint, tokens, next) = (client.clone(), endpoint.clone(), tokens.clone(), next.clone());
+            async move {
+                let mut s = Samples::default();
+                while Instant::now() < deadline {
+                    let Some(token) = tokens.get(next.fetch_add(1, Ordering::SeqCst)) else { break };
+                    let resp = timed(&mut s, gql(&client, &endpoint, token, CLAIM, json!({}))).await;
+                    if resp["data"]["claimNext"].is_null() {
+                        eprintln!("claimNext failed: {resp}");
+                        break;
+                    }
+                }
+                vec![("claim", s)]
+            }
+        })
+        .await;
+        if n > 0 {
+            reports.push((label, report));
+        }
+    }
+    println!("Machine: {}", support::machine(owner).await?);
+    println!("Agents: {}, {} s per phase", args.agents, args.seconds);
+    println!();
+    println!("| phase | ops | ops/s | p50 ms | p95 ms | p99 ms |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
+    for (_, r) in &reports {
+        for (op, s) in &r.samples {
+            println!(
+                "| {} / {op} | {} | {:.0} | {:.2} | {:.2} | {:.2} |",
+                r.name,
+                s.0.len(),
+                r.rate(),
+                s.pct(0.5),
+                s.pct(0.95),
+                s.pct(0.99)
+            );
+        }
+    }
+    let rate = |which: &str| {
+        let (ops, secs) = reports
+            .iter()
+            .filter(|(label, _)| *label == which)
+            .fold((0usize, 0f64), |(o, t), (_, r)| (o + r.ops, t + r.elapsed.as_secs_f64()));
+        ops as f64 / secs
+    };
+    let (off, on) = (rate("off"), rate("on"));
+    println!();
+    println!("metrics on: {on:.0} claims/s, off: {off:.0} claims/s: overhead {:.1}%", (1.0 - on / off) * 100.0);
     Ok(())
 }

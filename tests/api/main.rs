@@ -35,5 +35,6 @@ mod schema;
 mod slow_clients;
 mod soak;
 mod surface;
+mod traces;
 mod views;
 mod write_limits;
