@@ -7,6 +7,7 @@ mod agent_cli;
 mod agents;
 mod auth;
 mod claims;
+mod dashboards;
 mod embedded;
 mod fencing;
 mod graphiql;

@@ -98,7 +98,7 @@ async fn import_registers_a_large_backlog_once_and_reports_bad_lines_without_los
 }
 
 /// A worked ledger: lifecycles, a reclaim, a question, a release, costs, dispositions.
-async fn worked_ledger(app: &TestApp) -> Vec<String> {
+pub(crate) async fn worked_ledger(app: &TestApp) -> Vec<String> {
     let op = Agent::new(app, "f", "op", Role::Operator).await;
     let a = Agent::new(app, "f", "agent-a", Role::Agent).await;
     let b = Agent::new(app, "f", "agent-b", Role::Agent).await;
