@@ -286,10 +286,17 @@ async fn metrics(State(state): State<AppState>) -> Response {
     let pool = state.ledger.db().get_postgres_connection_pool();
     let requests_pool = crate::metrics::PoolSample { size: pool.size(), idle: pool.num_idle() };
     let (live_pool, live_waiting) = state.live.pool_sample();
-    let audits = match crate::operator::audit::last_runs(state.ledger.db()).await {
-        Ok(audits) => Some(audits),
-        Err(err) => {
+    // On the live pool, bounded: a saturated request pool must not stall the
+    // scrape that shows it.
+    let read = crate::operator::audit::last_runs(state.live.pool());
+    let audits = match tokio::time::timeout(Duration::from_secs(2), read).await {
+        Ok(Ok(audits)) => Some(audits),
+        Ok(Err(err)) => {
             tracing::warn!(error = %err, "cannot read the last audit results for the metrics");
+            None
+        }
+        Err(_) => {
+            tracing::warn!("the last audit results took over 2 s to read; the metrics keep the previous ones");
             None
         }
     };

@@ -148,6 +148,11 @@ impl Live {
         db::events::oldest_event_writer(&self.0.db).await
     }
 
+    /// The live pool (feeds, sweeper, health ticks; the metrics' own reads).
+    pub fn pool(&self) -> &DatabaseConnection {
+        &self.0.db
+    }
+
     /// The live pool's state, for the metrics.
     pub fn pool_sample(&self) -> (PoolSample, i64) {
         let pool = self.0.db.get_postgres_connection_pool();

@@ -279,3 +279,34 @@ async fn the_last_recorded_audit_of_each_scope_is_exported() {
     assert_eq!(value(&text, r#"work_ledger_audit_findings{scope="f",rule="state_matches_event_log"}"#), 0.0, "{text}");
     assert_eq!(value(&text, r#"work_ledger_audit_findings{scope="*",rule="cost_rollup"}"#), 0.0, "the older run");
 }
+
+#[tokio::test]
+async fn a_saturated_request_pool_shows_its_waiters() {
+    let mut config = metrics_app_config();
+    config.db.lock_timeout = Duration::from_secs(60);
+    config.db.statement_timeout = Duration::from_secs(60);
+    let app = spawn_app_with(config).await;
+    let op = app.token("f", "op", Role::Operator).await;
+    let unit = app.register(&op, &["contended"]).await[0]["id"].as_str().expect("id").to_owned();
+    let mut agents = Vec::new();
+    for i in 0..22 {
+        agents.push(Agent::new(&app, "f", &format!("a{i}"), Role::Agent).await);
+    }
+    // A third session holds the unit's row: each claim waits for it inside
+    // its transaction, holding one of the pool's 20 connections.
+    let holder = app.owner.begin().await.expect("begin");
+    holder.execute_unprepared(&format!("SELECT 1 FROM work_units WHERE id = '{unit}' FOR UPDATE")).await.expect("lock");
+    let claims = futures::future::join_all(agents.iter().map(|a| a.claim_unit(&unit, json!({}))));
+    let watch = async {
+        app.wait_for_lock_waiters(20).await;
+        let text = scrape_until(&app, r#"work_ledger_db_pool_waiting{pool="requests"}"#, 2.0).await;
+        assert_eq!(value(&text, r#"work_ledger_db_pool_in_use_connections{pool="requests"}"#), 20.0, "{text}");
+        assert_eq!(value(&text, r#"work_ledger_db_pool_idle_connections{pool="requests"}"#), 0.0);
+        holder.rollback().await.expect("release the row");
+    };
+    let (results, ()) = tokio::join!(claims, watch);
+    let won = results.iter().filter(|r| r.body["errors"].is_null()).count();
+    assert_eq!(won, 1, "one claim took the unit once the row was free");
+    let text = scrape(&app).await;
+    assert_eq!(value(&text, r#"work_ledger_db_pool_waiting{pool="requests"}"#), 0.0, "nobody waits any more");
+}
