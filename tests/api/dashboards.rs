@@ -114,11 +114,15 @@ async fn every_panel_query_runs_as_a_reader_and_every_metric_exists() {
     let mut seen = BTreeSet::new();
     let mut rows_seen = 0;
     for (panel, query) in &sql {
-        let described = (&mut reader).prepare(AssertSqlSafe(query.clone()).into_sql_str()).await.unwrap_or_else(|e| panic!("{panel}: {e}"));
+        let described = (&mut reader)
+            .prepare(AssertSqlSafe(query.clone()).into_sql_str())
+            .await
+            .unwrap_or_else(|e| panic!("{panel}: {e}"));
         let columns: Vec<&str> = described.columns().iter().map(|c| c.name()).collect();
         let want = expected.get(panel.as_str()).unwrap_or_else(|| panic!("no expected columns for panel {panel}"));
         assert_eq!(&columns, want, "{panel}");
-        let rows = (&mut reader).fetch_all(AssertSqlSafe(query.clone())).await.unwrap_or_else(|e| panic!("{panel}: {e}"));
+        let rows =
+            (&mut reader).fetch_all(AssertSqlSafe(query.clone())).await.unwrap_or_else(|e| panic!("{panel}: {e}"));
         rows_seen += rows.len();
         seen.insert(panel.as_str());
     }
@@ -144,8 +148,7 @@ async fn every_panel_query_runs_as_a_reader_and_every_metric_exists() {
         let mut rest = expr.as_str();
         let mut any = false;
         while let Some(at) = rest.find("work_ledger_") {
-            let name: String =
-                rest[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            let name: String = rest[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
             assert!(names.contains(name.as_str()), "{panel}: {name} is not exported; exported: {names:?}");
             rest = &rest[at + name.len()..];
             any = true;

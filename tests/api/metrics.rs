@@ -116,14 +116,23 @@ async fn scrape(app: &TestApp) -> String {
 
 /// Scrapes until `series` has `expected` (a state the service reaches on its own, bounded).
 async fn scrape_until(app: &TestApp, series: &str, expected: f64) -> String {
+    scrape_until_true(app, series, &format!("{expected}"), |v| v == expected).await
+}
+
+/// Scrapes until `series` is above 0 (a state sampled at the next health tick).
+async fn scrape_until_positive(app: &TestApp, series: &str) -> String {
+    scrape_until_true(app, series, "above 0", |v| v > 0.0).await
+}
+
+async fn scrape_until_true(app: &TestApp, series: &str, what: &str, ok: impl Fn(f64) -> bool) -> String {
     for _ in 0..200 {
         let text = scrape(app).await;
-        if sample(&text, series) == Some(expected) {
+        if sample(&text, series).is_some_and(&ok) {
             return text;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("{series} never became {expected}:\n{}", scrape(app).await);
+    panic!("{series} never became {what}:\n{}", scrape(app).await);
 }
 
 fn metrics_app_config() -> work_ledger::http::ServerConfig {
@@ -158,9 +167,8 @@ async fn claims_reclaims_stalls_and_dispositions_are_counted_as_they_commit() {
     assert_eq!(value(&text, "work_ledger_stale_reclaims_total"), 1.0, "only the expired lease's claim");
     assert_eq!(value(&text, "work_ledger_stalls_total"), 1.0);
     assert_eq!(value(&text, r#"work_ledger_dispositions_total{disposition="DROPPED"}"#), 1.0);
-    let events = app
-        .sql_json("SELECT event_type::text AS t, count(*) AS n FROM work_unit_events GROUP BY 1 ORDER BY 1")
-        .await;
+    let events =
+        app.sql_json("SELECT event_type::text AS t, count(*) AS n FROM work_unit_events GROUP BY 1 ORDER BY 1").await;
     assert!(events.contains(&json!({ "t": "stale_reclaimed", "n": 1 })), "the log agrees: {events:?}");
     assert!(events.contains(&json!({ "t": "stalled", "n": 1 })), "the log agrees: {events:?}");
 }
@@ -203,15 +211,7 @@ async fn live_metrics_follow_connections_subscriptions_deliveries_reconnects_and
         ))
         .await
         .expect("insert");
-    let mut aged = false;
-    for _ in 0..200 {
-        if sample(&scrape(&app).await, "work_ledger_live_oldest_writer_age_seconds").is_some_and(|age| age > 0.0) {
-            aged = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(aged, "the open writer's age: {}", scrape(&app).await);
+    scrape_until_positive(&app, "work_ledger_live_oldest_writer_age_seconds").await;
     writer.commit().await.expect("commit");
     scrape_until(&app, "work_ledger_live_oldest_writer_age_seconds", 0.0).await;
 
@@ -221,15 +221,8 @@ async fn live_metrics_follow_connections_subscriptions_deliveries_reconnects_and
     sea_orm::sqlx::query("BEGIN").execute(&mut listening).await.expect("begin");
     sea_orm::sqlx::query("SELECT 1").execute(&mut listening).await.expect("hold a snapshot");
     app.sql("NOTIFY wl_metrics_test, 'x'").await;
-    let mut used = false;
-    for _ in 0..200 {
-        if sample(&scrape(&app).await, "work_ledger_notification_queue_usage_ratio").is_some_and(|u| u > 0.0) {
-            used = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(used, "the queue holds the unread notification: {}", scrape(&app).await);
+    // The queue holds the unread notification.
+    scrape_until_positive(&app, "work_ledger_notification_queue_usage_ratio").await;
     // Closing the session ends its transaction and its LISTEN.
     drop(listening);
 
