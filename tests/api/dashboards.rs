@@ -28,8 +28,11 @@ fn dashboards() -> Vec<(String, Value)> {
     found
 }
 
-/// (panel type and title, SQL) of every SQL target; (title, PromQL) of every Prometheus one.
-fn targets() -> (Vec<(String, String)>, Vec<(String, String)>) {
+/// (panel type and title, query) pairs.
+type Queries = Vec<(String, String)>;
+
+/// The SQL of every SQL target; the PromQL of every Prometheus one.
+fn targets() -> (Queries, Queries) {
     let (mut sql, mut promql) = (Vec::new(), Vec::new());
     for (_, dashboard) in dashboards() {
         for panel in dashboard["panels"].as_array().expect("panels") {
