@@ -45,12 +45,23 @@ struct Args {
     peer_pool: usize,
     /// How the server announces events (`--notify in-transaction` for the trigger).
     notify: Notify,
+    /// Only the metrics' overhead: claimNext over HTTP against a server
+    /// without metrics and one with them (scraped every second), alternated.
+    metrics_overhead: bool,
 }
 
 fn args() -> Args {
-    let mut args =
-        Args { agents: 64, race_agents: 256, seconds: 10, pool: 32, peer_pool: 64, notify: Notify::AfterCommit };
+    let mut args = Args {
+        agents: 64,
+        race_agents: 256,
+        seconds: 10,
+        pool: 32,
+        peer_pool: 64,
+        notify: Notify::AfterCommit,
+        metrics_overhead: false,
+    };
     let argv: Vec<String> = std::env::args().collect();
+    args.metrics_overhead = argv.iter().any(|a| a == "--metrics-overhead");
     for pair in argv.windows(2) {
         let value = pair[1].parse::<u64>().ok();
         match (pair[0].as_str(), value) {
@@ -138,6 +149,10 @@ async fn main() -> Result<(), AnyError> {
     let args = args();
     let scratch = scratch_database("wl_bench").await?;
     let url = scratch.url.clone();
+    if args.metrics_overhead {
+        let owner = db::connect(&url, (args.agents + 4) as u32).await?;
+        return metrics_overhead(&args, &url, &owner).await;
+    }
     // Setup and settling only; each phase opens the pool it needs and closes
     // it after, so that the phases fit under a shared server's max_connections.
     let owner = db::connect(&url, 4).await?;
@@ -262,7 +277,7 @@ async fn main() -> Result<(), AnyError> {
                         db::in_fleet::<_, DbErr, _>(&pool, "rls", move |tx| {
                             Box::pin(async move {
                                 let w = Actor { fleet: "rls", agent: &agent, key: None };
-                                claims::claim_next(tx, &w, 900, None).await
+                                Ok(claims::claim_next(tx, &w, 900, None).await?.map(|c| c.unit))
                             })
                         })
                         .await
@@ -615,4 +630,105 @@ fn print_table(reports: &[&Report], peer: Option<&Peer>) {
             peer.rate()
         );
     }
+}
+
+/// claimNext over HTTP with metrics off (no `--metrics-listen`: no counting
+/// extension, no listener) and on (the listener, scraped every second as a
+/// Prometheus would, far more often than its default 15 s), each on a server
+/// of its own with its own pool over the same database; the phases alternate
+/// off, on, off, on so that drift (autovacuum, a shared machine) hits both.
+async fn metrics_overhead(args: &Args, url: &str, owner: &DatabaseConnection) -> Result<(), AnyError> {
+    use work_ledger::http::ServerConfig;
+    let per_agent = 250;
+    let claims_needed = args.agents * per_agent;
+    let mut endpoints = Vec::new();
+    for metrics in [false, true] {
+        let config = ServerConfig { metrics_listen: metrics.then(|| "127.0.0.1:0".to_owned()), ..Default::default() };
+        let app = Application::build_with(Ledger::new(db::connect(url, 32).await?), "127.0.0.1:0", config).await?;
+        let endpoint = format!("http://{}/graphql", app.local_addr()?);
+        if let Some(addr) = app.metrics_addr() {
+            tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                loop {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    if let Ok(resp) = client.get(format!("http://{addr}/metrics")).send().await {
+                        let _ = resp.text().await;
+                    }
+                }
+            });
+        }
+        tokio::spawn(app.run_until(std::future::pending()));
+        endpoints.push(endpoint);
+    }
+    let client = reqwest::Client::builder().pool_max_idle_per_host(args.agents * 2).build()?;
+    let phases = [("off", 0), ("on", 1), ("off", 0), ("on", 1)];
+    eprintln!("seeding {claims_needed} units and tokens per phase...");
+    let mut tokens = Vec::new();
+    for (n, _) in phases.iter().enumerate() {
+        let fleet = format!("m{n}");
+        seed_units(owner, &fleet, claims_needed).await?;
+        tokens.push(Arc::new(seed_tokens(owner, &fleet, "agent", claims_needed).await?));
+    }
+    seed_units(owner, "mwarm", claims_needed).await?;
+    let warm_tokens = Arc::new(seed_tokens(owner, "mwarm", "agent", claims_needed).await?);
+    let mut reports = Vec::new();
+    for (n, (label, server)) in [("warm-up", 0)].into_iter().chain(phases).enumerate() {
+        owner.execute_unprepared("VACUUM ANALYZE work_units, work_unit_attempts, work_unit_events").await?;
+        let tokens = if n == 0 { warm_tokens.clone() } else { tokens[n - 1].clone() };
+        let endpoint = endpoints[server].clone();
+        let client = client.clone();
+        let next = Arc::new(AtomicUsize::new(0));
+        let seconds = if n == 0 { 3 } else { args.seconds };
+        let name = format!("claimNext over HTTP, metrics {label}");
+        eprintln!("{name}...");
+        let report = drive(args.agents, seconds, &name, move |_, deadline| {
+            let (client, endpoint, tokens, next) = (client.clone(), endpoint.clone(), tokens.clone(), next.clone());
+            async move {
+                let mut s = Samples::default();
+                while Instant::now() < deadline {
+                    let Some(token) = tokens.get(next.fetch_add(1, Ordering::SeqCst)) else { break };
+                    let http = Http { client: client.clone(), endpoint: endpoint.clone() };
+                    let resp = timed(&mut s, http.gql(token, CLAIM, json!({}))).await;
+                    if resp["data"]["claimNext"].is_null() {
+                        eprintln!("claimNext failed: {resp}");
+                        break;
+                    }
+                }
+                vec![("claim", s)]
+            }
+        })
+        .await;
+        if n > 0 {
+            reports.push((label, report));
+        }
+    }
+    println!("Machine: {}", support::machine(owner).await?);
+    println!("Agents: {}, {} s per phase", args.agents, args.seconds);
+    println!();
+    println!("| phase | ops | ops/s | p50 ms | p95 ms | p99 ms |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
+    for (_, r) in &reports {
+        for (op, s) in &r.samples {
+            println!(
+                "| {} / {op} | {} | {:.0} | {:.2} | {:.2} | {:.2} |",
+                r.name,
+                s.0.len(),
+                r.rate(),
+                s.pct(0.5),
+                s.pct(0.95),
+                s.pct(0.99)
+            );
+        }
+    }
+    let rate = |which: &str| {
+        let (ops, secs) = reports
+            .iter()
+            .filter(|(label, _)| *label == which)
+            .fold((0usize, 0f64), |(o, t), (_, r)| (o + r.ops, t + r.elapsed.as_secs_f64()));
+        ops as f64 / secs
+    };
+    let (off, on) = (rate("off"), rate("on"));
+    println!();
+    println!("metrics on: {on:.0} claims/s, off: {off:.0} claims/s: overhead {:.1}%", (1.0 - on / off) * 100.0);
+    Ok(())
 }

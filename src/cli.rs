@@ -115,6 +115,13 @@ async fn import(args: ImportArgs, url: &str) -> Result<(), AnyError> {
 async fn audit(fleet: Option<&str>, url: &str) -> Result<(), AnyError> {
     let db = db::connect(url, 1).await?;
     let findings = audit::run(&db, fleet).await;
+    // The result becomes the service's metric; a database that refuses the
+    // write (a read-only standby) still gets its audit.
+    if let Ok(findings) = &findings
+        && let Err(err) = audit::record(&db, fleet, findings).await
+    {
+        eprintln!("warning: the result was not recorded for the metrics: {err}");
+    }
     db.close().await?;
     let findings = findings?;
     for f in &findings {

@@ -15,3 +15,4 @@ pub mod live;
 pub mod mcp;
 pub mod metrics;
 pub mod operator;
+pub mod telemetry;

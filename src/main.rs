@@ -1,19 +1,15 @@
-use tracing_subscriber::EnvFilter;
-
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_env("WORK_LEDGER_LOG").unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    match work_ledger::cli::run().await {
+    // Held to the end: dropping it flushes the spans still queued for export.
+    let telemetry = work_ledger::telemetry::init();
+    let code = match work_ledger::cli::run().await {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {err}");
             std::process::ExitCode::FAILURE
         }
-    }
+    };
+    // The flush blocks: off the runtime's workers (the exporter sends on them).
+    let _ = tokio::task::spawn_blocking(move || drop(telemetry)).await;
+    code
 }

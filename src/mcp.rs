@@ -30,6 +30,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::auth::{self, Permission, Principal};
@@ -395,9 +396,31 @@ impl ServerHandler for LedgerTools {
             return Ok(refused(refusal).into());
         }
         let args = Value::Object(request.arguments.unwrap_or_default());
-        let result = match self.run(spec.name, args, &who).await {
-            Ok(value) => CallToolResult::structured(value),
-            Err(err) => refused(err),
+        // The ledger operation's span, as for a GraphQL root field (see `graphql::operation_metrics`).
+        let span = tracing::info_span!(
+            "ledger.operation",
+            otel.name = spec.name,
+            operation = spec.name,
+            fleet = who.fleet.as_str(),
+            agent = who.name.as_str(),
+            unit_id = tracing::field::Empty,
+            code = tracing::field::Empty,
+        );
+        if let Some(unit) = args["unitId"].as_str() {
+            span.record("unit_id", unit);
+        }
+        let result = match self.run(spec.name, args, &who).instrument(span.clone()).await {
+            Ok(value) => {
+                if let Some(unit) = value["unit"]["id"].as_str().or(value["id"].as_str()) {
+                    span.record("unit_id", unit);
+                }
+                span.record("code", "OK");
+                CallToolResult::structured(value)
+            }
+            Err(err) => {
+                span.record("code", err.code());
+                refused(err)
+            }
         };
         Ok(result.into())
     }

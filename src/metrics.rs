@@ -5,10 +5,11 @@
 //! listener never exposes them.
 //!
 //! Labels are bounded: operation names come from the schema's root fields,
-//! result codes from SPEC §5, dispositions from their enum. No fleet, agent
-//! or unit label.
+//! result codes from SPEC §5, dispositions from their enum, pools are the
+//! two of the process, audit scopes are the fleets an operator audits. No
+//! agent or unit label.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::sync::{Arc, Mutex};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -35,10 +36,30 @@ pub struct DispositionLabel {
     pub disposition: String,
 }
 
+/// `requests` (GraphQL and MCP) or `live` (feeds, sweeper, health ticks).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabel {
+    pub pool: &'static str,
+}
+
+/// The fleet an audit run covered, `*` for all fleets; and one of its rules.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AuditLabel {
+    pub scope: String,
+    pub rule: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScopeLabel {
+    pub scope: String,
+}
+
 fn latency_histogram() -> Histogram {
     // 1 ms .. ~8 s.
     Histogram::new(exponential_buckets(0.001, 2.0, 14))
 }
+
+type FloatGauge = Gauge<f64, AtomicU64>;
 
 /// The metrics of one server process.
 pub struct Metrics {
@@ -48,61 +69,151 @@ pub struct Metrics {
     pub latency: Family<OperationName, Histogram, fn() -> Histogram>,
     /// Units claimed (`claimNext`, `claimUnit`, MCP alike; a renewal of a held unit is not a claim).
     pub claims: Counter,
+    /// Claims that took a unit whose lease had expired (a `stale_reclaimed` event).
+    pub stale_reclaims: Counter,
+    /// Expired leases this process's sweeper reported (`stalled` events).
+    pub stalls: Counter,
     /// Permanent dispositions set, by disposition.
     pub dispositions: Family<DispositionLabel, Counter>,
+    /// From an event's commit (its `created_at`, the clock at insert, the
+    /// last statement of its transaction) to its hand-over to a live subscriber.
+    pub delivery_latency: Histogram,
+    /// Live subscriptions open (one per subscriber tail).
+    pub subscriptions: Gauge,
+    /// Tasks waiting for a request-pool connection to begin a transaction.
+    pub pool_waiting: Arc<AtomicI64>,
     // Sampled when scraped (see `Sample`).
-    pool_size: Gauge,
-    pool_idle: Gauge,
-    listener_connects: Gauge<u64, AtomicU64>,
+    pool_connections: Family<PoolLabel, Gauge>,
+    pool_idle: Family<PoolLabel, Gauge>,
+    pool_in_use: Family<PoolLabel, Gauge>,
+    pool_waiters: Family<PoolLabel, Gauge>,
+    listener_reconnects: Counter,
     listener_up: Gauge,
+    queue_usage: FloatGauge,
+    oldest_writer_age: FloatGauge,
     websockets: Gauge,
+    audit_findings: Family<AuditLabel, Gauge>,
+    audit_last_run: Family<ScopeLabel, FloatGauge>,
+}
+
+/// One pool's state.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PoolSample {
+    pub size: u32,
+    pub idle: usize,
+}
+
+/// The last recorded `work-ledger audit` of one scope.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditSample {
+    pub scope: String,
+    /// Unix seconds.
+    pub finished_at: f64,
+    /// Findings per rule (every rule, zeros included).
+    pub findings: Vec<(String, i64)>,
 }
 
 /// States read at scrape time.
+#[derive(Debug, Default)]
 pub struct Sample {
-    pub pool_size: u32,
-    pub pool_idle: usize,
+    pub requests_pool: PoolSample,
+    pub live_pool: PoolSample,
+    /// Tasks waiting for a live-pool connection (not counted: always 0 unless known).
+    pub live_waiting: i64,
     pub listener_connects: u64,
     pub listener_up: bool,
+    /// `pg_notification_queue_usage()` at the last health tick.
+    pub queue_usage: Option<f64>,
+    /// Age in seconds of the oldest in-flight event writer at the last health tick (0: none).
+    pub oldest_writer_age: Option<f64>,
     pub websockets: usize,
+    /// `None` when the audit table could not be read (the gauges keep their values).
+    pub audits: Option<Vec<AuditSample>>,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("work_ledger");
+        let mut r = Registry::with_prefix("work_ledger");
         let requests = Family::<Operation, Counter>::default();
-        registry.register("graphql_operations", "GraphQL operations by root field and result code", requests.clone());
+        r.register("graphql_operations", "GraphQL operations by root field and result code", requests.clone());
         let latency = Family::<OperationName, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
-        registry.register("graphql_operation_seconds", "GraphQL operation latency by root field", latency.clone());
+        r.register("graphql_operation_seconds", "GraphQL operation latency by root field", latency.clone());
         let claims = Counter::default();
-        registry.register("claims", "Units claimed", claims.clone());
+        r.register("claims", "Units claimed", claims.clone());
+        let stale_reclaims = Counter::default();
+        r.register("stale_reclaims", "Claims that took a unit whose lease had expired", stale_reclaims.clone());
+        let stalls = Counter::default();
+        r.register("stalls", "Expired leases reported by this process's sweeper", stalls.clone());
         let dispositions = Family::<DispositionLabel, Counter>::default();
-        registry.register("dispositions", "Permanent dispositions set", dispositions.clone());
-        let pool_size = Gauge::default();
-        registry.register("db_pool_connections", "Open connections of the request pool", pool_size.clone());
-        let pool_idle = Gauge::default();
-        registry.register("db_pool_idle_connections", "Idle connections of the request pool", pool_idle.clone());
-        let listener_connects = Gauge::<u64, AtomicU64>::default();
-        registry.register(
-            "listener_connects",
-            "LISTEN connections opened so far (one more per reconnect)",
-            listener_connects.clone(),
+        r.register("dispositions", "Permanent dispositions set", dispositions.clone());
+        let delivery_latency = latency_histogram();
+        r.register(
+            "live_delivery_seconds",
+            "From an event's commit to its hand-over to a live subscriber",
+            delivery_latency.clone(),
         );
+        let subscriptions = Gauge::default();
+        r.register("live_subscriptions", "Live subscriptions open", subscriptions.clone());
+        let pool_connections = Family::<PoolLabel, Gauge>::default();
+        r.register("db_pool_connections", "Open connections of a database pool", pool_connections.clone());
+        let pool_idle = Family::<PoolLabel, Gauge>::default();
+        r.register("db_pool_idle_connections", "Idle connections of a database pool", pool_idle.clone());
+        let pool_in_use = Family::<PoolLabel, Gauge>::default();
+        r.register("db_pool_in_use_connections", "Connections of a database pool in use", pool_in_use.clone());
+        let pool_waiters = Family::<PoolLabel, Gauge>::default();
+        r.register("db_pool_waiting", "Tasks waiting for a connection of a database pool", pool_waiters.clone());
+        let listener_reconnects = Counter::default();
+        r.register("listener_reconnects", "LISTEN connections reopened after the first", listener_reconnects.clone());
         let listener_up = Gauge::default();
-        registry.register("listener_up", "1 while the LISTEN connection is up", listener_up.clone());
+        r.register("listener_up", "1 while the LISTEN connection is up", listener_up.clone());
+        let queue_usage = FloatGauge::default();
+        r.register(
+            "notification_queue_usage_ratio",
+            "pg_notification_queue_usage() at the last health tick (0 to 1)",
+            queue_usage.clone(),
+        );
+        let oldest_writer_age = FloatGauge::default();
+        r.register(
+            "live_oldest_writer_age_seconds",
+            "Age of the oldest in-flight transaction that appended events (it holds live delivery back)",
+            oldest_writer_age.clone(),
+        );
         let websockets = Gauge::default();
-        registry.register("websocket_connections", "Open WebSocket connections", websockets.clone());
+        r.register("websocket_connections", "Open WebSocket connections", websockets.clone());
+        let audit_findings = Family::<AuditLabel, Gauge>::default();
+        r.register(
+            "audit_findings",
+            "Findings of the last recorded `work-ledger audit` per scope and rule",
+            audit_findings.clone(),
+        );
+        let audit_last_run = Family::<ScopeLabel, FloatGauge>::default();
+        r.register(
+            "audit_last_run_timestamp_seconds",
+            "When the last recorded `work-ledger audit` of a scope finished",
+            audit_last_run.clone(),
+        );
         Self {
-            registry: Mutex::new(registry),
+            registry: Mutex::new(r),
             requests,
             latency,
             claims,
+            stale_reclaims,
+            stalls,
             dispositions,
-            pool_size,
+            delivery_latency,
+            subscriptions,
+            pool_waiting: Arc::new(AtomicI64::new(0)),
+            pool_connections,
             pool_idle,
-            listener_connects,
+            pool_in_use,
+            pool_waiters,
+            listener_reconnects,
             listener_up,
+            queue_usage,
+            oldest_writer_age,
             websockets,
+            audit_findings,
+            audit_last_run,
         }
     }
 }
@@ -114,11 +225,35 @@ impl Metrics {
 
     /// The text exposition after taking `sample`.
     pub fn render(&self, sample: Sample) -> String {
-        self.pool_size.set(i64::from(sample.pool_size));
-        self.pool_idle.set(sample.pool_idle as i64);
-        self.listener_connects.set(sample.listener_connects);
+        let waiting = self.pool_waiting.load(std::sync::atomic::Ordering::Relaxed).max(0);
+        for (pool, state, waiting) in
+            [("requests", sample.requests_pool, waiting), ("live", sample.live_pool, sample.live_waiting)]
+        {
+            let label = PoolLabel { pool };
+            let idle = state.idle as i64;
+            self.pool_connections.get_or_create(&label).set(i64::from(state.size));
+            self.pool_idle.get_or_create(&label).set(idle);
+            self.pool_in_use.get_or_create(&label).set((i64::from(state.size) - idle).max(0));
+            self.pool_waiters.get_or_create(&label).set(waiting);
+        }
+        // A counter follows the listener's own count of connections opened.
+        let reconnects = sample.listener_connects.saturating_sub(1);
+        let counted = self.listener_reconnects.get();
+        if reconnects > counted {
+            self.listener_reconnects.inc_by(reconnects - counted);
+        }
         self.listener_up.set(i64::from(sample.listener_up));
+        self.queue_usage.set(sample.queue_usage.unwrap_or(0.0));
+        self.oldest_writer_age.set(sample.oldest_writer_age.unwrap_or(0.0));
         self.websockets.set(sample.websockets as i64);
+        if let Some(audits) = sample.audits {
+            for audit in audits {
+                self.audit_last_run.get_or_create(&ScopeLabel { scope: audit.scope.clone() }).set(audit.finished_at);
+                for (rule, n) in audit.findings {
+                    self.audit_findings.get_or_create(&AuditLabel { scope: audit.scope.clone(), rule }).set(n);
+                }
+            }
+        }
         let mut text = String::new();
         let registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
         if encode(&mut text, &registry).is_err() {
@@ -129,6 +264,12 @@ impl Metrics {
 
     pub fn disposition(&self, disposition: &str) {
         self.dispositions.get_or_create(&DispositionLabel { disposition: disposition.to_owned() }).inc();
+    }
+
+    /// A committed event reached a live subscriber now.
+    pub fn delivered(&self, committed: chrono::DateTime<chrono::Utc>) {
+        let age = (chrono::Utc::now() - committed).to_std().unwrap_or_default();
+        self.delivery_latency.observe(age.as_secs_f64());
     }
 }
 

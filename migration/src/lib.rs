@@ -59,6 +59,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261130_000007_operator_reads", "0007_operator_reads"),
             // The operator's grouped reads at scale: covering indexes, v_cost_groups, throughput per unit first.
             sql_migration!("m20261130_000008_grouped_reads", "0008_grouped_reads"),
+            // The results of `work-ledger audit`, which the service exports as metrics.
+            sql_migration!("m20261130_000009_audit_runs", "0009_audit_runs"),
             // Claims at the speed of the database: notifications after the commit, claimNext in one round trip.
             sql_migration!("m20261130_000010_write_speed", "0010_write_speed"),
         ]

@@ -3,7 +3,7 @@
 //! Like every write, each is one statement whose `WHERE` is the invariant:
 //! zero rows means "refused", and the ledger then reads to explain why.
 
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, FromQueryResult};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, FromQueryResult, Value};
 use uuid::Uuid;
 
 use super::entities::work_unit;
@@ -48,8 +48,22 @@ fn claim_sql(pick: &str) -> String {
                     jsonb_build_object('attempt_no', u.attempt_count, 'lease_seconds', $5::int), $3, $4
                FROM claimed u JOIN pick p ON p.id = u.id
          )
-         SELECT {UNIT_COLUMNS} FROM claimed u"
+         SELECT {UNIT_COLUMNS}, p.state <> 'ready' AS reclaimed FROM claimed u JOIN pick p ON p.id = u.id"
     )
+}
+
+/// A unit a claim took.
+#[derive(Debug)]
+pub struct Claimed {
+    pub unit: work_unit::Model,
+    /// The unit's lease had expired (a `stale_reclaimed` event), it was not READY.
+    pub reclaimed: bool,
+}
+
+/// The row a claim statement returned, if any.
+async fn one_claim(tx: &impl ConnectionTrait, sql: &str, values: Vec<Value>) -> Result<Option<Claimed>, DbErr> {
+    let Some(row) = tx.query_one_raw(stmt(sql, values)).await? else { return Ok(None) };
+    Ok(Some(Claimed { unit: work_unit::Model::from_query_result(&row, "")?, reclaimed: row.try_get("", "reclaimed")? }))
 }
 
 /// `claimNext`: stale units (expired lease) first, longest expired first,
@@ -67,12 +81,12 @@ pub async fn claim_next(
     actor: &Actor<'_>,
     lease_seconds: i32,
     domain: Option<&str>,
-) -> Result<Option<work_unit::Model>, DbErr> {
+) -> Result<Option<Claimed>, DbErr> {
     let mut values = actor.values([lease_seconds.into()]);
     if let Some(domain) = domain {
         values.push(domain.into());
     }
-    one_unit(tx, &claim_next_sql(domain.is_some()), values).await
+    one_claim(tx, &claim_next_sql(domain.is_some()), values).await
 }
 
 /// The `claimNext` statement; with a domain it is `$6`. Two statements, not
@@ -107,14 +121,14 @@ pub async fn claim_unit(
     actor: &Actor<'_>,
     lease_seconds: i32,
     unit_id: Uuid,
-) -> Result<Option<work_unit::Model>, DbErr> {
+) -> Result<Option<Claimed>, DbErr> {
     const PICK: &str = "pick AS (
             SELECT id, state, current_attempt_id, attempt_count, claimed_by FROM work_units
              WHERE fleet = $1 AND id = $6 AND NOT EXISTS (SELECT 1 FROM held)
                AND (state = 'ready' OR (state IN ('claimed', 'in_progress') AND lease_expires_at < now()))
              FOR NO KEY UPDATE
         )";
-    one_unit(tx, &claim_sql(PICK), actor.values([lease_seconds.into(), unit_id.into()])).await
+    one_claim(tx, &claim_sql(PICK), actor.values([lease_seconds.into(), unit_id.into()])).await
 }
 
 /// Extends the lease of the caller's live unit (a `heartbeat` event), found by

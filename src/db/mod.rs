@@ -31,6 +31,7 @@ pub mod units;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use sea_orm::{
@@ -167,7 +168,7 @@ where
     E: From<DbErr>,
     F: for<'t> FnOnce(&'t DatabaseTransaction) -> BoxFuture<'t, Result<T, E>> + Send,
 {
-    in_fleet_notifying(db, fleet, Notify::InTransaction, work).await
+    in_fleet_with(db, None, fleet, Notify::InTransaction, work).await
 }
 
 /// How the events a transaction appends are announced (SPEC §6, migration 0010).
@@ -197,7 +198,43 @@ where
     E: From<DbErr>,
     F: for<'t> FnOnce(&'t DatabaseTransaction) -> BoxFuture<'t, Result<T, E>> + Send,
 {
-    let tx = db.begin().await?;
+    in_fleet_with(db, None, fleet, notify, work).await
+}
+
+/// [`in_fleet`], counting the task in `waiting` while it waits for a
+/// connection (and its `BEGIN`): the pool's waiters, which sqlx does not
+/// report (the `db_pool_waiting` metric).
+pub async fn in_fleet_counted<T, E, F>(
+    db: &DatabaseConnection,
+    waiting: Option<&AtomicI64>,
+    fleet: &str,
+    work: F,
+) -> Result<T, E>
+where
+    T: Send,
+    E: From<DbErr>,
+    F: for<'t> FnOnce(&'t DatabaseTransaction) -> BoxFuture<'t, Result<T, E>> + Send,
+{
+    in_fleet_with(db, waiting, fleet, Notify::InTransaction, work).await
+}
+
+/// [`in_fleet`] with both a waiters gauge and a notification mode.
+pub async fn in_fleet_with<T, E, F>(
+    db: &DatabaseConnection,
+    waiting: Option<&AtomicI64>,
+    fleet: &str,
+    notify: Notify,
+    work: F,
+) -> Result<T, E>
+where
+    T: Send,
+    E: From<DbErr>,
+    F: for<'t> FnOnce(&'t DatabaseTransaction) -> BoxFuture<'t, Result<T, E>> + Send,
+{
+    let tx = {
+        let _waiting = waiting.map(Waiting::new);
+        db.begin().await?
+    };
     tx.execute_raw(stmt(
         "SELECT set_config('role', $1, true), set_config('work_ledger.fleet', $2, true),
                 set_config('work_ledger.notify', $3, true)",
@@ -217,6 +254,23 @@ where
             }
             Err(err)
         }
+    }
+}
+
+/// One task counted in a waiters gauge until dropped (also when the waiting
+/// future is cancelled).
+struct Waiting<'a>(&'a AtomicI64);
+
+impl<'a> Waiting<'a> {
+    fn new(count: &'a AtomicI64) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -35,7 +35,7 @@ impl From<LedgerError> for Error {
                 LedgerError::AgentBusy { held, .. } => ext.set("heldUnitId", held.to_string()),
                 LedgerError::Forbidden(permission) => ext.set("permission", permission.as_str()),
                 LedgerError::InvalidInput { argument, .. } => ext.set("argument", argument.clone()),
-                LedgerError::Internal { correlation_id } => ext.set("correlationId", correlation_id.to_string()),
+                LedgerError::Internal { correlation_id } => ext.set("correlationId", correlation_id.as_str()),
                 _ => {}
             }
         })

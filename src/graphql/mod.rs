@@ -42,12 +42,13 @@ pub type LedgerSchema = Schema<Query, Mutation, Subscription>;
 pub const MAX_DEPTH: usize = 12;
 pub const MAX_COMPLEXITY: usize = 50_000;
 
-pub fn build_schema(ledger: Ledger) -> LedgerSchema {
+/// `metrics`: count and time every operation (the service exports metrics).
+pub fn build_schema(ledger: Ledger, metrics: bool) -> LedgerSchema {
     Schema::build(Query::default(), Mutation::default(), Subscription)
         .data(ledger)
         .extension(loaders::LoadersPerOperation)
         .extension(guidance::Guidance)
-        .extension(operation_metrics::OperationMetrics)
+        .extension(operation_metrics::OperationMetrics { metrics })
         .extension(request_errors::RequestErrors)
         .limit_depth(MAX_DEPTH)
         .limit_complexity(MAX_COMPLEXITY)

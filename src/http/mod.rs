@@ -25,6 +25,7 @@ use axum::routing::{get, post};
 use sea_orm::ConnectionTrait;
 use tokio::net::TcpListener;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 pub use crate::db::SessionLimits;
 pub use graphql::MediaType;
@@ -109,10 +110,10 @@ impl Application {
             Some(addr) => Some(TcpListener::bind(addr).await?),
             None => None,
         };
-        let live = Live::new(ledger.db(), config.live);
+        let live = Live::new(&ledger, config.live);
         live.forget_tokens_with(ledger.token_cache().clone());
         let connections = TaskTracker::new();
-        let schema = build_schema(ledger.clone());
+        let schema = build_schema(ledger.clone(), metrics_listener.is_some());
         let descriptions = Arc::new(quickstart::Descriptions::of_schema(&schema).await);
         let policy = surface::Policy::new(&config.surface, listen);
         let state = AppState {
@@ -137,7 +138,8 @@ impl Application {
             .with_state(state.clone())
             .merge(mcp)
             .layer(middleware::from_fn_with_state(policy, surface::check_host))
-            .layer(middleware::from_fn(surface::security_headers));
+            .layer(middleware::from_fn(surface::security_headers))
+            .layer(middleware::from_fn(request_span));
         let metrics = metrics_listener.map(|l| (l, Router::new().route("/metrics", get(metrics)).with_state(state)));
         Ok(Self { listener, router, live, http: config.http, connections, metrics })
     }
@@ -279,18 +281,60 @@ async fn serve_http(
 }
 
 /// `GET /metrics` on the metrics listener: Prometheus text, the states
-/// sampled now.
+/// sampled now (the last audit results read from the database).
 async fn metrics(State(state): State<AppState>) -> Response {
+    // The pools first: the audit query below takes a connection.
     let pool = state.ledger.db().get_postgres_connection_pool();
+    let requests_pool = crate::metrics::PoolSample { size: pool.size(), idle: pool.num_idle() };
+    let (live_pool, live_waiting) = state.live.pool_sample();
+    // On the live pool, bounded: a saturated request pool must not stall the
+    // scrape that shows it.
+    let read = crate::operator::audit::last_runs(state.live.pool());
+    let audits = match tokio::time::timeout(Duration::from_secs(2), read).await {
+        Ok(Ok(audits)) => Some(audits),
+        Ok(Err(err)) => {
+            tracing::warn!(error = %err, "cannot read the last audit results for the metrics");
+            None
+        }
+        Err(_) => {
+            tracing::warn!("the last audit results took over 2 s to read; the metrics keep the previous ones");
+            None
+        }
+    };
     let sample = crate::metrics::Sample {
-        pool_size: pool.size(),
-        pool_idle: pool.num_idle(),
+        requests_pool,
+        live_pool,
+        live_waiting,
         listener_connects: *state.live.listener_connects().borrow(),
         listener_up: state.live.is_listening(),
+        queue_usage: *state.live.notification_queue_usage().borrow(),
+        oldest_writer_age: state
+            .live
+            .oldest_event_writer_sampled()
+            .borrow()
+            .as_ref()
+            .map(|w| w.age.map(|a| a.as_secs_f64()).unwrap_or(0.0)),
         websockets: state.connections.len(),
+        audits,
     };
     let text = state.ledger.metrics().render(sample);
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response()
+}
+
+/// One span per HTTP request (the parent of its ledger operations' spans):
+/// method, path (never the query string, which may carry a GraphQL document
+/// or variables) and status. The token is a header and is never recorded.
+async fn request_span(request: axum::extract::Request, next: middleware::Next) -> Response {
+    let span = tracing::info_span!(
+        "http.request",
+        otel.name = %format_args!("{} {}", request.method(), request.uri().path()),
+        http.request.method = %request.method(),
+        url.path = %request.uri().path(),
+        http.response.status_code = tracing::field::Empty,
+    );
+    let response = next.run(request).instrument(span.clone()).await;
+    span.record("http.response.status_code", response.status().as_u16());
+    response
 }
 
 /// Ready when the database answers and this process LISTENs for events

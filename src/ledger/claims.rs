@@ -32,9 +32,10 @@ impl Ledger {
                 let domain = domain.clone();
                 Box::pin(async move {
                     let actor = ctx.actor();
-                    if let Some(unit) = claims::claim_next(tx, &actor, lease, domain.as_deref()).await? {
-                        ctx.mark_claimed();
-                        return Ok(Some(unit));
+                    if let Some(claimed) = claims::claim_next(tx, &actor, lease, domain.as_deref()).await? {
+                        ctx.mark_claimed(claimed.reclaimed);
+                        tracing::Span::current().record("unit_id", claimed.unit.id.to_string());
+                        return Ok(Some(claimed.unit));
                     }
                     // Nothing claimed: either nothing is claimable, or the
                     // agent already holds a unit, which it gets back renewed.
@@ -94,9 +95,10 @@ impl Ledger {
             .write(who, "claimUnit", args, key, move |tx, ctx| {
                 Box::pin(async move {
                     let actor = ctx.actor();
-                    if let Some(unit) = claims::claim_unit(tx, &actor, lease, unit_id).await? {
-                        ctx.mark_claimed();
-                        return Ok(unit);
+                    if let Some(claimed) = claims::claim_unit(tx, &actor, lease, unit_id).await? {
+                        ctx.mark_claimed(claimed.reclaimed);
+                        tracing::Span::current().record("unit_id", claimed.unit.id.to_string());
+                        return Ok(claimed.unit);
                     }
                     let unit = load(tx, unit_id).await?;
                     if state_machine::is_holder(&unit, &ctx.who) && unit.state.is_live_claim() {

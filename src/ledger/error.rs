@@ -83,7 +83,10 @@ pub enum LedgerError {
     TimedOut,
 
     #[error("internal error (correlation id {correlation_id}); the request changed nothing and may be retried")]
-    Internal { correlation_id: Uuid },
+    /// The trace id (32 hex digits) when traces are exported, so that the
+    /// operator finds the request's trace by it; otherwise a random id of
+    /// the same form.
+    Internal { correlation_id: String },
 
     /// A refusal about an existing unit, with what the caller needs to act:
     /// the unit, its state and the legal next actions (SPEC §5). The code
@@ -172,10 +175,12 @@ impl LedgerError {
         Self::NotFound { what, id: id.to_string() }
     }
 
-    /// Logs an unexpected failure with a fresh correlation id and returns the
-    /// opaque error the client sees. The cause never reaches the client.
+    /// Logs an unexpected failure with a correlation id (the trace id when
+    /// traces are exported) and returns the opaque error the client sees.
+    /// The cause never reaches the client.
     pub fn internal(cause: impl std::fmt::Display) -> Self {
-        let correlation_id = Uuid::new_v4();
+        let correlation_id =
+            crate::telemetry::current_trace_id().unwrap_or_else(|| Uuid::new_v4().simple().to_string());
         tracing::error!(%correlation_id, error = %cause, "internal error");
         Self::Internal { correlation_id }
     }

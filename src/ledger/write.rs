@@ -23,12 +23,16 @@ pub struct WriteCtx {
     key: Option<(String, String)>,
     /// Set by an operation whose run claimed a unit (counted once committed).
     claimed: AtomicBool,
+    /// ... and the unit's lease had expired.
+    reclaimed: AtomicBool,
 }
 
 impl WriteCtx {
-    /// This run claimed a unit (not a renewal of a held one).
-    pub fn mark_claimed(&self) {
+    /// This run claimed a unit (not a renewal of a held one); `reclaimed`:
+    /// one whose lease had expired.
+    pub fn mark_claimed(&self, reclaimed: bool) {
         self.claimed.store(true, Ordering::Relaxed);
+        self.reclaimed.store(reclaimed, Ordering::Relaxed);
     }
 
     /// The caller as the SQL of a write sees it.
@@ -84,12 +88,19 @@ impl Ledger {
         validate::idempotency_key(key.as_deref())?;
         // Only a keyed request needs its fingerprint.
         let key = key.map(|key| (key, idempotency::fingerprint(operation, &args)));
-        let ctx = Arc::new(WriteCtx { who: who.clone(), key, claimed: AtomicBool::new(false) });
+        let ctx = Arc::new(WriteCtx {
+            who: who.clone(),
+            key,
+            claimed: AtomicBool::new(false),
+            reclaimed: AtomicBool::new(false),
+        });
         let op = Arc::new(op);
         for _ in 0..RETRIES {
             ctx.claimed.store(false, Ordering::Relaxed);
+            ctx.reclaimed.store(false, Ordering::Relaxed);
             let (run_ctx, op) = (ctx.clone(), op.clone());
-            let result = db::in_fleet_notifying(&self.db, &who.fleet, self.notifier.mode(), move |tx| {
+            let waiting = Some(&*self.metrics.pool_waiting);
+            let result = db::in_fleet_with(&self.db, waiting, &who.fleet, self.notifier.mode(), move |tx| {
                 let ctx = run_ctx;
                 Box::pin(async move {
                     if let Some(unit) = idempotency::replayed(tx, &ctx.actor()).await? {
@@ -110,6 +121,9 @@ impl Ledger {
                     }
                     if other.is_ok() && ctx.claimed.load(Ordering::Relaxed) {
                         self.metrics.claims.inc();
+                        if ctx.reclaimed.load(Ordering::Relaxed) {
+                            self.metrics.stale_reclaims.inc();
+                        }
                     }
                     return other;
                 }

@@ -8,7 +8,7 @@
 //! subscribers it has. A forged notification costs at most one such read.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -98,11 +98,13 @@ pub struct Feeds {
     capacity: usize,
     stop: CancellationToken,
     entries: Mutex<HashMap<String, Entry>>,
+    /// Feeds waiting for a pool connection (the `db_pool_waiting` metric).
+    waiting: Arc<AtomicI64>,
 }
 
 impl Feeds {
-    pub fn new(db: DatabaseConnection, capacity: usize, stop: CancellationToken) -> Self {
-        Self { db, capacity, stop, entries: Mutex::new(HashMap::new()) }
+    pub fn new(db: DatabaseConnection, capacity: usize, stop: CancellationToken, waiting: Arc<AtomicI64>) -> Self {
+        Self { db, capacity, stop, entries: Mutex::new(HashMap::new()), waiting }
     }
 
     /// The fleet's feed, started on first use.
@@ -130,6 +132,7 @@ impl Feeds {
             held,
             tag,
             stop: self.stop.clone(),
+            waiting: self.waiting.clone(),
         };
         tokio::spawn(task.run());
         feed
@@ -165,6 +168,7 @@ struct FeedTask {
     held: Arc<AtomicBool>,
     tag: Arc<OnceLock<String>>,
     stop: CancellationToken,
+    waiting: Arc<AtomicI64>,
 }
 
 impl FeedTask {
@@ -251,7 +255,7 @@ impl FeedTask {
         loop {
             let fleet = self.fleet.clone();
             let from = *after;
-            let read = db::in_fleet::<_, DbErr, _>(&self.db, &self.fleet, move |tx| {
+            let read = db::in_fleet_counted::<_, DbErr, _>(&self.db, Some(&self.waiting), &self.fleet, move |tx| {
                 Box::pin(async move { events::events_after(tx, &fleet, from, BATCH).await })
             })
             .await;

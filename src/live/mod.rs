@@ -20,6 +20,7 @@ pub mod sweeper;
 pub mod tail;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,6 +35,8 @@ pub use sweeper::SweeperConfig;
 use crate::auth::TokenCache;
 use crate::db;
 pub use crate::db::events::EventWriter;
+use crate::ledger::Ledger;
+use crate::metrics::PoolSample;
 
 use feed::Feeds;
 use sweeper::Sweeper;
@@ -86,6 +89,8 @@ struct Inner {
     queue_usage: watch::Sender<Option<f64>>,
     /// The oldest in-flight event writer at the last health tick.
     oldest_writer: watch::Sender<Option<EventWriter>>,
+    /// Feeds waiting for a connection of this pool.
+    waiting: Arc<AtomicI64>,
     stop: CancellationToken,
 }
 
@@ -100,8 +105,8 @@ impl Live {
     /// Prepares the subsystem over the database `requests` connects to (with
     /// a pool of its own); nothing runs until [`Live::run_listener`] and
     /// [`Live::run_sweeper`] (`Application::run_until` runs both).
-    pub fn new(requests: &DatabaseConnection, config: LiveConfig) -> Self {
-        let requests = requests.get_postgres_connection_pool();
+    pub fn new(ledger: &Ledger, config: LiveConfig) -> Self {
+        let requests = ledger.db().get_postgres_connection_pool();
         let options = (*requests.connect_options()).clone();
         // The request pool's pool options carry its checks (a read-write
         // server only); it follows the request pool's server when that moves.
@@ -115,9 +120,11 @@ impl Live {
         db::primary::follow(requests, &pool);
         let db = SqlxPostgresConnector::from_sqlx_postgres_pool(pool);
         let stop = CancellationToken::new();
+        let waiting = Arc::new(AtomicI64::new(0));
         Self(Arc::new(Inner {
-            feeds: Feeds::new(db.clone(), config.broadcast_capacity, stop.clone()),
-            sweeper: Sweeper::new(db.clone(), config.sweeper.clone()),
+            feeds: Feeds::new(db.clone(), config.broadcast_capacity, stop.clone(), waiting.clone()),
+            sweeper: Sweeper::new(db.clone(), config.sweeper.clone(), ledger.metrics().stalls.clone()),
+            waiting,
             listening: watch::channel(false).0,
             connects: watch::channel(0).0,
             revoked: broadcast::channel(256).0,
@@ -147,6 +154,17 @@ impl Live {
     /// database, asked now. Only such transactions hold live delivery back.
     pub async fn oldest_event_writer(&self) -> Result<Option<EventWriter>, DbErr> {
         db::events::oldest_event_writer(&self.0.db).await
+    }
+
+    /// The live pool (feeds, sweeper, health ticks; the metrics' own reads).
+    pub fn pool(&self) -> &DatabaseConnection {
+        &self.0.db
+    }
+
+    /// The live pool's state, for the metrics.
+    pub fn pool_sample(&self) -> (PoolSample, i64) {
+        let pool = self.0.db.get_postgres_connection_pool();
+        (PoolSample { size: pool.size(), idle: pool.num_idle() }, self.0.waiting.load(Ordering::Relaxed).max(0))
     }
 
     /// The oldest in-flight event writer as the last health tick saw it.

@@ -15,6 +15,7 @@
 
 use std::time::Duration;
 
+use prometheus_client::metrics::counter::Counter;
 use sea_orm::{DatabaseConnection, DbErr};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -40,11 +41,13 @@ pub struct Sweeper {
     config: SweeperConfig,
     /// Completed passes, so tests can wait for one instead of sleeping.
     passes: watch::Sender<u64>,
+    /// The `stalls` metric.
+    stalls: Counter,
 }
 
 impl Sweeper {
-    pub fn new(db: DatabaseConnection, config: SweeperConfig) -> Self {
-        Self { db, config, passes: watch::channel(0).0 }
+    pub fn new(db: DatabaseConnection, config: SweeperConfig, stalls: Counter) -> Self {
+        Self { db, config, passes: watch::channel(0).0, stalls }
     }
 
     /// One pass: reports every expired attempt not reported yet; returns how
@@ -54,6 +57,7 @@ impl Sweeper {
         loop {
             let sweep = events::report_stalls(&self.db, self.config.batch_size).await?;
             reported += sweep.reported;
+            self.stalls.inc_by(sweep.reported);
             if sweep.found < u64::from(self.config.batch_size) {
                 return Ok(reported);
             }

@@ -72,6 +72,7 @@ impl Tail {
         position: Position,
         start: Option<Start>,
     ) -> Self {
+        ledger.metrics().subscriptions.inc();
         Self {
             ledger: ledger.clone(),
             who: who.clone(),
@@ -104,6 +105,7 @@ impl Tail {
                     }
                     self.position = event.position;
                     if !self.before_start(&event) {
+                        self.ledger.metrics().delivered(event.event.created_at);
                         return Ok(Some(event));
                     }
                 }
@@ -132,6 +134,12 @@ impl Tail {
         self.catching_up = batch.events.len() >= PAGE || !self.feed.covers(self.position);
         self.pending.extend(batch.events.into_iter().map(Arc::new));
         Ok(())
+    }
+}
+
+impl Drop for Tail {
+    fn drop(&mut self) {
+        self.ledger.metrics().subscriptions.dec();
     }
 }
 

@@ -9,6 +9,7 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, TransactionTrait};
 use uuid::Uuid;
 
 use crate::db::stmt;
+use crate::metrics::AuditSample;
 
 /// One breach of one rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,6 +150,47 @@ pub async fn run(db: &DatabaseConnection, fleet: Option<&str>) -> Result<Vec<Fin
     }
     tx.commit().await?;
     Ok(findings)
+}
+
+/// Records a run's result (findings per rule, every rule named) for the
+/// metrics; `fleet` `None` is the scope `*`.
+pub async fn record(db: &DatabaseConnection, fleet: Option<&str>, findings: &[Finding]) -> Result<(), DbErr> {
+    let per_rule: serde_json::Map<String, serde_json::Value> =
+        rules().map(|rule| (rule.to_owned(), findings.iter().filter(|f| f.rule == rule).count().into())).collect();
+    db.execute_raw(stmt(
+        "INSERT INTO audit_runs (scope, findings) VALUES ($1, $2)",
+        [fleet.unwrap_or(ALL_FLEETS).into(), serde_json::Value::Object(per_rule).into()],
+    ))
+    .await?;
+    Ok(())
+}
+
+/// The scope of an audit of every fleet.
+pub const ALL_FLEETS: &str = "*";
+
+/// The last recorded run of each scope (what the metrics export).
+pub async fn last_runs(db: &DatabaseConnection) -> Result<Vec<AuditSample>, DbErr> {
+    let rows = db
+        .query_all_raw(stmt(
+            "SELECT DISTINCT ON (scope) scope, extract(epoch FROM finished_at)::float8 AS finished_at, findings
+               FROM audit_runs ORDER BY scope, finished_at DESC",
+            [],
+        ))
+        .await?;
+    let mut runs = Vec::with_capacity(rows.len());
+    for row in rows {
+        let findings: serde_json::Value = row.try_get("", "findings")?;
+        let findings = findings
+            .as_object()
+            .map(|rules| rules.iter().map(|(rule, n)| (rule.clone(), n.as_i64().unwrap_or(0))).collect())
+            .unwrap_or_default();
+        runs.push(AuditSample {
+            scope: row.try_get("", "scope")?,
+            finished_at: row.try_get("", "finished_at")?,
+            findings,
+        });
+    }
+    Ok(runs)
 }
 
 /// The names of the rules, in the order they run.

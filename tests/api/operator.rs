@@ -14,7 +14,7 @@ use work_ledger::embedded_pg::EmbeddedPostgres;
 
 use crate::helpers::{Agent, TestApp, spawn_app, spawn_app_on};
 
-fn work_ledger(app: &TestApp, args: &[&str], stdin: Option<&str>) -> Output {
+pub(crate) fn work_ledger(app: &TestApp, args: &[&str], stdin: Option<&str>) -> Output {
     work_ledger_on(&app.db_url, args, stdin)
 }
 
@@ -33,7 +33,7 @@ fn work_ledger_on(db_url: &str, args: &[&str], stdin: Option<&str>) -> Output {
     child.wait_with_output().expect("work-ledger output")
 }
 
-fn text(bytes: &[u8]) -> String {
+pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
@@ -98,7 +98,7 @@ async fn import_registers_a_large_backlog_once_and_reports_bad_lines_without_los
 }
 
 /// A worked ledger: lifecycles, a reclaim, a question, a release, costs, dispositions.
-async fn worked_ledger(app: &TestApp) -> Vec<String> {
+pub(crate) async fn worked_ledger(app: &TestApp) -> Vec<String> {
     let op = Agent::new(app, "f", "op", Role::Operator).await;
     let a = Agent::new(app, "f", "agent-a", Role::Agent).await;
     let b = Agent::new(app, "f", "agent-b", Role::Agent).await;
