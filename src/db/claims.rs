@@ -172,8 +172,9 @@ pub async fn held_by(tx: &impl ConnectionTrait, fleet: &str, agent: &str) -> Res
 /// What [`claim_next_now`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClaimNext {
-    /// Claimed a unit (a new attempt).
-    Claimed,
+    /// Claimed a unit (a new attempt); `reclaimed`: its lease had expired
+    /// (a `stale_reclaimed` event), it was not READY.
+    Claimed { reclaimed: bool },
     /// The agent held a CLAIMED or IN_PROGRESS unit: its lease was renewed.
     Renewed,
     /// The agent holds a BLOCKED unit: returned as it is, nothing written.
@@ -203,7 +204,8 @@ pub async fn claim_next_now(
         .await?;
     let Some(row) = row else { return Ok(None) };
     let outcome = match row.try_get::<String>("", "outcome")?.as_str() {
-        "claimed" => ClaimNext::Claimed,
+        "claimed" => ClaimNext::Claimed { reclaimed: false },
+        "reclaimed" => ClaimNext::Claimed { reclaimed: true },
         "renewed" => ClaimNext::Renewed,
         _ => ClaimNext::Held,
     };

@@ -64,12 +64,18 @@ impl Ledger {
                 },
                 Ok(found) => {
                     match found.as_ref().map(|(outcome, _)| *outcome) {
-                        Some(ClaimNext::Claimed) => {
+                        Some(ClaimNext::Claimed { reclaimed }) => {
                             self.metrics.claims.inc();
+                            if reclaimed {
+                                self.metrics.stale_reclaims.inc();
+                            }
                             self.notifier.committed(&who.fleet);
                         }
                         Some(ClaimNext::Renewed) => self.notifier.committed(&who.fleet),
                         Some(ClaimNext::Held) | None => {}
+                    }
+                    if let Some((_, unit)) = &found {
+                        tracing::Span::current().record("unit_id", unit.id.to_string());
                     }
                     return Ok(found.map(|(_, unit)| unit));
                 }

@@ -310,3 +310,22 @@ async fn a_saturated_request_pool_shows_its_waiters() {
     let text = scrape(&app).await;
     assert_eq!(value(&text, r#"work_ledger_db_pool_waiting{pool="requests"}"#), 0.0, "nobody waits any more");
 }
+
+/// The common `claimNext` (no domain, no key) runs as one autocommit
+/// statement of its own (issue 13): its reclaims are counted too.
+#[tokio::test]
+async fn a_reclaim_by_the_one_statement_claim_next_is_counted() {
+    let app = spawn_app_with(metrics_app_config()).await;
+    let op = Agent::new(&app, "f", "op", Role::Operator).await;
+    app.register(&op.token, &["only"]).await;
+    let first = Agent::new(&app, "f", "first", Role::Agent).await;
+    let unit = first.claim_next(json!({})).await.str("id");
+    app.expire_lease(&unit).await;
+    let second = Agent::new(&app, "f", "second", Role::Agent).await;
+    assert_eq!(second.claim_next(json!({})).await.str("id"), unit, "the stale unit, reclaimed by claimNext");
+    let text = scrape(&app).await;
+    assert_eq!(value(&text, "work_ledger_claims_total"), 2.0, "{text}");
+    assert_eq!(value(&text, "work_ledger_stale_reclaims_total"), 1.0, "{text}");
+    let reclaims = app.sql_i64("SELECT count(*) FROM work_unit_events WHERE event_type = 'stale_reclaimed'").await;
+    assert_eq!(reclaims, 1, "the event log agrees");
+}

@@ -83,7 +83,8 @@ BEGIN
                 jsonb_build_object('attempt_no', u.attempt_count, 'lease_seconds', p_lease), NULL::text, NULL::text
            FROM taken u JOIN pick p ON p.id = u.id
      )
-     SELECT 'claimed'::text, u::work_units FROM taken u;
+     SELECT CASE WHEN p.state <> 'ready' THEN 'reclaimed' ELSE 'claimed' END, u::work_units
+       FROM taken u JOIN pick p ON p.id = u.id;
     IF FOUND THEN
         RETURN;
     END IF;
