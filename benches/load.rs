@@ -535,22 +535,18 @@ async fn claimed_twice(db: &DatabaseConnection, fleet: &str) -> Result<i64, AnyE
 async fn event_position_variant(owner: &DatabaseConnection, variant: &str) -> Result<(), AnyError> {
     let body = match variant {
         "marker" => return Ok(()),
+        // The shipped function (migration 0004) without its marker statement.
         "no-marker" => {
-            "DECLARE
-                 xid text := pg_current_xact_id()::text;
-                 mark text := current_setting('work_ledger.live_batch', true);
-                 drawn bigint;
-             BEGIN
-                 IF mark IS NOT NULL AND split_part(mark, ':', 1) = xid THEN
-                     drawn := split_part(mark, ':', 2)::bigint;
-                 ELSE
-                     drawn := nextval('work_unit_events_batch_seq');
-                     PERFORM set_config('work_ledger.live_batch', xid || ':' || drawn, true);
-                 END IF;
-                 NEW.tx_id := xid::bigint;
-                 NEW.batch := drawn;
-                 RETURN NEW;
-             END"
+            let row = owner
+                .query_one_raw(stmt("SELECT pg_get_functiondef('work_unit_events_position'::regproc) AS def", []))
+                .await?
+                .ok_or("work_unit_events_position() is missing")?;
+            let shipped: String = row.try_get("", "def")?;
+            let unmarked = without_piece(&shipped, "PERFORM pg_advisory_xact_lock_shared(", ");")
+                .ok_or("work_unit_events_position() takes no marker: nothing to leave out")?;
+            owner.execute_unprepared(&unmarked).await?;
+            eprintln!("event position variant: {variant}");
+            return Ok(());
         }
         "xid-only" => "BEGIN NEW.tx_id := pg_current_xact_id()::text::bigint; RETURN NEW; END",
         other => return Err(format!("WL_BENCH_EVENT_POSITION: unknown variant {other:?}").into()),
@@ -562,6 +558,14 @@ async fn event_position_variant(owner: &DatabaseConnection, variant: &str) -> Re
         .await?;
     eprintln!("event position variant: {variant}");
     Ok(())
+}
+
+/// `text` without its first piece that starts with `from` and ends with the
+/// next `to` (inclusive); None when there is no such piece.
+fn without_piece(text: &str, from: &str, to: &str) -> Option<String> {
+    let start = text.find(from)?;
+    let end = start + text[start..].find(to)? + to.len();
+    Some(format!("{}{}", &text[..start], &text[end..]))
 }
 
 async fn raw_claims(owner: &DatabaseConnection, fleet: &str, i: usize, deadline: Instant, limit: usize) -> Samples {

@@ -27,19 +27,7 @@ async fn start_serve(data_dir: &Path) -> Serve {
         .kill_on_drop(true)
         .spawn()
         .expect("spawn work-ledger serve");
-    let mut stderr = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let addr = tokio::time::timeout(Duration::from_secs(90), async {
-        while let Some(line) = stderr.next_line().await.expect("read stderr") {
-            if let Some(rest) = line.split("addr=").nth(1).filter(|_| line.contains("serving")) {
-                return rest.trim().to_owned();
-            }
-        }
-        panic!("serve exited before listening");
-    })
-    .await
-    .expect("serve listening in time");
-    // Keep draining stderr so the child never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
+    let addr = crate::helpers::serving_addr(&mut child, Duration::from_secs(90)).await;
     let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let printed_token =
         tokio::time::timeout(Duration::from_millis(500), stdout.next_line()).await.ok().and_then(|l| l.ok().flatten());

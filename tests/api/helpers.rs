@@ -565,3 +565,23 @@ impl TestApp {
         .collect()
     }
 }
+
+/// The address a spawned `work-ledger serve` prints once it listens (its
+/// "serving addr=..." log line on stderr); stderr is drained after, so the
+/// child never blocks on a full pipe.
+pub async fn serving_addr(child: &mut tokio::process::Child, within: std::time::Duration) -> String {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr piped")).lines();
+    let addr = tokio::time::timeout(within, async {
+        while let Some(line) = stderr.next_line().await.expect("read stderr") {
+            if let Some(rest) = line.split("addr=").nth(1).filter(|_| line.contains("serving")) {
+                return rest.trim().to_owned();
+            }
+        }
+        panic!("serve exited before listening");
+    })
+    .await
+    .expect("serve listening in time");
+    tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
+    addr
+}

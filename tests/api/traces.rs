@@ -16,10 +16,9 @@ use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use prost::Message;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use work_ledger::auth::Role;
 
-use crate::helpers::spawn_app;
+use crate::helpers::{serving_addr, spawn_app};
 
 #[derive(Debug, Clone)]
 struct Span {
@@ -124,18 +123,7 @@ async fn spans_of_requests_and_ledger_operations_reach_an_otlp_receiver() {
         .kill_on_drop(true)
         .spawn()
         .expect("spawn work-ledger serve");
-    let mut stderr = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let addr = tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(line) = stderr.next_line().await.expect("read stderr") {
-            if let Some(rest) = line.split("addr=").nth(1).filter(|_| line.contains("serving")) {
-                return rest.trim().to_owned();
-            }
-        }
-        panic!("serve exited before listening");
-    })
-    .await
-    .expect("serve listening in time");
-    tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
+    let addr = serving_addr(&mut child, Duration::from_secs(60)).await;
 
     let http = reqwest::Client::new();
     // No `id` selected: the span learns the unit from the claim itself.
