@@ -24,10 +24,12 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr};
 use serde_json::{Value, json};
 use work_ledger::auth::{self, Role};
 use work_ledger::db::claims;
+use work_ledger::db::entities::Disposition;
 use work_ledger::db::events::Actor;
+use work_ledger::db::transitions::{self, Disposal};
 use work_ledger::db::{self, Notify, stmt};
 use work_ledger::http::Application;
-use work_ledger::ledger::Ledger;
+use work_ledger::ledger::{Ledger, state_machine};
 
 mod peers;
 mod support;
@@ -48,6 +50,9 @@ struct Args {
     /// Only the metrics' overhead: claimNext over HTTP against a server
     /// without metrics and one with them (scraped every second), alternated.
     metrics_overhead: bool,
+    /// Units (and tokens) seeded per agent for each phase (`--per-agent`):
+    /// enough that no phase runs out within its seconds on an idle machine.
+    per_agent: usize,
 }
 
 fn args() -> Args {
@@ -59,6 +64,7 @@ fn args() -> Args {
         peer_pool: 64,
         notify: Notify::AfterCommit,
         metrics_overhead: false,
+        per_agent: 600,
     };
     let argv: Vec<String> = std::env::args().collect();
     args.metrics_overhead = argv.iter().any(|a| a == "--metrics-overhead");
@@ -70,6 +76,7 @@ fn args() -> Args {
             ("--seconds", Some(v)) => args.seconds = v,
             ("--pool", Some(v)) => args.pool = v as u32,
             ("--peer-pool", Some(v)) => args.peer_pool = v as usize,
+            ("--per-agent", Some(v)) => args.per_agent = v as usize,
             ("--notify", _) if pair[1] == "in-transaction" => args.notify = Notify::InTransaction,
             _ => {}
         }
@@ -167,12 +174,12 @@ async fn main() -> Result<(), AnyError> {
     let position = std::env::var("WL_BENCH_EVENT_POSITION").unwrap_or_else(|_| "marker".into());
     event_position_variant(&owner, &position).await?;
 
-    let per_agent = 250;
+    let per_agent = args.per_agent;
     let claims_needed = args.agents * per_agent;
     let race_needed = args.race_agents * 60;
 
     eprintln!("seeding {claims_needed} units and tokens per phase...");
-    for fleet in ["warm", "raw", "rls", "api", "paced", "finish"] {
+    for fleet in ["warm", "raw", "rls", "api", "paced", "finish", "finish-sql"] {
         seed_units(&owner, fleet, claims_needed).await?;
     }
     seed_units(&owner, "race", race_needed).await?;
@@ -182,7 +189,9 @@ async fn main() -> Result<(), AnyError> {
     let race_tokens = Arc::new(seed_tokens(&owner, "race", "agent", race_needed).await?);
     let finish_tokens = Arc::new(seed_tokens(&owner, "finish", "agent", args.agents).await?);
     let life_tokens = Arc::new(seed_tokens(&owner, "life", "agent", args.agents).await?);
-    seed::create(&owner, claims_needed).await?;
+    let floor_tokens = Arc::new(seed_tokens(&owner, "api", "floor", args.agents).await?);
+    // Twice: the seed's transaction and the same claim as one statement.
+    seed::create(&owner, 2 * claims_needed).await?;
     owner.execute_unprepared("VACUUM ANALYZE").await?;
 
     // Every phase starts from a vacuumed table: on two cores an autovacuum of
@@ -246,6 +255,33 @@ async fn main() -> Result<(), AnyError> {
     };
     settle().await?;
 
+    // The same minimal claim as one autocommit statement: the least any claim can cost.
+    eprintln!("seed claim statement...");
+    let seed_one = {
+        let pool = raw_pool.clone();
+        drive(args.agents, args.seconds, "seed claim as one statement (raw SQL, 1 round trip)", move |i, deadline| {
+            let pool = pool.clone();
+            async move {
+                let mut s = Samples::default();
+                let mut n = 0;
+                while Instant::now() < deadline {
+                    let agent = format!("seed1-{i}-{n}");
+                    match timed(&mut s, seed::claim_statement(&pool, &agent)).await {
+                        Ok(true) => n += 1,
+                        Ok(false) => break,
+                        Err(err) => {
+                            eprintln!("seed claim statement failed: {err}");
+                            break;
+                        }
+                    }
+                }
+                vec![("claim", s)]
+            }
+        })
+        .await
+    };
+    settle().await?;
+
     // The project's claim statement as one autocommit round trip, as the owner (no RLS, no role switch).
     eprintln!("raw SQL claim...");
     let raw = {
@@ -295,6 +331,22 @@ async fn main() -> Result<(), AnyError> {
         })
         .await
     };
+    settle().await?;
+
+    // The ceiling of claim-and-finish: the service's own three statements
+    // (ledger_claim_next, ledger_start, ledger_dispose, one autocommit round
+    // trip each, under RLS) straight over the pool, one agent per task. No
+    // notification is sent (after-commit mode with nobody to notify), so it
+    // does less than the server does.
+    eprintln!("claim-and-finish as SQL...");
+    let finish_sql = {
+        let pool = raw_pool.clone();
+        drive(args.agents, args.seconds, "claim-and-finish as SQL (3 statements)", move |i, deadline| {
+            let pool = pool.clone();
+            async move { claim_and_finish_sql(&pool, &format!("fs-{i}"), deadline).await }
+        })
+        .await
+    };
     raw_pool.close().await?;
     settle().await?;
 
@@ -310,6 +362,29 @@ async fn main() -> Result<(), AnyError> {
     eprintln!("claimNext over HTTP...");
     let api = fresh_claims(&http, args.agents, args.seconds, "claimNext over HTTP", api_tokens.clone(), None).await;
     settle().await?;
+
+    // The floor of every request: HTTP, the token (cached), GraphQL, and a
+    // field that reads nothing. No write over HTTP can run faster on the
+    // same cores.
+    eprintln!("HTTP floor...");
+    let floor = {
+        let http = http.clone();
+        drive(args.agents, args.seconds, "HTTP floor: { __typename } with a token", move |i, deadline| {
+            let (http, token) = (http.clone(), floor_tokens[i].clone());
+            async move {
+                let mut s = Samples::default();
+                while Instant::now() < deadline {
+                    let resp = timed(&mut s, http.gql(&token, "{ __typename }", json!({}))).await;
+                    if resp["data"]["__typename"] != "QueryRoot" && resp["data"]["__typename"] != "Query" {
+                        eprintln!("HTTP floor failed: {resp}");
+                        break;
+                    }
+                }
+                vec![("request", s)]
+            }
+        })
+        .await
+    };
 
     // The same agents below saturation: 80% of the rate just measured.
     let offered = (api.rate() * 0.8).max(1.0);
@@ -370,11 +445,26 @@ async fn main() -> Result<(), AnyError> {
         args.agents, args.seconds, args.pool, args.notify
     );
     println!();
-    print_table(&[&seed, &raw, &rls, &api, &paced, &finish, &race, &life], peer.as_ref());
+    print_table(
+        &[&seed, &seed_one, &raw, &rls, &finish_sql, &floor, &api, &paced, &finish, &race, &life],
+        peer.as_ref(),
+    );
     println!();
     let pct = |a: f64, b: f64| 100.0 * a / b;
     println!("claimNext over HTTP vs seed claim transaction: {:.0}%", pct(api.rate(), seed.rate()));
     println!("claimNext over HTTP vs project claim statement as owner: {:.0}%", pct(api.rate(), raw.rate()));
+    println!(
+        "HTTP floor vs seed claim transaction: {:.0}% (no request over HTTP runs faster than the floor)",
+        pct(floor.rate(), seed.rate())
+    );
+    // Both saturate the same two cores, so their costs per operation add:
+    // the seed's one-statement claim behind the HTTP floor is the most any
+    // claim over HTTP could reach here.
+    let bound = 1.0 / (1.0 / floor.rate() + 1.0 / seed_one.rate());
+    println!(
+        "bound for any claim over HTTP (HTTP floor + seed claim statement): {bound:.0}/s, {:.0}% of the seed claim transaction",
+        pct(bound, seed.rate())
+    );
     match &peer {
         Some(peer) => println!(
             "claim-and-finish over HTTP vs graphile-worker jobs: {:.0}% ({:.0} vs {:.0} per second)",
@@ -383,6 +473,13 @@ async fn main() -> Result<(), AnyError> {
             peer.rate()
         ),
         None => println!("claim-and-finish over HTTP vs graphile-worker jobs: not measured (no peer)"),
+    }
+    if let Some(peer) = &peer {
+        println!(
+            "claim-and-finish as SQL vs graphile-worker jobs: {:.0}%; HTTP floor / 3 vs graphile-worker jobs: {:.0}%",
+            pct(finish_sql.rate(), peer.rate()),
+            pct(floor.rate() / 3.0, peer.rate())
+        );
     }
     println!(
         "paced claim p99 at 80% of the saturated rate: {:.2} ms",
@@ -476,6 +573,47 @@ async fn claim_and_finish(http: &Http, token: &str, deadline: Instant) -> Vec<(&
         let done = timed(&mut ops[3].1, http.gql(token, d, json!({ "u": unit }))).await;
         if done["data"]["dispose"]["state"] != "ABANDONED" {
             eprintln!("claim-and-finish failed: {done}");
+            break;
+        }
+        ops[0].1.0.push(start.elapsed());
+    }
+    ops
+}
+
+/// One agent's claim-and-finish loop as the service's own statements over
+/// the pool (the SQL ceiling of the HTTP phase).
+async fn claim_and_finish_sql(
+    pool: &DatabaseConnection,
+    agent: &str,
+    deadline: Instant,
+) -> Vec<(&'static str, Samples)> {
+    let mut ops: Vec<(&'static str, Samples)> =
+        ["job", "claimNext", "transition", "dispose"].into_iter().map(|n| (n, Samples::default())).collect();
+    let rule = state_machine::dispose_rule(Disposition::Dropped);
+    let actor = Actor { fleet: "finish-sql", agent, key: None };
+    while Instant::now() < deadline {
+        let start = Instant::now();
+        let claimed =
+            timed(&mut ops[1].1, claims::claim_next_now(pool, "finish-sql", agent, 900, Notify::AfterCommit)).await;
+        let Ok(Some((_, unit))) = claimed else {
+            if let Err(err) = claimed {
+                eprintln!("claim-and-finish as SQL failed: {err}");
+            }
+            break;
+        };
+        let started = timed(&mut ops[2].1, transitions::start(pool, &actor, unit.id, Some(Notify::AfterCommit))).await;
+        let disposal = Disposal {
+            unit_id: unit.id,
+            disposition: Disposition::Dropped,
+            terminal_state: rule.terminal,
+            evidence_url: Some("https://ci.example/noop"),
+            reason: None,
+            holder_states: rule.holder_states,
+            operator_states: &[],
+        };
+        let done = timed(&mut ops[3].1, transitions::dispose(pool, &actor, &disposal, Some(Notify::AfterCommit))).await;
+        if !matches!((&started, &done), (Ok(Some(_)), Ok(Some(_)))) {
+            eprintln!("claim-and-finish as SQL failed: {started:?} {done:?}");
             break;
         }
         ops[0].1.0.push(start.elapsed());
@@ -643,7 +781,7 @@ fn print_table(reports: &[&Report], peer: Option<&Peer>) {
 /// off, on, off, on so that drift (autovacuum, a shared machine) hits both.
 async fn metrics_overhead(args: &Args, url: &str, owner: &DatabaseConnection) -> Result<(), AnyError> {
     use work_ledger::http::ServerConfig;
-    let per_agent = 250;
+    let per_agent = args.per_agent;
     let claims_needed = args.agents * per_agent;
     let mut endpoints = Vec::new();
     for metrics in [false, true] {

@@ -63,6 +63,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261130_000009_audit_runs", "0009_audit_runs"),
             // Claims at the speed of the database: notifications after the commit, claimNext in one round trip.
             sql_migration!("m20261130_000010_write_speed", "0010_write_speed"),
+            // The agent's hot writes in one round trip: start, verify and dispose as SQL functions.
+            sql_migration!("m20261130_000011_one_statement_writes", "0011_one_statement_writes"),
         ]
     }
 }

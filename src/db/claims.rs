@@ -135,29 +135,20 @@ pub async fn claim_unit(
 /// attempt (`$6`) or, when `$6` is NULL, by holder alone (`claimNext` by an
 /// agent that already holds a unit). Only the current attempt qualifies, so a
 /// superseded holder changes nothing. A lease that ran out may still be
-/// extended as long as nobody reclaimed the unit.
+/// extended as long as nobody reclaimed the unit. The SQL is
+/// `ledger_heartbeat` (migration 0011); `conn` is a request transaction or
+/// the pool, and `notify` as for [`super::transitions::start`].
 pub async fn heartbeat(
-    tx: &impl ConnectionTrait,
+    conn: &impl ConnectionTrait,
     actor: &Actor<'_>,
     lease_seconds: i32,
     attempt_id: Option<Uuid>,
     via: &str,
+    notify: Option<Notify>,
 ) -> Result<Option<work_unit::Model>, DbErr> {
-    let sql = format!(
-        "WITH u AS (
-             UPDATE work_units SET lease_expires_at = now() + $5::int * interval '1 second', last_heartbeat_at = now()
-              WHERE fleet = $1 AND claimed_by = $2 AND state IN ('claimed', 'in_progress')
-                AND ($6::uuid IS NULL OR current_attempt_id = $6)
-             RETURNING *
-         ), ev AS (
-             {INSERT_EVENT}
-             SELECT $1, id, current_attempt_id, 'heartbeat', state, state, $2,
-                    jsonb_build_object('lease_seconds', $5::int, 'via', $7::text), $3, $4
-               FROM u
-         )
-         SELECT {UNIT_COLUMNS} FROM u"
-    );
-    one_unit(tx, &sql, actor.values([lease_seconds.into(), attempt_id.into(), via.into()])).await
+    let sql = format!("SELECT {UNIT_COLUMNS} FROM ledger_heartbeat($1, $2, $3, $4, $5, $6, $7, $8) u");
+    let values = [lease_seconds.into(), attempt_id.into(), via.into(), notify.map(Notify::setting).into()];
+    one_unit(conn, &sql, actor.values(values)).await
 }
 
 /// The live unit the agent holds, if any (CLAIMED, IN_PROGRESS or BLOCKED).

@@ -2,8 +2,8 @@
 //! recordCost and dispose. Each is one statement whose `WHERE` is the
 //! invariant (holder, state, current attempt): zero rows means "refused", and
 //! the ledger then reads the unit to explain why. Each changes state and
-//! appends its event(s); the events trigger issues `pg_notify` in the same
-//! transaction.
+//! appends its event(s). Start, verify and dispose are SQL functions
+//! (migration 0011) so that the common call is one autocommit round trip.
 //!
 //! Lock order, for every write here and in [`super::claims`]: the unit's row
 //! first (FOR NO KEY UPDATE, or the UPDATE of it), then its attempt, then its
@@ -15,56 +15,38 @@ use uuid::Uuid;
 
 use super::entities::{Disposition, WorkState, work_unit};
 use super::events::{Actor, INSERT_EVENT};
-use super::stmt;
 use super::units::{UNIT_COLUMNS, one_unit};
+use super::{Notify, stmt};
 
-/// CLAIMED -> IN_PROGRESS by the holder.
+/// CLAIMED -> IN_PROGRESS by the holder (`ledger_start`, migration 0011).
+///
+/// `conn` is a request transaction, or the pool for one autocommit round
+/// trip: the function sets role and fleet itself, and the notification mode
+/// when `notify` is given (`None` keeps the transaction's).
 pub async fn start(
-    tx: &impl ConnectionTrait,
+    conn: &impl ConnectionTrait,
     actor: &Actor<'_>,
     unit_id: Uuid,
+    notify: Option<Notify>,
 ) -> Result<Option<work_unit::Model>, DbErr> {
-    let sql = format!(
-        "WITH u AS (
-             UPDATE work_units SET state = 'in_progress'
-              WHERE fleet = $1 AND id = $5 AND claimed_by = $2 AND state = 'claimed'
-             RETURNING *
-         ), ev AS (
-             {INSERT_EVENT}
-             SELECT $1, id, current_attempt_id, 'transitioned', 'claimed', 'in_progress', $2, '{{}}', $3, $4 FROM u
-         )
-         SELECT {UNIT_COLUMNS} FROM u"
-    );
-    one_unit(tx, &sql, actor.values([unit_id.into()])).await
+    let sql = format!("SELECT {UNIT_COLUMNS} FROM ledger_start($1, $2, $3, $4, $5, $6) u");
+    one_unit(conn, &sql, actor.values([unit_id.into(), notify.map(Notify::setting).into()])).await
 }
 
-/// IN_PROGRESS -> VERIFIED by the holder: ends the attempt as `verified`
-/// with its evidence and clears the lease (done work cannot be reclaimed);
-/// the holder stays recorded until dispose.
+/// IN_PROGRESS -> VERIFIED by the holder (`ledger_verify`): ends the attempt
+/// as `verified` with its evidence and clears the lease (done work cannot be
+/// reclaimed); the holder stays recorded until dispose. `conn` and `notify`
+/// as for [`start`].
 pub async fn verify(
-    tx: &impl ConnectionTrait,
+    conn: &impl ConnectionTrait,
     actor: &Actor<'_>,
     unit_id: Uuid,
     evidence_url: &str,
+    notify: Option<Notify>,
 ) -> Result<Option<work_unit::Model>, DbErr> {
-    let sql = format!(
-        "WITH u AS (
-             UPDATE work_units
-                SET state = 'verified', lease_expires_at = NULL, evidence_urls = array_append(evidence_urls, $6)
-              WHERE fleet = $1 AND id = $5 AND claimed_by = $2 AND state = 'in_progress'
-             RETURNING *
-         ), a AS (
-             UPDATE work_unit_attempts a SET outcome = 'verified', evidence_url = $6, ended_at = now()
-               FROM u WHERE a.id = u.current_attempt_id
-         ), ev AS (
-             {INSERT_EVENT}
-             SELECT $1, id, current_attempt_id, 'transitioned', 'in_progress', 'verified', $2,
-                    jsonb_build_object('evidence_url', $6::text), $3, $4
-               FROM u
-         )
-         SELECT {UNIT_COLUMNS} FROM u"
-    );
-    one_unit(tx, &sql, actor.values([unit_id.into(), evidence_url.into()])).await
+    let sql = format!("SELECT {UNIT_COLUMNS} FROM ledger_verify($1, $2, $3, $4, $5, $6, $7) u");
+    let values = actor.values([unit_id.into(), evidence_url.into(), notify.map(Notify::setting).into()]);
+    one_unit(conn, &sql, values).await
 }
 
 /// IN_PROGRESS -> BLOCKED by the holder, opening a question; the lease is
@@ -218,49 +200,20 @@ pub struct Disposal<'a> {
     pub operator_states: &'a [WorkState],
 }
 
-/// Sets the permanent disposition. `$6` disposition, `$7` terminal state,
-/// `$8` evidence URL (NULL: keep the verification evidence), `$9` reason,
-/// `$10` states in which the holder may do it, `$11` states in which the
-/// caller may do it as an operator. Ends an open attempt as `abandoned` and
-/// cancels an open question.
+/// Sets the permanent disposition (`ledger_dispose`, migration 0011): the
+/// disposal's states say where the holder, and an operator, may do it. Ends
+/// an open attempt as `abandoned` and cancels an open question. `conn` and
+/// `notify` as for [`start`].
 pub async fn dispose(
-    tx: &impl ConnectionTrait,
+    conn: &impl ConnectionTrait,
     actor: &Actor<'_>,
     d: &Disposal<'_>,
+    notify: Option<Notify>,
 ) -> Result<Option<work_unit::Model>, DbErr> {
     let names = |states: &[WorkState]| states.iter().map(|s| s.as_sql().to_owned()).collect::<Vec<String>>();
-    let sql = format!(
-        "WITH prev AS (
-             SELECT id, state, current_attempt_id FROM work_units
-              WHERE fleet = $1 AND id = $5
-                AND ((claimed_by = $2 AND state::text = ANY($10::text[])) OR state::text = ANY($11::text[]))
-                AND ($8::text IS NOT NULL OR cardinality(evidence_urls) > 0)
-              FOR NO KEY UPDATE
-         ), u AS (
-             UPDATE work_units w
-                SET state = $7::work_state, disposition = $6::disposition, disposed_at = now(), lease_expires_at = NULL,
-                    evidence_urls = CASE WHEN $8::text IS NULL OR $8 = ANY(w.evidence_urls) THEN w.evidence_urls
-                                         ELSE array_append(w.evidence_urls, $8) END
-               FROM prev WHERE w.id = prev.id
-             RETURNING w.*
-         ), a AS (
-             UPDATE work_unit_attempts a SET outcome = 'abandoned', ended_at = now()
-               FROM prev WHERE a.id = prev.current_attempt_id AND a.outcome IS NULL
-         ), q AS (
-             UPDATE blocking_questions q SET status = 'cancelled', cancelled_at = now()
-               FROM prev WHERE q.unit_id = prev.id AND q.status = 'open'
-         ), ev AS (
-             {INSERT_EVENT}
-             SELECT $1, prev.id, prev.current_attempt_id, 'disposed', prev.state, $7::work_state, $2,
-                    jsonb_build_object('disposition', $6::text, 'evidence_url', coalesce($8, u.evidence_urls[cardinality(u.evidence_urls)]),
-                                       'reason', $9::text),
-                    $3, $4
-               FROM prev JOIN u ON u.id = prev.id
-         )
-         SELECT {UNIT_COLUMNS} FROM u"
-    );
+    let sql = format!("SELECT {UNIT_COLUMNS} FROM ledger_dispose($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) u");
     one_unit(
-        tx,
+        conn,
         &sql,
         actor.values([
             d.unit_id.into(),
@@ -270,6 +223,7 @@ pub async fn dispose(
             d.reason.map(str::to_owned).into(),
             names(d.holder_states).into(),
             names(d.operator_states).into(),
+            notify.map(Notify::setting).into(),
         ]),
     )
     .await

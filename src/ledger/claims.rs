@@ -9,6 +9,7 @@ use super::{Ledger, LedgerError, UnitModel, load, refusals, state_machine, valid
 use crate::auth::{Permission, Principal};
 use crate::db::claims::{self, ClaimNext};
 use crate::db::entities::WorkState;
+use crate::db::events::Actor;
 
 impl Ledger {
     pub async fn claim_next(
@@ -39,7 +40,7 @@ impl Ledger {
                     }
                     // Nothing claimed: either nothing is claimable, or the
                     // agent already holds a unit, which it gets back renewed.
-                    if let Some(unit) = claims::heartbeat(tx, &actor, lease, None, "claimNext").await? {
+                    if let Some(unit) = claims::heartbeat(tx, &actor, lease, None, "claimNext", None).await? {
                         return Ok(Some(unit));
                     }
                     Ok(claims::held_by(tx, actor.fleet, actor.agent).await?)
@@ -114,7 +115,7 @@ impl Ledger {
                             // the renewal match nothing: LEASE_LOST, as a heartbeat.
                             Some(attempt) if unit.state != WorkState::Blocked => {
                                 or_explain(
-                                    claims::heartbeat(tx, &actor, lease, Some(attempt), "claimUnit").await?,
+                                    claims::heartbeat(tx, &actor, lease, Some(attempt), "claimUnit", None).await?,
                                     refusals::attempt(tx, attempt, &ctx.who, "claimUnit"),
                                 )
                                 .await
@@ -137,17 +138,21 @@ impl Ledger {
     ) -> Result<UnitModel, LedgerError> {
         who.require(Permission::UnitsClaim)?;
         let lease = validate::lease_seconds(lease_seconds)?;
-        let outcome = self
-            .write(who, "heartbeat", json!({ "attemptId": attempt_id, "leaseSeconds": lease }), None, move |tx, ctx| {
+        // Fenced by its attempt in its WHERE, it needs no lock first: one
+        // autocommit statement (ledger_heartbeat, migration 0011).
+        let who_ = who.clone();
+        self.write_now(
+            who,
+            "heartbeat",
+            move |db, notify| {
+                let who = who_.clone();
                 Box::pin(async move {
-                    or_explain(
-                        claims::heartbeat(tx, &ctx.actor(), lease, Some(attempt_id), "heartbeat").await?,
-                        refusals::attempt(tx, attempt_id, &ctx.who, "heartbeat"),
-                    )
-                    .await
+                    let actor = Actor { fleet: &who.fleet, agent: &who.name, key: None };
+                    claims::heartbeat(db, &actor, lease, Some(attempt_id), "heartbeat", Some(notify)).await
                 })
-            })
-            .await?;
-        Ok(outcome.unit())
+            },
+            move |tx, who| Box::pin(async move { refusals::attempt(tx, attempt_id, &who, "heartbeat").await }),
+        )
+        .await
     }
 }

@@ -11,6 +11,7 @@ use super::write::{Outcome, or_explain};
 use super::{Ledger, LedgerError, UnitModel, load, refusals, state_machine, validate};
 use crate::auth::{Permission, Principal};
 use crate::db::entities::{AttemptOutcome, Disposition, WorkState};
+use crate::db::events::Actor;
 use crate::db::transitions::{self, Disposal};
 use crate::db::units;
 
@@ -44,6 +45,27 @@ pub struct Dispose {
     pub reason: Option<String>,
 }
 
+/// What `dispose` asks of the database: the state machine's rule for the
+/// disposition, with the operator's states only for an operator.
+fn disposal<'a>(
+    unit_id: Uuid,
+    disposition: Disposition,
+    operator: bool,
+    evidence_url: &'a Option<String>,
+    reason: &'a Option<String>,
+) -> Disposal<'a> {
+    let rule = state_machine::dispose_rule(disposition);
+    Disposal {
+        unit_id,
+        disposition,
+        terminal_state: rule.terminal,
+        evidence_url: evidence_url.as_deref(),
+        reason: reason.as_deref(),
+        holder_states: rule.holder_states,
+        operator_states: if operator { rule.operator_states } else { &[] },
+    }
+}
+
 /// The arguments a request is fingerprinted with, plus `attemptId` only when
 /// given (so keys recorded before fencing existed still replay).
 fn fenced(mut args: Value, attempt_id: Option<Uuid>) -> Value {
@@ -70,6 +92,31 @@ impl Ledger {
             _ => Ok(()),
         });
         self.check_args(who, unit_id, to.api_name(), false, checks).await?;
+        if key.is_none() && attempt_id.is_none() {
+            let who_ = who.clone();
+            return self
+                .write_now(
+                    who,
+                    "transition",
+                    move |db, notify| {
+                        let (who, evidence_url) = (who_.clone(), evidence_url.clone());
+                        Box::pin(async move {
+                            let actor = Actor { fleet: &who.fleet, agent: &who.name, key: None };
+                            match (to, evidence_url.as_deref()) {
+                                (WorkState::InProgress, _) => {
+                                    transitions::start(db, &actor, unit_id, Some(notify)).await
+                                }
+                                (WorkState::Verified, Some(url)) => {
+                                    transitions::verify(db, &actor, unit_id, url, Some(notify)).await
+                                }
+                                _ => Ok(None),
+                            }
+                        })
+                    },
+                    move |tx, who| Box::pin(async move { refusals::holder(tx, unit_id, &who, to.api_name()).await }),
+                )
+                .await;
+        }
         let args = fenced(json!({ "unitId": unit_id, "to": to.api_name(), "evidenceUrl": evidence_url }), attempt_id);
         let outcome = self
             .write(who, "transition", args, key, move |tx, ctx| {
@@ -78,8 +125,8 @@ impl Ledger {
                     refusals::fence(tx, unit_id, attempt_id, &ctx.who, to.api_name()).await?;
                     let actor = ctx.actor();
                     let written = match (to, evidence_url.as_deref()) {
-                        (WorkState::InProgress, _) => transitions::start(tx, &actor, unit_id).await?,
-                        (WorkState::Verified, Some(url)) => transitions::verify(tx, &actor, unit_id, url).await?,
+                        (WorkState::InProgress, _) => transitions::start(tx, &actor, unit_id, None).await?,
+                        (WorkState::Verified, Some(url)) => transitions::verify(tx, &actor, unit_id, url, None).await?,
                         _ => None,
                     };
                     or_explain(written, refusals::holder(tx, unit_id, &ctx.who, to.api_name())).await
@@ -248,7 +295,26 @@ impl Ledger {
         let action = format!("dispose {}", input.disposition.as_sql());
         self.check_args(who, input.unit_id, &action, true, checks).await?;
         let Dispose { unit_id, attempt_id, disposition, evidence_url, reason } = input;
-        let rule = state_machine::dispose_rule(disposition);
+        if key.is_none() && attempt_id.is_none() {
+            let who_ = who.clone();
+            let unit = self
+                .write_now(
+                    who,
+                    "dispose",
+                    move |db, notify| {
+                        let (who, evidence_url, reason) = (who_.clone(), evidence_url.clone(), reason.clone());
+                        Box::pin(async move {
+                            let disposal = disposal(unit_id, disposition, operator, &evidence_url, &reason);
+                            let actor = Actor { fleet: &who.fleet, agent: &who.name, key: None };
+                            transitions::dispose(db, &actor, &disposal, Some(notify)).await
+                        })
+                    },
+                    move |tx, who| Box::pin(async move { refusals::dispose(tx, unit_id, &who, disposition).await }),
+                )
+                .await?;
+            self.metrics.disposition(disposition.as_sql());
+            return Ok(unit);
+        }
         let args = fenced(
             json!({ "unitId": unit_id, "disposition": disposition.as_sql(), "evidenceUrl": evidence_url, "reason": reason }),
             attempt_id,
@@ -259,17 +325,9 @@ impl Ledger {
                 Box::pin(async move {
                     refusals::fence(tx, unit_id, attempt_id, &ctx.who, &format!("dispose {}", disposition.as_sql()))
                         .await?;
-                    let disposal = Disposal {
-                        unit_id,
-                        disposition,
-                        terminal_state: rule.terminal,
-                        evidence_url: evidence_url.as_deref(),
-                        reason: reason.as_deref(),
-                        holder_states: rule.holder_states,
-                        operator_states: if operator { rule.operator_states } else { &[] },
-                    };
+                    let disposal = disposal(unit_id, disposition, operator, &evidence_url, &reason);
                     or_explain(
-                        transitions::dispose(tx, &ctx.actor(), &disposal).await?,
+                        transitions::dispose(tx, &ctx.actor(), &disposal, None).await?,
                         refusals::dispose(tx, unit_id, &ctx.who, disposition),
                     )
                     .await

@@ -6,13 +6,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use sea_orm::DatabaseTransaction;
+use sea_orm::{DatabaseConnection, DatabaseTransaction, DbErr};
 use serde_json::Value;
 
 use super::{Ledger, LedgerError, UnitModel, idempotency, validate};
 use crate::auth::Principal;
 use crate::db::events::{Actor, IdempotencyKey};
-use crate::db::{self, BoxFuture, units};
+use crate::db::{self, BoxFuture, Notify, units};
 
 pub(super) const RETRIES: usize = 4;
 
@@ -127,6 +127,48 @@ impl Ledger {
                     }
                     return other;
                 }
+            }
+        }
+        Err(LedgerError::internal(format!("{operation}: still conflicting after {RETRIES} runs")))
+    }
+
+    /// A write with neither an idempotency key nor an attempt fence, as one
+    /// autocommit statement: `statement` runs on the pool (a SQL function
+    /// of migration 0010 or 0011 that scopes itself to the caller's fleet
+    /// and announces its events as `Notify` says). When it writes nothing,
+    /// `refusal` explains why (to the caller, its second argument) in a
+    /// read transaction of the fleet; the
+    /// explanation describes the unit as that read finds it, as the
+    /// transaction path's does after its own statement. Races are retried
+    /// as [`Ledger::write`] retries them.
+    pub(super) async fn write_now<F, R>(
+        &self,
+        who: &Principal,
+        operation: &str,
+        statement: F,
+        refusal: R,
+    ) -> Result<UnitModel, LedgerError>
+    where
+        F: for<'c> Fn(&'c DatabaseConnection, Notify) -> BoxFuture<'c, Result<Option<UnitModel>, DbErr>>,
+        R: for<'t> FnOnce(&'t DatabaseTransaction, Principal) -> BoxFuture<'t, LedgerError> + Send + 'static,
+    {
+        for _ in 0..RETRIES {
+            match statement(&self.db, self.notifier.mode()).await {
+                Ok(Some(unit)) => {
+                    self.notifier.committed(&who.fleet);
+                    return Ok(unit);
+                }
+                Ok(None) => {
+                    let caller = who.clone();
+                    return db::in_fleet(&self.db, &who.fleet, |tx| {
+                        Box::pin(async move { Err(refusal(tx, caller).await) })
+                    })
+                    .await;
+                }
+                Err(err) => match LedgerError::from(err) {
+                    LedgerError::Retry => continue,
+                    err => return Err(err),
+                },
             }
         }
         Err(LedgerError::internal(format!("{operation}: still conflicting after {RETRIES} runs")))
