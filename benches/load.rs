@@ -190,8 +190,9 @@ async fn main() -> Result<(), AnyError> {
     let finish_tokens = Arc::new(seed_tokens(&owner, "finish", "agent", args.agents).await?);
     let life_tokens = Arc::new(seed_tokens(&owner, "life", "agent", args.agents).await?);
     let floor_tokens = Arc::new(seed_tokens(&owner, "api", "floor", args.agents).await?);
-    // Twice: the seed's transaction and the same claim as one statement.
-    seed::create(&owner, 2 * claims_needed).await?;
+    // Three times: the seed's transaction, the same claim as one statement,
+    // and the seed's claim-and-finish.
+    seed::create(&owner, 3 * claims_needed).await?;
     owner.execute_unprepared("VACUUM ANALYZE").await?;
 
     // Every phase starts from a vacuumed table: on two cores an autovacuum of
@@ -267,8 +268,8 @@ async fn main() -> Result<(), AnyError> {
                 while Instant::now() < deadline {
                     let agent = format!("seed1-{i}-{n}");
                     match timed(&mut s, seed::claim_statement(&pool, &agent)).await {
-                        Ok(true) => n += 1,
-                        Ok(false) => break,
+                        Ok(Some(_)) => n += 1,
+                        Ok(None) => break,
                         Err(err) => {
                             eprintln!("seed claim statement failed: {err}");
                             break;
@@ -276,6 +277,41 @@ async fn main() -> Result<(), AnyError> {
                     }
                 }
                 vec![("claim", s)]
+            }
+        })
+        .await
+    };
+    settle().await?;
+
+    // The least a job with its records can cost: the seed's one-statement
+    // claim, then start and finish as one statement each (state and event),
+    // as claim-and-finish does them. What graphile-worker is compared with.
+    eprintln!("seed claim-and-finish...");
+    let seed_finish = {
+        let pool = raw_pool.clone();
+        drive(args.agents, args.seconds, "seed claim-and-finish (raw SQL, 3 statements)", move |i, deadline| {
+            let pool = pool.clone();
+            async move {
+                let mut s = Samples::default();
+                let mut n = 0;
+                while Instant::now() < deadline {
+                    let agent = format!("seedf-{i}-{n}");
+                    let job = timed(&mut s, async {
+                        let unit = seed::claim_statement(&pool, &agent).await?.ok_or("no unit left")?;
+                        seed::step(&pool, unit, &agent, "claimed", "in_progress").await?;
+                        seed::step(&pool, unit, &agent, "in_progress", "dropped").await
+                    })
+                    .await;
+                    match job {
+                        Ok(true) => n += 1,
+                        Ok(false) => {
+                            eprintln!("seed claim-and-finish: a step changed nothing");
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                vec![("job", s)]
             }
         })
         .await
@@ -446,7 +482,7 @@ async fn main() -> Result<(), AnyError> {
     );
     println!();
     print_table(
-        &[&seed, &seed_one, &raw, &rls, &finish_sql, &floor, &api, &paced, &finish, &race, &life],
+        &[&seed, &seed_one, &seed_finish, &raw, &rls, &finish_sql, &floor, &api, &paced, &finish, &race, &life],
         peer.as_ref(),
     );
     println!();
@@ -479,6 +515,14 @@ async fn main() -> Result<(), AnyError> {
             "claim-and-finish as SQL vs graphile-worker jobs: {:.0}%; HTTP floor / 3 vs graphile-worker jobs: {:.0}%",
             pct(finish_sql.rate(), peer.rate()),
             pct(floor.rate() / 3.0, peer.rate())
+        );
+        // The seed's three statements behind three requests at the floor:
+        // the most any claim-and-finish over HTTP that keeps its attempt and
+        // events could reach here.
+        let bound = 1.0 / (3.0 / floor.rate() + 1.0 / seed_finish.rate());
+        println!(
+            "bound for claim-and-finish over HTTP (3 x HTTP floor + seed claim-and-finish): {bound:.0}/s, {:.0}% of graphile-worker",
+            pct(bound, peer.rate())
         );
     }
     println!(

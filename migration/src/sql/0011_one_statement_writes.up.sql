@@ -156,3 +156,9 @@ GRANT EXECUTE ON FUNCTION ledger_start(text, text, text, text, uuid, text) TO wo
 GRANT EXECUTE ON FUNCTION ledger_verify(text, text, text, text, uuid, text, text) TO work_ledger_app;
 GRANT EXECUTE ON FUNCTION ledger_dispose(text, text, text, text, uuid, text, text, text, text, text[], text[], text)
     TO work_ledger_app;
+
+-- Index review of the hot tables (issue 13): work_unit_attempts_unit_idx
+-- indexed exactly what the unique constraint work_unit_attempts_unit_attempt_no_key
+-- indexes, (unit_id, attempt_no); every claim paid for both. The
+-- constraint's index serves every read the other did.
+DROP INDEX work_unit_attempts_unit_idx;
