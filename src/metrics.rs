@@ -161,7 +161,11 @@ impl Default for Metrics {
         let pool_in_use = Family::<PoolLabel, Gauge>::default();
         r.register("db_pool_in_use_connections", "Connections of a database pool in use", pool_in_use.clone());
         let pool_waiters = Family::<PoolLabel, Gauge>::default();
-        r.register("db_pool_waiting", "Tasks waiting for a connection of a database pool", pool_waiters.clone());
+        r.register(
+            "db_pool_waiting",
+            "Request transactions waiting for a connection of a database pool (one-statement writes wait uncounted)",
+            pool_waiters.clone(),
+        );
         let listener_reconnects = Counter::default();
         r.register("listener_reconnects", "LISTEN connections reopened after the first", listener_reconnects.clone());
         let listener_up = Gauge::default();

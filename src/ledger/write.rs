@@ -137,10 +137,12 @@ impl Ledger {
     /// of migration 0010 or 0011 that scopes itself to the caller's fleet
     /// and announces its events as `Notify` says). When it writes nothing,
     /// `refusal` explains why (to the caller, its second argument) in a
-    /// read transaction of the fleet; the
-    /// explanation describes the unit as that read finds it, as the
-    /// transaction path's does after its own statement. Races are retried
-    /// as [`Ledger::write`] retries them.
+    /// read transaction of the fleet; the explanation describes the unit as
+    /// that read finds it, as the transaction path's does after its own
+    /// statement. Races are retried as [`Ledger::write`] retries them.
+    ///
+    /// The statement waits for a pool connection inside sqlx, so unlike a
+    /// request transaction it is not counted in `db_pool_waiting`.
     pub(super) async fn write_now<F, R>(
         &self,
         who: &Principal,
@@ -150,7 +152,7 @@ impl Ledger {
     ) -> Result<UnitModel, LedgerError>
     where
         F: for<'c> Fn(&'c DatabaseConnection, Notify) -> BoxFuture<'c, Result<Option<UnitModel>, DbErr>>,
-        R: for<'t> FnOnce(&'t DatabaseTransaction, Principal) -> BoxFuture<'t, LedgerError> + Send + 'static,
+        R: for<'t> FnOnce(&'t DatabaseTransaction, Principal) -> BoxFuture<'t, LedgerError> + Clone + Send + 'static,
     {
         for _ in 0..RETRIES {
             match statement(&self.db, self.notifier.mode()).await {
@@ -159,11 +161,17 @@ impl Ledger {
                     return Ok(unit);
                 }
                 Ok(None) => {
-                    let caller = who.clone();
-                    return db::in_fleet(&self.db, &who.fleet, |tx| {
+                    let (caller, refusal) = (who.clone(), refusal.clone());
+                    let explained: Result<UnitModel, LedgerError> = db::in_fleet(&self.db, &who.fleet, |tx| {
                         Box::pin(async move { Err(refusal(tx, caller).await) })
                     })
                     .await;
+                    match explained {
+                        // The read that explains ran into a conflict and
+                        // explained nothing: run the write again.
+                        Err(LedgerError::Retry) => continue,
+                        other => return other,
+                    }
                 }
                 Err(err) => match LedgerError::from(err) {
                     LedgerError::Retry => continue,

@@ -13,7 +13,10 @@
 -- "refused", and the service then reads the unit to say why. Row-level
 -- security applies as before: the statement runs as work_ledger_app with
 -- the fleet set. SECURITY INVOKER: the caller must be allowed to become
--- work_ledger_app. p_key and p_hash are the idempotency key and the
+-- work_ledger_app and to execute these functions, which it may as their
+-- owner (the service migrates with its own login) or as a member that
+-- inherits work_ledger_app's privileges (EXECUTE is checked before the
+-- role switch). p_key and p_hash are the idempotency key and the
 -- request's fingerprint the write's event carries (NULL without a key).
 
 CREATE FUNCTION ledger_scope(p_fleet text, p_notify text) RETURNS void LANGUAGE sql VOLATILE AS $$
