@@ -146,7 +146,7 @@ impl Ledger {
         key: Option<String>,
     ) -> Result<UnitModel, LedgerError> {
         who.require(Permission::UnitsClaim)?;
-        validate::visible("question", &question)?;
+        validate::visible_text("question", &question)?;
         let group = assignee_group.unwrap_or_else(|| DEFAULT_ASSIGNEE_GROUP.to_owned());
         let checks = validate::idempotency_key(key.as_deref())
             .and_then(|()| validate::long_text("question", &question))

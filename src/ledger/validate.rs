@@ -73,6 +73,28 @@ pub fn visible(argument: &str, value: &str) -> Result<(), LedgerError> {
     }
 }
 
+/// Free text people write (a question): as [`visible`], except that the
+/// zero-width non-joiner and joiner (U+200C, U+200D) may stand between two
+/// visible characters, where they shape the text rather than hide it:
+/// Persian and other scripts need the non-joiner inside words (می‌خواهم),
+/// and emoji sequences are joined by the joiner (👩‍💻). At an edge, next to a
+/// space or another invisible character they are refused as before.
+pub fn visible_text(argument: &str, value: &str) -> Result<(), LedgerError> {
+    let chars: Vec<char> = value.chars().collect();
+    let shapes = |i: usize| {
+        let shown = |c: &char| !c.is_whitespace() && !is_invisible_formatting(*c);
+        i > 0 && chars.get(i - 1).is_some_and(shown) && chars.get(i + 1).is_some_and(shown)
+    };
+    let hidden = chars
+        .iter()
+        .enumerate()
+        .find(|&(i, &c)| is_invisible_formatting(c) && !(matches!(c, '\u{200C}' | '\u{200D}') && shapes(i)));
+    match hidden {
+        Some((_, &c)) => visible(argument, &c.to_string()),
+        None => Ok(()),
+    }
+}
+
 /// A read filter (`domain`, `claimedBy`, `agentId`, `assigneeGroup`): the
 /// same rule as the labels it matches, so that what could never be stored
 /// (NUL, control characters) never reaches the database either.
@@ -173,6 +195,28 @@ mod tests {
         }
         for ok in ["plain", "שלום", "naïve", "a\u{2010}b", "a\u{2070}b", "a\u{2029}b"] {
             assert!(visible("question", ok).is_ok(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn questions_may_join_and_non_join_between_visible_characters() {
+        for ok in ["\u{645}\u{6cc}\u{200C}\u{62e}\u{648}\u{627}\u{647}\u{645}", "👩\u{200D}💻 ready?", "a\u{200D}b"]
+        {
+            assert!(visible_text("question", ok).is_ok(), "{ok:?}");
+            // Identifiers stay strict: "a\u{200D}b" would display as "ab".
+            assert!(visible("externalRef", ok).is_err(), "{ok:?}");
+        }
+        for bad in [
+            "\u{200D}lead",
+            "trail\u{200C}",
+            "a \u{200D}b",
+            "a\u{200C} b",
+            "a\u{200D}\u{200D}b",
+            "a\u{200B}b",
+            "a\u{202E}b",
+            "a\u{200D}\u{202E}b",
+        ] {
+            assert!(visible_text("question", bad).is_err(), "{bad:?}");
         }
     }
 

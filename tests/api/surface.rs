@@ -259,6 +259,14 @@ async fn invisible_formatting_characters_are_invalid_input() {
     resp.assert_code("INVALID_INPUT");
     assert!(resp.message().contains("question"), "{}", resp.message());
     assert_eq!(app.sql_i64("SELECT count(*) FROM blocking_questions").await, 0);
-    // Visible text in any script is fine.
-    agent.block(&unit, "Is «שלום» the right label?", json!({})).await.data();
+    // Joiners at an edge or beside a space hide nothing visible: refused too.
+    let resp = agent.block(&unit, "Approve \u{200D} this?", json!({})).await;
+    resp.assert_code("INVALID_INPUT");
+    assert_eq!(app.sql_i64("SELECT count(*) FROM blocking_questions").await, 0);
+    // Visible text in any script is fine, with the non-joiner Persian needs
+    // inside a word and the joiner of an emoji sequence; stored as written.
+    let question = "Is «שלום» or «\u{645}\u{6cc}\u{200C}\u{62e}\u{648}\u{627}\u{647}\u{645}» right for 👩\u{200D}💻?";
+    agent.block(&unit, question, json!({})).await.data();
+    let stored = app.sql_json("SELECT question FROM blocking_questions").await;
+    assert_eq!(stored, vec![json!({ "question": question })]);
 }
