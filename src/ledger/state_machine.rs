@@ -67,7 +67,7 @@ pub fn legal_actions(unit: &work_unit::Model, who: &Principal, now: DateTime<Utc
             } else {
                 actions.extend(["transition(to: VERIFIED, evidenceUrl)", "block(question)"]);
             }
-            actions.extend(["release", "recordCost(attemptId, cents, idempotencyKey)"]);
+            actions.extend(["release", "recordCost(unitId, cents, idempotencyKey)"]);
         }
         WorkState::Claimed | WorkState::InProgress => {
             if is_stale(unit, now) && who.has(Permission::UnitsClaim) {
@@ -76,7 +76,7 @@ pub fn legal_actions(unit: &work_unit::Model, who: &Principal, now: DateTime<Utc
         }
         WorkState::Blocked => {
             if holder {
-                actions.extend(["release", "recordCost(attemptId, cents, idempotencyKey)"]);
+                actions.extend(["release", "recordCost(unitId, cents, idempotencyKey)"]);
             }
             if who.has(Permission::QuestionsAnswer) {
                 actions.push("unblock(answer)");
@@ -87,7 +87,7 @@ pub fn legal_actions(unit: &work_unit::Model, who: &Principal, now: DateTime<Utc
                 actions.push(DISPOSE_MIGRATED);
             }
             if holder {
-                actions.push("recordCost(attemptId, cents, idempotencyKey)");
+                actions.push("recordCost(unitId, cents, idempotencyKey)");
             }
         }
         WorkState::Done | WorkState::Abandoned => {}

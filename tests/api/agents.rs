@@ -116,7 +116,7 @@ async fn every_refusal_about_a_unit_carries_its_id_state_and_legal_actions() {
             "heartbeat(attemptId)",
             "transition(to: IN_PROGRESS)",
             "release",
-            "recordCost(attemptId, cents, idempotencyKey)"
+            "recordCost(unitId, cents, idempotencyKey)"
         ])
     );
 }
