@@ -46,6 +46,9 @@ Loop: `claim_next` gives you one unit (you hold at most one live claim: CLAIMED,
 evidence link when done (the unit is then no longer held: claim your next one, and still `dispose` of \
 the verified one with MIGRATED); `block` with a question when stuck, or `release` to give the unit up. \
 Every result carries `legalActions`: what you may do next. `my_work` says what you hold. \
+Pass your `currentAttemptId` as `attemptId` to `start_work`, `verify`, `block`, `release` and `dispose`: if \
+your lease ran out and the unit was reclaimed, the write is refused with LEASE_LOST instead of acting on \
+another agent's work. \
 Give every write an `idempotencyKey`; after an UNAVAILABLE error (the database failing over) or a lost \
 answer, call again with the same arguments and the same key: a write that did land is returned, not made twice.";
 
@@ -129,6 +132,9 @@ struct HeartbeatArgs {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct UnitArgs {
     unit_id: Uuid,
+    /// Your `currentAttemptId`: the write is refused with LEASE_LOST, changing nothing, when the unit was
+    /// reclaimed from you since (the lease ran out and another agent claimed it).
+    attempt_id: Option<Uuid>,
     idempotency_key: Option<String>,
 }
 
@@ -149,6 +155,9 @@ struct VerifyArgs {
     unit_id: Uuid,
     /// An absolute http(s) link to the evidence: a commit, a PR, a CI run.
     evidence_url: String,
+    /// Your `currentAttemptId`: the write is refused with LEASE_LOST, changing nothing, when the unit was
+    /// reclaimed from you since (the lease ran out and another agent claimed it).
+    attempt_id: Option<Uuid>,
     idempotency_key: Option<String>,
 }
 
@@ -160,6 +169,9 @@ struct BlockArgs {
     question: String,
     /// Who should answer (default `agent-questions`).
     assignee_group: Option<String>,
+    /// Your `currentAttemptId`: the write is refused with LEASE_LOST, changing nothing, when the unit was
+    /// reclaimed from you since (the lease ran out and another agent claimed it).
+    attempt_id: Option<Uuid>,
     idempotency_key: Option<String>,
 }
 
@@ -170,6 +182,9 @@ struct ReleaseArgs {
     reason: Option<String>,
     /// True when the attempt failed (outcome FAILED instead of ABANDONED).
     failed: Option<bool>,
+    /// Your `currentAttemptId`: the write is refused with LEASE_LOST, changing nothing, when the unit was
+    /// reclaimed from you since (the lease ran out and another agent claimed it).
+    attempt_id: Option<Uuid>,
     idempotency_key: Option<String>,
 }
 
@@ -182,6 +197,9 @@ struct DisposeArgs {
     /// Required for DROPPED, DEFERRED and DEAD; MIGRATED keeps the verification evidence.
     evidence_url: Option<String>,
     reason: Option<String>,
+    /// Your `currentAttemptId`: the write is refused with LEASE_LOST, changing nothing, when the unit was
+    /// reclaimed from you since (the lease ran out and another agent claimed it).
+    attempt_id: Option<Uuid>,
     idempotency_key: Option<String>,
 }
 
@@ -467,7 +485,7 @@ impl LedgerTools {
             }
             "start_work" => {
                 let a: UnitArgs = parse(args)?;
-                ledger.transition(who, a.unit_id, WorkState::InProgress, None, None, a.idempotency_key).await?
+                ledger.transition(who, a.unit_id, WorkState::InProgress, None, a.attempt_id, a.idempotency_key).await?
             }
             "record_cost" => {
                 let a: CostArgs = parse(args)?;
@@ -476,23 +494,30 @@ impl LedgerTools {
             "verify" => {
                 let a: VerifyArgs = parse(args)?;
                 ledger
-                    .transition(who, a.unit_id, WorkState::Verified, Some(a.evidence_url), None, a.idempotency_key)
+                    .transition(
+                        who,
+                        a.unit_id,
+                        WorkState::Verified,
+                        Some(a.evidence_url),
+                        a.attempt_id,
+                        a.idempotency_key,
+                    )
                     .await?
             }
             "block" => {
                 let a: BlockArgs = parse(args)?;
-                ledger.block(who, a.unit_id, a.question, a.assignee_group, None, a.idempotency_key).await?
+                ledger.block(who, a.unit_id, a.question, a.assignee_group, a.attempt_id, a.idempotency_key).await?
             }
             "release" => {
                 let a: ReleaseArgs = parse(args)?;
                 let outcome = a.failed.unwrap_or(false).then_some(AttemptOutcome::Failed);
-                let input = Release { unit_id: a.unit_id, attempt_id: None, reason: a.reason, outcome };
+                let input = Release { unit_id: a.unit_id, attempt_id: a.attempt_id, reason: a.reason, outcome };
                 ledger.release(who, input, a.idempotency_key).await?
             }
             "dispose" => {
                 let a: DisposeArgs = parse(args)?;
                 let input = Dispose {
-                    attempt_id: None,
+                    attempt_id: a.attempt_id,
                     unit_id: a.unit_id,
                     disposition: a.disposition.into(),
                     evidence_url: a.evidence_url,

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use tokio::process::Command;
 use work_ledger::auth::Role;
 
-use crate::helpers::spawn_app;
+use crate::helpers::{TestApp, spawn_app};
 use crate::node_client::client_dir;
 use crate::ws_client::GUARD;
 
@@ -139,4 +139,60 @@ async fn a_tool_call_by_hand_needs_no_session() {
     let body: Value = serde_json::from_str(&text).expect("a JSON response");
     assert_eq!(body["result"]["structuredContent"]["unit"]["externalRef"], "by-hand", "{body:#}");
     assert_eq!(app.sql_i64("SELECT count(*) FROM work_unit_events WHERE event_type = 'claimed'").await, 1);
+}
+
+/// One `tools/call` by hand; the JSON-RPC result.
+async fn tool(app: &TestApp, token: &str, name: &str, arguments: Value) -> Value {
+    let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": name, "arguments": arguments } });
+    let resp = app
+        .http
+        .post(app.url("/mcp"))
+        .header("authorization", format!("Bearer {token}"))
+        .header("accept", "application/json, text/event-stream")
+        .json(&call)
+        .send()
+        .await
+        .expect("POST /mcp");
+    let body: Value = serde_json::from_str(&resp.text().await.expect("body")).expect("a JSON response");
+    body["result"].clone()
+}
+
+/// The tools that write to a held unit take the caller's attempt as a fence,
+/// as the GraphQL mutations do: after a stale reclaim the old holder's write
+/// is LEASE_LOST and changes nothing.
+#[tokio::test]
+async fn tool_writes_are_fenced_by_the_callers_attempt() {
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    app.register(&op, &["fenced"]).await;
+    let (first, second) = (app.token("f", "first", Role::Agent).await, app.token("f", "second", Role::Agent).await);
+    let claimed = tool(&app, &first, "claim_next", json!({ "leaseSeconds": 30 })).await;
+    let unit = claimed["structuredContent"]["unit"]["id"].as_str().expect("unit").to_owned();
+    let old_attempt = claimed["structuredContent"]["unit"]["currentAttemptId"].as_str().expect("attempt").to_owned();
+    // The lease runs out and the second agent reclaims the unit.
+    app.sql(&format!("UPDATE work_units SET lease_expires_at = now() - interval '1 second' WHERE id = '{unit}'")).await;
+    let reclaimed = tool(&app, &second, "claim_next", json!({})).await;
+    assert_eq!(reclaimed["structuredContent"]["unit"]["id"], unit.as_str(), "{reclaimed:#}");
+    let new_attempt = reclaimed["structuredContent"]["unit"]["currentAttemptId"].as_str().expect("attempt").to_owned();
+
+    let count = format!("SELECT count(*) FROM work_unit_events WHERE unit_id = '{unit}'");
+    let before = app.sql_i64(&count).await;
+    for (name, args) in [
+        ("start_work", json!({ "unitId": unit, "attemptId": old_attempt })),
+        ("release", json!({ "unitId": unit, "attemptId": old_attempt })),
+        (
+            "dispose",
+            json!({ "unitId": unit, "attemptId": old_attempt, "disposition": "DROPPED", "evidenceUrl": "https://ci.example/1" }),
+        ),
+    ] {
+        let refused = tool(&app, &first, name, args).await;
+        assert_eq!(refused["isError"], true, "{name}: {refused:#}");
+        assert_eq!(refused["structuredContent"]["code"], "LEASE_LOST", "{name}: {refused:#}");
+    }
+    assert_eq!(app.sql_i64(&count).await, before, "the refused writes changed nothing");
+
+    // The new holder's own attempt passes the fence.
+    let started = tool(&app, &second, "start_work", json!({ "unitId": unit, "attemptId": new_attempt })).await;
+    assert_eq!(started["isError"], false, "{started:#}");
+    assert_eq!(started["structuredContent"]["unit"]["state"], "IN_PROGRESS", "{started:#}");
 }
