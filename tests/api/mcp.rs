@@ -120,28 +120,13 @@ async fn a_tool_call_by_hand_needs_no_session() {
     let op = app.token("f", "op", Role::Operator).await;
     app.register(&op, &["by-hand"]).await;
     let agent = app.token("f", "curl-agent", Role::Agent).await;
-    let call = json!({
-        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": { "name": "claim_next", "arguments": {} }
-    });
-    let resp = app
-        .http
-        .post(app.url("/mcp"))
-        .header("authorization", format!("Bearer {agent}"))
-        .header("accept", "application/json, text/event-stream")
-        .json(&call)
-        .send()
-        .await
-        .expect("POST /mcp");
-    let status = resp.status();
-    let text = resp.text().await.expect("body");
-    assert_eq!(status, 200, "{text}");
-    let body: Value = serde_json::from_str(&text).expect("a JSON response");
-    assert_eq!(body["result"]["structuredContent"]["unit"]["externalRef"], "by-hand", "{body:#}");
+    let result = tool(&app, &agent, "claim_next", json!({})).await;
+    assert_eq!(result["structuredContent"]["unit"]["externalRef"], "by-hand", "{result:#}");
     assert_eq!(app.sql_i64("SELECT count(*) FROM work_unit_events WHERE event_type = 'claimed'").await, 1);
 }
 
-/// One `tools/call` by hand; the JSON-RPC result.
+/// One `tools/call` by hand, without a session (a plain POST, 200 with a
+/// JSON body); the JSON-RPC result.
 async fn tool(app: &TestApp, token: &str, name: &str, arguments: Value) -> Value {
     let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": name, "arguments": arguments } });
     let resp = app
@@ -153,7 +138,10 @@ async fn tool(app: &TestApp, token: &str, name: &str, arguments: Value) -> Value
         .send()
         .await
         .expect("POST /mcp");
-    let body: Value = serde_json::from_str(&resp.text().await.expect("body")).expect("a JSON response");
+    let status = resp.status();
+    let text = resp.text().await.expect("body");
+    assert_eq!(status, 200, "{text}");
+    let body: Value = serde_json::from_str(&text).expect("a JSON response");
     body["result"].clone()
 }
 
