@@ -80,10 +80,12 @@ async fn main() -> Result<(), AnyError> {
     let support::Scratch { url, embedded } = support::scratch_database("wl_subs").await?;
     let owner = db::connect(&url, 4).await?;
 
-    // Tokens first: `serve` mints none when live tokens exist.
+    // Tokens first: `serve` mints none when live tokens exist. One per
+    // subscriber, as separate processes would have: the server lets one
+    // token hold at most 32 WebSockets (SPEC §9).
     let mut readers = Vec::new();
-    for f in 0..args.fleets {
-        readers.push(mint(&owner, &format!("fleet{f}"), "reader").await?);
+    for i in 0..args.subscribers {
+        readers.push(mint(&owner, &format!("fleet{}", i % args.fleets), &format!("reader-{i}")).await?);
     }
     let monitor = mint(&owner, "stalls", "monitor").await?;
 
@@ -107,7 +109,7 @@ async fn main() -> Result<(), AnyError> {
     let connecting = Arc::new(Semaphore::new(64));
     let mut subscribers = Vec::new();
     for i in 0..args.subscribers {
-        let token = readers[i % args.fleets].clone();
+        let token = readers[i].clone();
         let (stop, received, connecting) = (stop.clone(), received.clone(), connecting.clone());
         subscribers.push(tokio::spawn(async move {
             let permit = connecting.acquire_owned().await;
