@@ -81,7 +81,8 @@ pub struct Metrics {
     /// Live subscriptions open (one per subscriber tail).
     pub subscriptions: Gauge,
     /// Tasks waiting for a request-pool connection to begin a transaction.
-    pub pool_waiting: Arc<AtomicI64>,
+    /// Request tasks using or waiting for a request-pool connection ([`crate::db::InFlight`]).
+    pub pool_users: Arc<AtomicI64>,
     // Sampled when scraped (see `Sample`).
     pool_connections: Family<PoolLabel, Gauge>,
     pool_idle: Family<PoolLabel, Gauge>,
@@ -117,6 +118,8 @@ pub struct AuditSample {
 #[derive(Debug, Default)]
 pub struct Sample {
     pub requests_pool: PoolSample,
+    /// Request tasks waiting for a request-pool connection: its users beyond its size.
+    pub requests_waiting: i64,
     pub live_pool: PoolSample,
     /// Tasks waiting for a live-pool connection (not counted: always 0 unless known).
     pub live_waiting: i64,
@@ -161,11 +164,7 @@ impl Default for Metrics {
         let pool_in_use = Family::<PoolLabel, Gauge>::default();
         r.register("db_pool_in_use_connections", "Connections of a database pool in use", pool_in_use.clone());
         let pool_waiters = Family::<PoolLabel, Gauge>::default();
-        r.register(
-            "db_pool_waiting",
-            "Request transactions waiting for a connection of a database pool (one-statement writes wait uncounted)",
-            pool_waiters.clone(),
-        );
+        r.register("db_pool_waiting", "Tasks waiting for a connection of a database pool", pool_waiters.clone());
         let listener_reconnects = Counter::default();
         r.register("listener_reconnects", "LISTEN connections reopened after the first", listener_reconnects.clone());
         let listener_up = Gauge::default();
@@ -206,7 +205,7 @@ impl Default for Metrics {
             dispositions,
             delivery_latency,
             subscriptions,
-            pool_waiting: Arc::new(AtomicI64::new(0)),
+            pool_users: Arc::new(AtomicI64::new(0)),
             pool_connections,
             pool_idle,
             pool_in_use,
@@ -229,10 +228,10 @@ impl Metrics {
 
     /// The text exposition after taking `sample`.
     pub fn render(&self, sample: Sample) -> String {
-        let waiting = self.pool_waiting.load(std::sync::atomic::Ordering::Relaxed).max(0);
-        for (pool, state, waiting) in
-            [("requests", sample.requests_pool, waiting), ("live", sample.live_pool, sample.live_waiting)]
-        {
+        for (pool, state, waiting) in [
+            ("requests", sample.requests_pool, sample.requests_waiting),
+            ("live", sample.live_pool, sample.live_waiting),
+        ] {
             let label = PoolLabel { pool };
             let idle = state.idle as i64;
             self.pool_connections.get_or_create(&label).set(i64::from(state.size));

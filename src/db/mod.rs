@@ -201,12 +201,12 @@ where
     in_fleet_with(db, None, fleet, notify, work).await
 }
 
-/// [`in_fleet`], counting the task in `waiting` while it waits for a
-/// connection (and its `BEGIN`): the pool's waiters, which sqlx does not
-/// report (the `db_pool_waiting` metric).
+/// [`in_fleet`], counting the task in `users` while it waits for or holds
+/// its connection ([`InFlight`]): the pool's users beyond its size are its
+/// waiters, which sqlx does not report (the `db_pool_waiting` metric).
 pub async fn in_fleet_counted<T, E, F>(
     db: &DatabaseConnection,
-    waiting: Option<&AtomicI64>,
+    users: Option<&AtomicI64>,
     fleet: &str,
     work: F,
 ) -> Result<T, E>
@@ -215,13 +215,13 @@ where
     E: From<DbErr>,
     F: for<'t> FnOnce(&'t DatabaseTransaction) -> BoxFuture<'t, Result<T, E>> + Send,
 {
-    in_fleet_with(db, waiting, fleet, Notify::InTransaction, work).await
+    in_fleet_with(db, users, fleet, Notify::InTransaction, work).await
 }
 
-/// [`in_fleet`] with both a waiters gauge and a notification mode.
+/// [`in_fleet`] with both a pool users gauge and a notification mode.
 pub async fn in_fleet_with<T, E, F>(
     db: &DatabaseConnection,
-    waiting: Option<&AtomicI64>,
+    users: Option<&AtomicI64>,
     fleet: &str,
     notify: Notify,
     work: F,
@@ -231,10 +231,8 @@ where
     E: From<DbErr>,
     F: for<'t> FnOnce(&'t DatabaseTransaction) -> BoxFuture<'t, Result<T, E>> + Send,
 {
-    let tx = {
-        let _waiting = waiting.map(Waiting::new);
-        db.begin().await?
-    };
+    let _in_flight = users.map(InFlight::new);
+    let tx = db.begin().await?;
     tx.execute_raw(stmt(
         "SELECT set_config('role', $1, true), set_config('work_ledger.fleet', $2, true),
                 set_config('work_ledger.notify', $3, true)",
@@ -257,18 +255,22 @@ where
     }
 }
 
-/// One task counted in a waiters gauge until dropped (also when the waiting
-/// future is cancelled).
-struct Waiting<'a>(&'a AtomicI64);
+/// One task counted as a user of a pool until dropped (also when its future
+/// is cancelled): from before it asks for a connection until it has given
+/// it back. A request's transaction and its one-statement writes are
+/// counted, so users beyond the pool's size are waiting for a connection (a
+/// lower bound: token lookups and the notifier's statements take
+/// connections uncounted).
+pub struct InFlight<'a>(&'a AtomicI64);
 
-impl<'a> Waiting<'a> {
-    fn new(count: &'a AtomicI64) -> Self {
+impl<'a> InFlight<'a> {
+    pub fn new(count: &'a AtomicI64) -> Self {
         count.fetch_add(1, Ordering::Relaxed);
         Self(count)
     }
 }
 
-impl Drop for Waiting<'_> {
+impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }

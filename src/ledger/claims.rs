@@ -7,6 +7,7 @@ use uuid::Uuid;
 use super::write::{Outcome, RETRIES, or_explain};
 use super::{Ledger, LedgerError, UnitModel, load, refusals, state_machine, validate};
 use crate::auth::{Permission, Principal};
+use crate::db;
 use crate::db::claims::{self, ClaimNext};
 use crate::db::entities::WorkState;
 use crate::db::events::Actor;
@@ -58,7 +59,11 @@ impl Ledger {
     /// renewal or read as the transaction above, one round trip.
     async fn claim_next_now(&self, who: &Principal, lease: i32) -> Result<Option<UnitModel>, LedgerError> {
         for _ in 0..RETRIES {
-            match claims::claim_next_now(&self.db, &who.fleet, &who.name, lease, self.notifier.mode()).await {
+            let claimed = {
+                let _in_flight = db::InFlight::new(&self.metrics.pool_users);
+                claims::claim_next_now(&self.db, &who.fleet, &who.name, lease, self.notifier.mode()).await
+            };
+            match claimed {
                 Err(err) => match LedgerError::from(err) {
                     LedgerError::Retry => continue,
                     err => return Err(err),

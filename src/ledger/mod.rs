@@ -117,8 +117,8 @@ impl Ledger {
             });
         }
         let (fleet, agent) = (who.fleet.clone(), who.name.clone());
-        let waiting = Some(&*self.metrics.pool_waiting);
-        let units = db::in_fleet_with(&self.db, waiting, &who.fleet, self.notifier.mode(), move |tx| {
+        let users = Some(&*self.metrics.pool_users);
+        let units = db::in_fleet_with(&self.db, users, &who.fleet, self.notifier.mode(), move |tx| {
             Box::pin(async move { Ok::<_, LedgerError>(units::register(tx, &fleet, &agent, &units).await?) })
         })
         .await?;
@@ -138,7 +138,7 @@ impl Ledger {
         F: for<'t> FnOnce(&'t DatabaseTransaction) -> db::BoxFuture<'t, Result<T, LedgerError>> + Send,
     {
         who.require(Permission::LedgerRead)?;
-        db::in_fleet_counted(&self.db, Some(&self.metrics.pool_waiting), &who.fleet, read).await
+        db::in_fleet_counted(&self.db, Some(&self.metrics.pool_users), &who.fleet, read).await
     }
 
     /// The unit the caller holds (a live claim: CLAIMED, IN_PROGRESS or BLOCKED).
@@ -187,7 +187,7 @@ impl Ledger {
         checks: Result<(), LedgerError>,
     ) -> Result<(), LedgerError> {
         let Err(err) = checks else { return Ok(()) };
-        let found = db::in_fleet_counted(&self.db, Some(&self.metrics.pool_waiting), &who.fleet, move |tx| {
+        let found = db::in_fleet_counted(&self.db, Some(&self.metrics.pool_users), &who.fleet, move |tx| {
             Box::pin(async move { Ok::<_, LedgerError>(units::by_id(tx, unit_id).await?) })
         })
         .await;

@@ -99,8 +99,8 @@ impl Ledger {
             ctx.claimed.store(false, Ordering::Relaxed);
             ctx.reclaimed.store(false, Ordering::Relaxed);
             let (run_ctx, op) = (ctx.clone(), op.clone());
-            let waiting = Some(&*self.metrics.pool_waiting);
-            let result = db::in_fleet_with(&self.db, waiting, &who.fleet, self.notifier.mode(), move |tx| {
+            let users = Some(&*self.metrics.pool_users);
+            let result = db::in_fleet_with(&self.db, users, &who.fleet, self.notifier.mode(), move |tx| {
                 let ctx = run_ctx;
                 Box::pin(async move {
                     if let Some(unit) = idempotency::replayed(tx, &ctx.actor()).await? {
@@ -140,9 +140,6 @@ impl Ledger {
     /// read transaction of the fleet; the explanation describes the unit as
     /// that read finds it, as the transaction path's does after its own
     /// statement. Races are retried as [`Ledger::write`] retries them.
-    ///
-    /// The statement waits for a pool connection inside sqlx, so unlike a
-    /// request transaction it is not counted in `db_pool_waiting`.
     pub(super) async fn write_now<F, R>(
         &self,
         who: &Principal,
@@ -155,17 +152,23 @@ impl Ledger {
         R: for<'t> FnOnce(&'t DatabaseTransaction, Principal) -> BoxFuture<'t, LedgerError> + Clone + Send + 'static,
     {
         for _ in 0..RETRIES {
-            match statement(&self.db, self.notifier.mode()).await {
+            let written = {
+                let _in_flight = db::InFlight::new(&self.metrics.pool_users);
+                statement(&self.db, self.notifier.mode()).await
+            };
+            match written {
                 Ok(Some(unit)) => {
                     self.notifier.committed(&who.fleet);
                     return Ok(unit);
                 }
                 Ok(None) => {
                     let (caller, refusal) = (who.clone(), refusal.clone());
-                    let explained: Result<UnitModel, LedgerError> = db::in_fleet(&self.db, &who.fleet, |tx| {
-                        Box::pin(async move { Err(refusal(tx, caller).await) })
-                    })
-                    .await;
+                    let users = Some(&*self.metrics.pool_users);
+                    let explained: Result<UnitModel, LedgerError> =
+                        db::in_fleet_counted(&self.db, users, &who.fleet, |tx| {
+                            Box::pin(async move { Err(refusal(tx, caller).await) })
+                        })
+                        .await;
                     match explained {
                         // The read that explains ran into a conflict and
                         // explained nothing: run the write again.

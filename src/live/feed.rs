@@ -98,7 +98,8 @@ pub struct Feeds {
     capacity: usize,
     stop: CancellationToken,
     entries: Mutex<HashMap<String, Entry>>,
-    /// Feeds waiting for a pool connection (the `db_pool_waiting` metric).
+    /// Feeds using or waiting for a pool connection: those beyond the pool's
+    /// size wait (the `db_pool_waiting` metric).
     waiting: Arc<AtomicI64>,
 }
 

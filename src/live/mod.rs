@@ -89,7 +89,7 @@ struct Inner {
     queue_usage: watch::Sender<Option<f64>>,
     /// The oldest in-flight event writer at the last health tick.
     oldest_writer: watch::Sender<Option<EventWriter>>,
-    /// Feeds waiting for a connection of this pool.
+    /// Feeds using or waiting for a connection of this pool ([`crate::db::InFlight`]).
     waiting: Arc<AtomicI64>,
     stop: CancellationToken,
 }
@@ -164,7 +164,10 @@ impl Live {
     /// The live pool's state, for the metrics.
     pub fn pool_sample(&self) -> (PoolSample, i64) {
         let pool = self.0.db.get_postgres_connection_pool();
-        (PoolSample { size: pool.size(), idle: pool.num_idle() }, self.0.waiting.load(Ordering::Relaxed).max(0))
+        // Feeds beyond the pool's size wait for a connection.
+        let users = self.0.waiting.load(Ordering::Relaxed);
+        let waiting = (users - i64::from(pool.options().get_max_connections())).max(0);
+        (PoolSample { size: pool.size(), idle: pool.num_idle() }, waiting)
     }
 
     /// The oldest in-flight event writer as the last health tick saw it.

@@ -280,18 +280,31 @@ async fn the_last_recorded_audit_of_each_scope_is_exported() {
     assert_eq!(value(&text, r#"work_ledger_audit_findings{scope="*",rule="cost_rollup"}"#), 0.0, "the older run");
 }
 
-#[tokio::test]
-async fn a_saturated_request_pool_shows_its_waiters() {
+/// A server whose requests wait a minute for locks (so that a test can hold
+/// its pool's connections), and its fleet's one unit.
+async fn saturable() -> (TestApp, String) {
     let mut config = metrics_app_config();
     config.db.lock_timeout = Duration::from_secs(60);
     config.db.statement_timeout = Duration::from_secs(60);
     let app = spawn_app_with(config).await;
     let op = app.token("f", "op", Role::Operator).await;
     let unit = app.register(&op, &["contended"]).await[0]["id"].as_str().expect("id").to_owned();
+    (app, unit)
+}
+
+/// `n` agents of fleet `f`.
+async fn agents(app: &TestApp, n: usize) -> Vec<Agent<'_>> {
     let mut agents = Vec::new();
-    for i in 0..22 {
-        agents.push(Agent::new(&app, "f", &format!("a{i}"), Role::Agent).await);
+    for i in 0..n {
+        agents.push(Agent::new(app, "f", &format!("a{i}"), Role::Agent).await);
     }
+    agents
+}
+
+#[tokio::test]
+async fn a_saturated_request_pool_shows_its_waiters() {
+    let (app, unit) = saturable().await;
+    let agents = agents(&app, 22).await;
     // A third session holds the unit's row: each claim waits for it inside
     // its transaction, holding one of the pool's 20 connections.
     let holder = app.owner.begin().await.expect("begin");
@@ -307,6 +320,35 @@ async fn a_saturated_request_pool_shows_its_waiters() {
     let (results, ()) = tokio::join!(claims, watch);
     let won = results.iter().filter(|r| r.body["errors"].is_null()).count();
     assert_eq!(won, 1, "one claim took the unit once the row was free");
+    let text = scrape(&app).await;
+    assert_eq!(value(&text, r#"work_ledger_db_pool_waiting{pool="requests"}"#), 0.0, "nobody waits any more");
+}
+
+/// The one-statement writes (claimNext, heartbeat, transition and dispose
+/// without a key or fence) take their connection outside a request
+/// transaction: they are counted as the pool's users too, so those beyond
+/// its size show as waiters (they were not counted before).
+#[tokio::test]
+async fn one_statement_writes_waiting_for_a_connection_are_counted() {
+    let (app, _) = saturable().await;
+    let agents = agents(&app, 23).await;
+    // A third session locks the table against claims: each claimNext that
+    // gets one of the pool's 20 connections waits for the lock holding it,
+    // and the other 3 wait for a connection. Tokens are looked up just
+    // before (the lookups take connections and are not counted).
+    futures::future::join_all(agents.iter().map(|a| a.run("{ me { name } }", json!({})))).await;
+    let holder = app.owner.begin().await.expect("begin");
+    holder.execute_unprepared("LOCK TABLE work_units IN EXCLUSIVE MODE").await.expect("lock");
+    let claims = futures::future::join_all(agents.iter().map(|a| a.claim_next(json!({}))));
+    let watch = async {
+        app.wait_for_lock_waiters(20).await;
+        let text = scrape_until(&app, r#"work_ledger_db_pool_waiting{pool="requests"}"#, 3.0).await;
+        assert_eq!(value(&text, r#"work_ledger_db_pool_in_use_connections{pool="requests"}"#), 20.0, "{text}");
+        holder.rollback().await.expect("release the table");
+    };
+    let (results, ()) = tokio::join!(claims, watch);
+    let won = results.iter().filter(|r| !r.body["data"]["r"].is_null()).count();
+    assert_eq!(won, 1, "one claim took the only unit");
     let text = scrape(&app).await;
     assert_eq!(value(&text, r#"work_ledger_db_pool_waiting{pool="requests"}"#), 0.0, "nobody waits any more");
 }
