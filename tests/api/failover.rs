@@ -283,7 +283,17 @@ impl Load {
     async fn wait_for_writes_after(&self, t: Instant, what: &str) {
         let deadline = Instant::now() + RECOVERY_GUARD;
         while self.acks_since(t) < AGENTS {
-            assert!(Instant::now() < deadline, "writes resume within {RECOVERY_GUARD:?} after the {what}");
+            if Instant::now() >= deadline {
+                let since = self.acks_since(t);
+                let record = self.record.lock().unwrap_or_else(|e| e.into_inner());
+                panic!(
+                    "writes resume within {RECOVERY_GUARD:?} after the {what}: {since} acknowledged since, {} \
+                     UNAVAILABLE answers and {} transport errors in all; agents stopped by a refusal: {:#?}",
+                    record.unavailable.len(),
+                    record.transport_errors,
+                    record.problems
+                );
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
