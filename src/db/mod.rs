@@ -191,16 +191,6 @@ impl Notify {
     }
 }
 
-/// [`in_fleet`] for a write whose events are announced as `notify` says.
-pub async fn in_fleet_notifying<T, E, F>(db: &DatabaseConnection, fleet: &str, notify: Notify, work: F) -> Result<T, E>
-where
-    T: Send,
-    E: From<DbErr>,
-    F: for<'t> FnOnce(&'t DatabaseTransaction) -> BoxFuture<'t, Result<T, E>> + Send,
-{
-    in_fleet_with(db, None, fleet, notify, work).await
-}
-
 /// [`in_fleet`], counting the task in `users` while it waits for or holds
 /// its connection ([`InFlight`]): the pool's users beyond its size are its
 /// waiters, which sqlx does not report (the `db_pool_waiting` metric).

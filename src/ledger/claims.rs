@@ -4,10 +4,9 @@
 use serde_json::json;
 use uuid::Uuid;
 
-use super::write::{Outcome, RETRIES, or_explain};
+use super::write::{Outcome, or_explain, retrying};
 use super::{Ledger, LedgerError, UnitModel, load, refusals, state_machine, validate};
 use crate::auth::{Permission, Principal};
-use crate::db;
 use crate::db::claims::{self, ClaimNext};
 use crate::db::entities::WorkState;
 use crate::db::events::Actor;
@@ -58,36 +57,26 @@ impl Ledger {
     /// autocommit statement (`db::claims::claim_next_now`): the same claim,
     /// renewal or read as the transaction above, one round trip.
     async fn claim_next_now(&self, who: &Principal, lease: i32) -> Result<Option<UnitModel>, LedgerError> {
-        for _ in 0..RETRIES {
-            let claimed = {
-                let _in_flight = db::InFlight::new(&self.metrics.pool_users);
-                claims::claim_next_now(&self.db, &who.fleet, &who.name, lease, self.notifier.mode()).await
-            };
-            match claimed {
-                Err(err) => match LedgerError::from(err) {
-                    LedgerError::Retry => continue,
-                    err => return Err(err),
-                },
-                Ok(found) => {
-                    match found.as_ref().map(|(outcome, _)| *outcome) {
-                        Some(ClaimNext::Claimed { reclaimed }) => {
-                            self.metrics.claims.inc();
-                            if reclaimed {
-                                self.metrics.stale_reclaims.inc();
-                            }
-                            self.notifier.committed(&who.fleet);
-                        }
-                        Some(ClaimNext::Renewed) => self.notifier.committed(&who.fleet),
-                        Some(ClaimNext::Held) | None => {}
-                    }
-                    if let Some((_, unit)) = &found {
-                        tracing::Span::current().record("unit_id", unit.id.to_string());
-                    }
-                    return Ok(found.map(|(_, unit)| unit));
+        let (fleet, agent, mode) = (&who.fleet, &who.name, self.notifier.mode());
+        let found = retrying("claimNext", || async {
+            Ok(self.on_pool(claims::claim_next_now(&self.db, fleet, agent, lease, mode)).await?)
+        })
+        .await?;
+        match found.as_ref().map(|(outcome, _)| *outcome) {
+            Some(ClaimNext::Claimed { reclaimed }) => {
+                self.metrics.claims.inc();
+                if reclaimed {
+                    self.metrics.stale_reclaims.inc();
                 }
+                self.notifier.committed(fleet);
             }
+            Some(ClaimNext::Renewed) => self.notifier.committed(fleet),
+            Some(ClaimNext::Held) | None => {}
         }
-        Err(LedgerError::internal(format!("claimNext: still conflicting after {RETRIES} runs")))
+        if let Some((_, unit)) = &found {
+            tracing::Span::current().record("unit_id", unit.id.to_string());
+        }
+        Ok(found.map(|(_, unit)| unit))
     }
 
     pub async fn claim_unit(

@@ -95,12 +95,12 @@ impl Ledger {
             reclaimed: AtomicBool::new(false),
         });
         let op = Arc::new(op);
-        for _ in 0..RETRIES {
+        let result = retrying(operation, || {
             ctx.claimed.store(false, Ordering::Relaxed);
             ctx.reclaimed.store(false, Ordering::Relaxed);
             let (run_ctx, op) = (ctx.clone(), op.clone());
             let users = Some(&*self.metrics.pool_users);
-            let result = db::in_fleet_with(&self.db, users, &who.fleet, self.notifier.mode(), move |tx| {
+            db::in_fleet_with(&self.db, users, &who.fleet, self.notifier.mode(), move |tx| {
                 let ctx = run_ctx;
                 Box::pin(async move {
                     if let Some(unit) = idempotency::replayed(tx, &ctx.actor()).await? {
@@ -112,24 +112,18 @@ impl Ledger {
                     Ok(Outcome::Done(op(tx, &ctx).await?))
                 })
             })
-            .await;
-            match result {
-                Err(LedgerError::Retry) => continue,
-                other => {
-                    if matches!(other, Ok(Outcome::Done(_))) {
-                        self.notifier.committed(&who.fleet);
-                    }
-                    if other.is_ok() && ctx.claimed.load(Ordering::Relaxed) {
-                        self.metrics.claims.inc();
-                        if ctx.reclaimed.load(Ordering::Relaxed) {
-                            self.metrics.stale_reclaims.inc();
-                        }
-                    }
-                    return other;
-                }
+        })
+        .await;
+        if matches!(result, Ok(Outcome::Done(_))) {
+            self.notifier.committed(&who.fleet);
+        }
+        if result.is_ok() && ctx.claimed.load(Ordering::Relaxed) {
+            self.metrics.claims.inc();
+            if ctx.reclaimed.load(Ordering::Relaxed) {
+                self.metrics.stale_reclaims.inc();
             }
         }
-        Err(LedgerError::internal(format!("{operation}: still conflicting after {RETRIES} runs")))
+        result
     }
 
     /// A write with neither an idempotency key nor an attempt fence, as one
@@ -151,37 +145,49 @@ impl Ledger {
         F: for<'c> Fn(&'c DatabaseConnection, Notify) -> BoxFuture<'c, Result<Option<UnitModel>, DbErr>>,
         R: for<'t> FnOnce(&'t DatabaseTransaction, Principal) -> BoxFuture<'t, LedgerError> + Clone + Send + 'static,
     {
-        for _ in 0..RETRIES {
-            let written = {
-                let _in_flight = db::InFlight::new(&self.metrics.pool_users);
-                statement(&self.db, self.notifier.mode()).await
-            };
+        retrying(operation, || async {
+            let written = self.on_pool(statement(&self.db, self.notifier.mode())).await?;
             match written {
-                Ok(Some(unit)) => {
+                Some(unit) => {
                     self.notifier.committed(&who.fleet);
-                    return Ok(unit);
+                    Ok(unit)
                 }
-                Ok(None) => {
+                // A conflict in the read that explains is retried as well:
+                // it explained nothing.
+                None => {
                     let (caller, refusal) = (who.clone(), refusal.clone());
                     let users = Some(&*self.metrics.pool_users);
-                    let explained: Result<UnitModel, LedgerError> =
-                        db::in_fleet_counted(&self.db, users, &who.fleet, |tx| {
-                            Box::pin(async move { Err(refusal(tx, caller).await) })
-                        })
-                        .await;
-                    match explained {
-                        // The read that explains ran into a conflict and
-                        // explained nothing: run the write again.
-                        Err(LedgerError::Retry) => continue,
-                        other => return other,
-                    }
+                    db::in_fleet_counted(&self.db, users, &who.fleet, |tx| {
+                        Box::pin(async move { Err(refusal(tx, caller).await) })
+                    })
+                    .await
                 }
-                Err(err) => match LedgerError::from(err) {
-                    LedgerError::Retry => continue,
-                    err => return Err(err),
-                },
             }
-        }
-        Err(LedgerError::internal(format!("{operation}: still conflicting after {RETRIES} runs")))
+        })
+        .await
     }
+
+    /// Runs `statement`, one autocommit statement on the request pool (a
+    /// SQL function that scopes itself to the caller's fleet), counted as a
+    /// pool user while it waits for and holds its connection.
+    pub(super) async fn on_pool<T>(&self, statement: impl Future<Output = Result<T, DbErr>>) -> Result<T, DbErr> {
+        let _in_flight = db::InFlight::new(&self.metrics.pool_users);
+        statement.await
+    }
+}
+
+/// Runs `run` again while it ends in a race that a second run resolves
+/// (`LedgerError::Retry`: a deadlock or serialization failure), at most
+/// [`RETRIES`] times.
+pub(super) async fn retrying<T, Fut>(operation: &str, mut run: impl FnMut() -> Fut) -> Result<T, LedgerError>
+where
+    Fut: Future<Output = Result<T, LedgerError>>,
+{
+    for _ in 0..RETRIES {
+        match run().await {
+            Err(LedgerError::Retry) => continue,
+            other => return other,
+        }
+    }
+    Err(LedgerError::internal(format!("{operation}: still conflicting after {RETRIES} runs")))
 }
