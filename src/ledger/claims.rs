@@ -9,7 +9,6 @@ use super::{Ledger, LedgerError, UnitModel, load, refusals, state_machine, valid
 use crate::auth::{Permission, Principal};
 use crate::db::claims::{self, ClaimNext};
 use crate::db::entities::WorkState;
-use crate::db::events::Actor;
 
 impl Ledger {
     pub async fn claim_next(
@@ -134,14 +133,11 @@ impl Ledger {
         let lease = validate::lease_seconds(lease_seconds)?;
         // Fenced by its attempt in its WHERE, it needs no lock first: one
         // autocommit statement (ledger_heartbeat, migration 0011).
-        let who_ = who.clone();
         self.write_now(
             who,
             "heartbeat",
-            move |db, notify| {
-                let who = who_.clone();
+            move |db, actor, notify| {
                 Box::pin(async move {
-                    let actor = Actor { fleet: &who.fleet, agent: &who.name, key: None };
                     claims::heartbeat(db, &actor, lease, Some(attempt_id), "heartbeat", Some(notify)).await
                 })
             },

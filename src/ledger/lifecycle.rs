@@ -11,7 +11,6 @@ use super::write::{Outcome, or_explain};
 use super::{Ledger, LedgerError, UnitModel, load, refusals, state_machine, validate};
 use crate::auth::{Permission, Principal};
 use crate::db::entities::{AttemptOutcome, Disposition, WorkState};
-use crate::db::events::Actor;
 use crate::db::transitions::{self, Disposal};
 use crate::db::units;
 
@@ -93,15 +92,13 @@ impl Ledger {
         });
         self.check_args(who, unit_id, to.api_name(), false, checks).await?;
         if key.is_none() && attempt_id.is_none() {
-            let who_ = who.clone();
             return self
                 .write_now(
                     who,
                     "transition",
-                    move |db, notify| {
-                        let (who, evidence_url) = (who_.clone(), evidence_url.clone());
+                    move |db, actor, notify| {
+                        let evidence_url = evidence_url.clone();
                         Box::pin(async move {
-                            let actor = Actor { fleet: &who.fleet, agent: &who.name, key: None };
                             match (to, evidence_url.as_deref()) {
                                 (WorkState::InProgress, _) => {
                                     transitions::start(db, &actor, unit_id, Some(notify)).await
@@ -296,16 +293,14 @@ impl Ledger {
         self.check_args(who, input.unit_id, &action, true, checks).await?;
         let Dispose { unit_id, attempt_id, disposition, evidence_url, reason } = input;
         if key.is_none() && attempt_id.is_none() {
-            let who_ = who.clone();
             let unit = self
                 .write_now(
                     who,
                     "dispose",
-                    move |db, notify| {
-                        let (who, evidence_url, reason) = (who_.clone(), evidence_url.clone(), reason.clone());
+                    move |db, actor, notify| {
+                        let (evidence_url, reason) = (evidence_url.clone(), reason.clone());
                         Box::pin(async move {
                             let disposal = disposal(unit_id, disposition, operator, &evidence_url, &reason);
-                            let actor = Actor { fleet: &who.fleet, agent: &who.name, key: None };
                             transitions::dispose(db, &actor, &disposal, Some(notify)).await
                         })
                     },

@@ -127,7 +127,8 @@ impl Ledger {
     }
 
     /// A write with neither an idempotency key nor an attempt fence, as one
-    /// autocommit statement: `statement` runs on the pool (a SQL function
+    /// autocommit statement: `statement` runs as the caller (without a key)
+    /// on the pool (a SQL function
     /// of migration 0010 or 0011 that scopes itself to the caller's fleet
     /// and announces its events as `Notify` says). When it writes nothing,
     /// `refusal` explains why (to the caller, its second argument) in a
@@ -142,11 +143,12 @@ impl Ledger {
         refusal: R,
     ) -> Result<UnitModel, LedgerError>
     where
-        F: for<'c> Fn(&'c DatabaseConnection, Notify) -> BoxFuture<'c, Result<Option<UnitModel>, DbErr>>,
+        F: for<'c> Fn(&'c DatabaseConnection, Actor<'c>, Notify) -> BoxFuture<'c, Result<Option<UnitModel>, DbErr>>,
         R: for<'t> FnOnce(&'t DatabaseTransaction, Principal) -> BoxFuture<'t, LedgerError> + Clone + Send + 'static,
     {
         retrying(operation, || async {
-            let written = self.on_pool(statement(&self.db, self.notifier.mode())).await?;
+            let actor = Actor { fleet: &who.fleet, agent: &who.name, key: None };
+            let written = self.on_pool(statement(&self.db, actor, self.notifier.mode())).await?;
             match written {
                 Some(unit) => {
                     self.notifier.committed(&who.fleet);
