@@ -97,6 +97,45 @@ impl Report {
     }
 }
 
+/// `args.agents` tasks each running `job` over and over (a fresh agent name
+/// `{prefix}-{task}-{n}` each time) until the deadline, `args.per_agent`
+/// runs (so that phases sharing the seed's table each have their share of
+/// it) or until it finds nothing left to claim (`Ok(false)`); each run is
+/// one `op` sample.
+async fn until_drained<J, Fut>(
+    pool: &DatabaseConnection,
+    args: &Args,
+    name: &str,
+    op: &'static str,
+    prefix: &'static str,
+    job: J,
+) -> Report
+where
+    J: Fn(DatabaseConnection, String) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<bool, AnyError>> + Send + 'static,
+{
+    let (pool, label, per_agent) = (pool.clone(), name.to_owned(), args.per_agent);
+    drive(args.agents, args.seconds, name, move |i, deadline| {
+        let (pool, job, label) = (pool.clone(), job.clone(), label.clone());
+        async move {
+            let mut s = Samples::default();
+            let mut n = 0;
+            while Instant::now() < deadline && n < per_agent {
+                match timed(&mut s, job(pool.clone(), format!("{prefix}-{i}-{n}"))).await {
+                    Ok(true) => n += 1,
+                    Ok(false) => break,
+                    Err(err) => {
+                        eprintln!("{label} failed: {err}");
+                        break;
+                    }
+                }
+            }
+            vec![(op, s)]
+        }
+    })
+    .await
+}
+
 /// Runs `agents` tasks until the deadline; each returns (ops, per-op samples).
 async fn drive<F, Fut>(agents: usize, seconds: u64, name: &str, task: F) -> Report
 where
@@ -231,91 +270,38 @@ async fn main() -> Result<(), AnyError> {
 
     // The ceiling: the seed architecture's claim transaction on its own schema.
     eprintln!("seed claim transaction...");
-    let seed = {
-        let pool = raw_pool.clone();
-        drive(args.agents, args.seconds, "seed claim transaction (raw SQL, 6 round trips)", move |i, deadline| {
-            let pool = pool.clone();
-            async move {
-                let mut s = Samples::default();
-                let mut n = 0;
-                while Instant::now() < deadline {
-                    let agent = format!("seed-{i}-{n}");
-                    match timed(&mut s, seed::claim(&pool, &agent)).await {
-                        Ok(true) => n += 1,
-                        Ok(false) => break,
-                        Err(err) => {
-                            eprintln!("seed claim failed: {err}");
-                            break;
-                        }
-                    }
-                }
-                vec![("claim", s)]
-            }
-        })
-        .await
-    };
+    let seed = until_drained(&raw_pool, &args, "seed claim transaction (raw SQL, 6 round trips)", "claim", "seed", {
+        |pool, agent| async move { seed::claim(&pool, &agent).await }
+    })
+    .await;
     settle().await?;
 
     // The same minimal claim as one autocommit statement: the least any claim can cost.
     eprintln!("seed claim statement...");
-    let seed_one = {
-        let pool = raw_pool.clone();
-        drive(args.agents, args.seconds, "seed claim as one statement (raw SQL, 1 round trip)", move |i, deadline| {
-            let pool = pool.clone();
-            async move {
-                let mut s = Samples::default();
-                let mut n = 0;
-                while Instant::now() < deadline {
-                    let agent = format!("seed1-{i}-{n}");
-                    match timed(&mut s, seed::claim_statement(&pool, &agent)).await {
-                        Ok(Some(_)) => n += 1,
-                        Ok(None) => break,
-                        Err(err) => {
-                            eprintln!("seed claim statement failed: {err}");
-                            break;
-                        }
-                    }
-                }
-                vec![("claim", s)]
-            }
+    let seed_one =
+        until_drained(&raw_pool, &args, "seed claim as one statement (raw SQL, 1 round trip)", "claim", "seed1", {
+            |pool, agent| async move { Ok(seed::claim_statement(&pool, &agent).await?.is_some()) }
         })
-        .await
-    };
+        .await;
     settle().await?;
 
     // The least a job with its records can cost: the seed's one-statement
     // claim, then start and finish as one statement each (state and event),
     // as claim-and-finish does them. What graphile-worker is compared with.
     eprintln!("seed claim-and-finish...");
-    let seed_finish = {
-        let pool = raw_pool.clone();
-        drive(args.agents, args.seconds, "seed claim-and-finish (raw SQL, 3 statements)", move |i, deadline| {
-            let pool = pool.clone();
-            async move {
-                let mut s = Samples::default();
-                let mut n = 0;
-                while Instant::now() < deadline {
-                    let agent = format!("seedf-{i}-{n}");
-                    let job = timed(&mut s, async {
-                        let unit = seed::claim_statement(&pool, &agent).await?.ok_or("no unit left")?;
-                        seed::step(&pool, unit, &agent, "claimed", "in_progress").await?;
-                        seed::step(&pool, unit, &agent, "in_progress", "dropped").await
-                    })
-                    .await;
-                    match job {
-                        Ok(true) => n += 1,
-                        Ok(false) => {
-                            eprintln!("seed claim-and-finish: a step changed nothing");
-                            break;
-                        }
-                        Err(_) => break,
+    let seed_finish =
+        until_drained(&raw_pool, &args, "seed claim-and-finish (raw SQL, 3 statements)", "job", "seedf", {
+            |pool, agent| async move {
+                let Some(unit) = seed::claim_statement(&pool, &agent).await? else { return Ok(false) };
+                for (from, to) in [("claimed", "in_progress"), ("in_progress", "dropped")] {
+                    if !seed::step(&pool, unit, &agent, from, to).await? {
+                        return Err(format!("{from} -> {to} changed nothing").into());
                     }
                 }
-                vec![("job", s)]
+                Ok(true)
             }
         })
-        .await
-    };
+        .await;
     settle().await?;
 
     // The project's claim statement as one autocommit round trip, as the owner (no RLS, no role switch).
