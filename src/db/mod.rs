@@ -260,6 +260,13 @@ impl<'a> InFlight<'a> {
     }
 }
 
+/// The tasks waiting for a connection of `db`'s pool: its users counted
+/// in `users` ([`InFlight`]) beyond the pool's size.
+pub fn waiters(db: &DatabaseConnection, users: &AtomicI64) -> i64 {
+    let max = db.get_postgres_connection_pool().options().get_max_connections();
+    (users.load(Ordering::Relaxed) - i64::from(max)).max(0)
+}
+
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);

@@ -286,8 +286,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
     // The pools first: the audit query below takes a connection.
     let pool = state.ledger.db().get_postgres_connection_pool();
     let requests_pool = crate::metrics::PoolSample { size: pool.size(), idle: pool.num_idle() };
-    let users = state.ledger.metrics().pool_users.load(std::sync::atomic::Ordering::Relaxed);
-    let requests_waiting = (users - i64::from(pool.options().get_max_connections())).max(0);
+    let requests_waiting = crate::db::waiters(state.ledger.db(), &state.ledger.metrics().pool_users);
     let (live_pool, live_waiting) = state.live.pool_sample();
     // On the live pool, bounded: a saturated request pool must not stall the
     // scrape that shows it.

@@ -20,7 +20,7 @@ pub mod sweeper;
 pub mod tail;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -164,10 +164,7 @@ impl Live {
     /// The live pool's state, for the metrics.
     pub fn pool_sample(&self) -> (PoolSample, i64) {
         let pool = self.0.db.get_postgres_connection_pool();
-        // Feeds beyond the pool's size wait for a connection.
-        let users = self.0.waiting.load(Ordering::Relaxed);
-        let waiting = (users - i64::from(pool.options().get_max_connections())).max(0);
-        (PoolSample { size: pool.size(), idle: pool.num_idle() }, waiting)
+        (PoolSample { size: pool.size(), idle: pool.num_idle() }, crate::db::waiters(&self.0.db, &self.0.waiting))
     }
 
     /// The oldest in-flight event writer as the last health tick saw it.
