@@ -23,10 +23,8 @@ use std::time::{Duration, Instant};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr};
 use serde_json::{Value, json};
 use work_ledger::auth::{self, Role};
-use work_ledger::db::claims;
 use work_ledger::db::entities::Disposition;
-use work_ledger::db::events::Actor;
-use work_ledger::db::transitions::{self, Disposal};
+use work_ledger::db::writes::{self, function};
 use work_ledger::db::{self, Notify, stmt};
 use work_ledger::http::Application;
 use work_ledger::ledger::{Ledger, state_machine};
@@ -333,10 +331,7 @@ async fn main() -> Result<(), AnyError> {
                     let claimed = timed(&mut s, async {
                         let agent = agent.clone();
                         db::in_fleet::<_, DbErr, _>(&pool, "rls", move |tx| {
-                            Box::pin(async move {
-                                let w = Actor { fleet: "rls", agent: &agent, key: None };
-                                Ok(claims::claim_next(tx, &w, 900, None).await?.map(|c| c.unit))
-                            })
+                            Box::pin(async move { claim_next_sql(tx, "rls", &agent, None).await })
                         })
                         .await
                         .ok()
@@ -620,29 +615,37 @@ async fn claim_and_finish_sql(
     let mut ops: Vec<(&'static str, Samples)> =
         ["job", "claimNext", "transition", "dispose"].into_iter().map(|n| (n, Samples::default())).collect();
     let rule = state_machine::dispose_rule(Disposition::Dropped);
-    let actor = Actor { fleet: "finish-sql", agent, key: None };
+    let after_commit = Some(Notify::AfterCommit.setting());
     while Instant::now() < deadline {
         let start = Instant::now();
-        let claimed =
-            timed(&mut ops[1].1, claims::claim_next_now(pool, "finish-sql", agent, 900, Notify::AfterCommit)).await;
-        let Ok(Some((_, unit))) = claimed else {
+        let claimed = timed(&mut ops[1].1, claim_next_sql(pool, "finish-sql", agent, after_commit)).await;
+        let Ok(Some(unit)) = claimed else {
             if let Err(err) = claimed {
                 eprintln!("claim-and-finish as SQL failed: {err}");
             }
             break;
         };
-        let started = timed(&mut ops[2].1, transitions::start(pool, &actor, unit.id, Some(Notify::AfterCommit))).await;
-        let disposal = Disposal {
-            unit_id: unit.id,
-            disposition: Disposition::Dropped,
-            terminal_state: rule.terminal,
-            evidence_url: Some("https://ci.example/noop"),
-            reason: None,
-            holder_states: rule.holder_states,
-            operator_states: &[],
+        let common = || -> Vec<sea_orm::Value> {
+            vec!["finish-sql".into(), agent.into(), after_commit.into(), None::<String>.into(), None::<String>.into()]
         };
-        let done = timed(&mut ops[3].1, transitions::dispose(pool, &actor, &disposal, Some(Notify::AfterCommit))).await;
-        if !matches!((&started, &done), (Ok(Some(_)), Ok(Some(_)))) {
+        let mut start_args = common();
+        start_args.extend([unit.into(), None::<uuid::Uuid>.into(), "in_progress".into(), None::<String>.into()]);
+        let started = timed(&mut ops[2].1, writes::call(pool, function::TRANSITION, start_args)).await;
+        let mut dispose_args = common();
+        let holder: Vec<String> = rule.holder_states.iter().map(|s| s.as_sql().to_owned()).collect();
+        dispose_args.extend([
+            unit.into(),
+            None::<uuid::Uuid>.into(),
+            Disposition::Dropped.as_sql().into(),
+            rule.terminal.as_sql().into(),
+            "https://ci.example/noop".into(),
+            None::<String>.into(),
+            holder.into(),
+            Vec::<String>::new().into(),
+        ]);
+        let done = timed(&mut ops[3].1, writes::call(pool, function::DISPOSE, dispose_args)).await;
+        let ok = |r: &Result<Vec<writes::Written>, DbErr>| matches!(r, Ok(rows) if rows.first().is_some_and(|w| w.result == "ok"));
+        if !(ok(&started) && ok(&done)) {
             eprintln!("claim-and-finish as SQL failed: {started:?} {done:?}");
             break;
         }
@@ -743,8 +746,7 @@ async fn raw_claims(owner: &DatabaseConnection, fleet: &str, i: usize, deadline:
             break;
         }
         let agent = format!("{fleet}-{i}-{n}");
-        let w = Actor { fleet, agent: &agent, key: None };
-        if timed(&mut s, async { claims::claim_next(owner, &w, 900, None).await.ok().flatten() }).await.is_none() {
+        if timed(&mut s, async { claim_next_sql(owner, fleet, &agent, None).await.ok().flatten() }).await.is_none() {
             break;
         }
     }
@@ -903,4 +905,26 @@ async fn metrics_overhead(args: &Args, url: &str, owner: &DatabaseConnection) ->
     println!();
     println!("metrics on: {on:.0} claims/s, off: {off:.0} claims/s: overhead {:.1}%", (1.0 - on / off) * 100.0);
     Ok(())
+}
+
+/// The service's claim statement as raw SQL: one call of `ledger_claim`
+/// (claimNext without a key or domain); the claimed unit's id.
+async fn claim_next_sql(
+    db: &impl ConnectionTrait,
+    fleet: &str,
+    agent: &str,
+    notify: Option<&str>,
+) -> Result<Option<uuid::Uuid>, DbErr> {
+    let args: Vec<sea_orm::Value> = vec![
+        fleet.into(),
+        agent.into(),
+        notify.map(str::to_owned).into(),
+        None::<String>.into(),
+        None::<String>.into(),
+        900.into(),
+        None::<String>.into(),
+        None::<uuid::Uuid>.into(),
+    ];
+    let rows = writes::call(db, function::CLAIM, args).await?;
+    Ok(rows.into_iter().find(|w| w.result == "claimed" || w.result == "reclaimed").and_then(|w| w.unit).map(|u| u.id))
 }

@@ -3,11 +3,9 @@
 //!
 //! | module | holds |
 //! | --- | --- |
-//! | [`claims`] | the claim CTEs (`claim_next`, `claim_unit`), heartbeat, what an agent holds |
-//! | [`transitions`] | every other write: start, verify, block, unblock, release, cost, dispose |
-//! | [`events`] | the event log: the appended column list, reads in delivery order, the stall sweep |
-//! | [`idempotency`] | idempotency-key lookups |
-//! | [`units`] | registration and single-unit lookups |
+//! | [`writes`] | every write: one call of its SQL function (`migration/src/sql/repeatable/writes.sql`) |
+//! | [`events`] | the event log: reads in delivery order, notifications |
+//! | [`units`] | single-unit lookups, what an agent holds |
 //! | [`reads`] | keyset pages, DataLoader batches and the SQL views |
 //! | [`tokens`] | `api_tokens` |
 //! | [`reader_logins`] | per-fleet Grafana logins |
@@ -17,17 +15,15 @@
 //! and [`in_fleet`] hands the caller's own error type back.
 
 pub mod aggregates;
-pub mod claims;
 pub mod entities;
 pub mod events;
-pub mod idempotency;
 pub mod primary;
 pub mod reader_logins;
 pub mod reads;
 pub mod target;
 pub mod tokens;
-pub mod transitions;
 pub mod units;
+pub mod writes;
 
 use std::future::Future;
 use std::pin::Pin;
