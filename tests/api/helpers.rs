@@ -158,6 +158,9 @@ pub async fn spawn_app_with(config: ServerConfig) -> TestApp {
     let cluster = Cluster::get();
     let name = format!("wlt_{}_{}", std::process::id(), NEXT_DB.fetch_add(1, Ordering::SeqCst));
     admin(cluster, &format!("CREATE DATABASE {name} TEMPLATE {}", cluster.template)).await;
+    // As `serve` does at start: a clone is up to date, but database-wide
+    // privileges are not copied from the template and are set again.
+    db::migrate(&cluster.url(&name)).await.expect("migrate the test database");
     start_server(cluster.url(&name), config).await
 }
 
@@ -314,6 +317,7 @@ impl TestApp {
         self.sql(
             "ALTER TABLE work_units DISABLE TRIGGER work_units_holder_guard;
              ALTER TABLE work_units DISABLE TRIGGER work_units_change_recorded;
+             ALTER TABLE work_units DISABLE TRIGGER work_units_claim_recorded;
              ALTER TABLE work_unit_attempts DISABLE TRIGGER work_unit_attempts_history_guard;
              ALTER TABLE blocking_questions DISABLE TRIGGER blocking_questions_guard;",
         )
