@@ -216,7 +216,7 @@ async fn main() -> Result<(), AnyError> {
     let race_needed = args.race_agents * 60;
 
     eprintln!("seeding {claims_needed} units and tokens per phase...");
-    for fleet in ["warm", "raw", "rls", "api", "paced", "finish", "finish-sql"] {
+    for fleet in ["warm", "raw", "rls", "api", "paced", "finish", "finish-keyed", "finish-sql"] {
         seed_units(&owner, fleet, claims_needed).await?;
     }
     seed_units(&owner, "race", race_needed).await?;
@@ -225,6 +225,7 @@ async fn main() -> Result<(), AnyError> {
     let paced_tokens = Arc::new(seed_tokens(&owner, "paced", "agent", claims_needed).await?);
     let race_tokens = Arc::new(seed_tokens(&owner, "race", "agent", race_needed).await?);
     let finish_tokens = Arc::new(seed_tokens(&owner, "finish", "agent", args.agents).await?);
+    let keyed_tokens = Arc::new(seed_tokens(&owner, "finish-keyed", "agent", args.agents).await?);
     let life_tokens = Arc::new(seed_tokens(&owner, "life", "agent", args.agents).await?);
     let floor_tokens = Arc::new(seed_tokens(&owner, "api", "floor", args.agents).await?);
     // Three times: the seed's transaction, the same claim as one statement,
@@ -429,6 +430,20 @@ async fn main() -> Result<(), AnyError> {
     };
     settle().await?;
 
+    // The same job in the shape the project's own clients send it (MCP, the
+    // agent CLI): a domain, an idempotency key on every write, the attempt
+    // fence on start and dispose.
+    eprintln!("claim-and-finish over HTTP, keyed and fenced...");
+    let finish_keyed = {
+        let http = http.clone();
+        drive(args.agents, args.seconds, "claim-and-finish over HTTP (domain, keys, fence)", move |i, deadline| {
+            let (http, token) = (http.clone(), keyed_tokens[i].clone());
+            async move { claim_and_finish_keyed(&http, &token, i, deadline).await }
+        })
+        .await
+    };
+    settle().await?;
+
     // The race: many more agents than connections, each claim by a fresh agent.
     eprintln!("{} agents racing...", args.race_agents);
     let race = fresh_claims(
@@ -463,7 +478,21 @@ async fn main() -> Result<(), AnyError> {
     );
     println!();
     print_table(
-        &[&seed, &seed_one, &seed_finish, &raw, &rls, &finish_sql, &floor, &api, &paced, &finish, &race, &life],
+        &[
+            &seed,
+            &seed_one,
+            &seed_finish,
+            &raw,
+            &rls,
+            &finish_sql,
+            &floor,
+            &api,
+            &paced,
+            &finish,
+            &finish_keyed,
+            &race,
+            &life,
+        ],
         peer.as_ref(),
     );
     println!();
@@ -491,6 +520,12 @@ async fn main() -> Result<(), AnyError> {
         ),
         None => println!("claim-and-finish over HTTP vs graphile-worker jobs: not measured (no peer)"),
     }
+    println!(
+        "claim-and-finish keyed and fenced vs plain: {:.0}% ({:.0} vs {:.0} per second)",
+        pct(finish_keyed.rate(), finish.rate()),
+        finish_keyed.rate(),
+        finish.rate()
+    );
     if let Some(peer) = &peer {
         println!(
             "claim-and-finish as SQL vs graphile-worker jobs: {:.0}%; HTTP floor / 3 vs graphile-worker jobs: {:.0}%",
@@ -601,6 +636,39 @@ async fn claim_and_finish(http: &Http, token: &str, deadline: Instant) -> Vec<(&
             break;
         }
         ops[0].1.0.push(start.elapsed());
+    }
+    ops
+}
+
+/// One agent's claim-and-finish loop as the project's clients send it: a
+/// domain and a key on the claim, a key and the attempt fence on start and
+/// dispose.
+async fn claim_and_finish_keyed(http: &Http, token: &str, i: usize, deadline: Instant) -> Vec<(&'static str, Samples)> {
+    const CLAIM_KEYED: &str = "mutation($k: String) { claimNext(domain: \"default\", leaseSeconds: 900, idempotencyKey: $k) { id currentAttemptId } }";
+    const START_KEYED: &str = "mutation($u: UUID!, $a: UUID, $k: String) { transition(unitId: $u, to: IN_PROGRESS, idempotencyKey: $k, attemptId: $a) { state } }";
+    const DISPOSE_KEYED: &str = "mutation($u: UUID!, $a: UUID, $k: String) { dispose(unitId: $u, disposition: DROPPED, evidenceUrl: \"https://ci.example/noop\", idempotencyKey: $k, attemptId: $a) { state } }";
+    let mut ops: Vec<(&'static str, Samples)> =
+        ["job", "claimNext", "transition", "dispose"].into_iter().map(|n| (n, Samples::default())).collect();
+    let mut n = 0;
+    while Instant::now() < deadline {
+        let start = Instant::now();
+        let key = |step: &str| format!("bench-{i}-{n}-{step}");
+        let claim = timed(&mut ops[1].1, http.gql(token, CLAIM_KEYED, json!({ "k": key("claim") }))).await;
+        let (Some(unit), Some(attempt)) = (
+            claim["data"]["claimNext"]["id"].as_str().map(str::to_owned),
+            claim["data"]["claimNext"]["currentAttemptId"].as_str().map(str::to_owned),
+        ) else {
+            break;
+        };
+        let vars = |step: &str| json!({ "u": unit, "a": attempt, "k": key(step) });
+        timed(&mut ops[2].1, http.gql(token, START_KEYED, vars("start"))).await;
+        let done = timed(&mut ops[3].1, http.gql(token, DISPOSE_KEYED, vars("dispose"))).await;
+        if done["data"]["dispose"]["state"] != "ABANDONED" {
+            eprintln!("claim-and-finish (keyed) failed: {done}");
+            break;
+        }
+        ops[0].1.0.push(start.elapsed());
+        n += 1;
     }
     ops
 }

@@ -380,9 +380,13 @@ impl TestApp {
     /// Opens a transaction as the application role, with the fleet setting
     /// when given, as the server's own transaction helper does.
     async fn app_role_tx(&self, fleet: Option<&str>) -> sea_orm::DatabaseTransaction {
+        self.role_tx("work_ledger_app", fleet).await
+    }
+
+    async fn role_tx(&self, role: &str, fleet: Option<&str>) -> sea_orm::DatabaseTransaction {
         use sea_orm::TransactionTrait;
         let tx = self.owner.begin().await.expect("begin");
-        tx.execute_unprepared("SET LOCAL ROLE work_ledger_app").await.expect("set role");
+        tx.execute_unprepared(&format!("SET LOCAL ROLE {role}")).await.expect("set role");
         if let Some(fleet) = fleet {
             tx.execute_unprepared(&format!("SELECT set_config('work_ledger.fleet', '{fleet}', true)"))
                 .await
@@ -405,16 +409,18 @@ impl TestApp {
         rows.iter().map(|r| r.try_get::<Value>("", "j").expect("json")).collect()
     }
 
-    /// Statements as the application role in one transaction that commits, so
-    /// that deferred constraint triggers run too: the error text of the first
-    /// refusal (statement or commit), if any.
-    pub async fn app_role_commit(&self, fleet: &str, sqls: &[&str]) -> Result<(), String> {
+    /// Statements as the write functions' role (`work_ledger_writer`: table
+    /// writes under row-level security; the application role has none) in
+    /// one transaction that commits, so that deferred constraint triggers run
+    /// too: the error text of the first refusal (statement or commit), if any.
+    /// What the triggers refuse here they refuse for any hand-written SQL.
+    pub async fn writer_role_commit(&self, fleet: &str, sqls: &[&str]) -> Result<(), String> {
         // The message, then the SQLSTATE and the constraint the refusal names.
         let text = |e: sea_orm::DbErr| match db::violation(&e) {
             Some((code, constraint)) => format!("{e} [SQLSTATE {code}, constraint {constraint}]"),
             None => e.to_string(),
         };
-        let tx = self.app_role_tx(Some(fleet)).await;
+        let tx = self.role_tx("work_ledger_writer", Some(fleet)).await;
         for sql in sqls {
             if let Err(e) = tx.execute_unprepared(sql).await {
                 let _ = tx.rollback().await;
