@@ -67,6 +67,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261130_000011_one_statement_writes", "0011_one_statement_writes"),
             // One write path: the app role writes no table, every write is a SQL function (sql/repeatable/).
             sql_migration!("m20261130_000012_one_write_path", "0012_one_write_path"),
+            // Foreign sessions: writer markers out of other logins' reach, notifications that name no fleet.
+            sql_migration!("m20261130_000014_foreign_sessions", "0014_foreign_sessions"),
         ]
     }
 }
