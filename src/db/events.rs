@@ -254,9 +254,7 @@ mod tests {
     fn a_signal_matches_only_its_fleets_tag() {
         let tag = "0123456789abcdef0123456789abcdef";
         let nonce = "fedcba9876543210fedcba9876543210";
-        let mut hasher = sha2::Sha256::new();
-        sha2::Digest::update(&mut hasher, format!("{tag}{nonce}").as_bytes());
-        let mac = hex::encode(&sha2::Digest::finalize(hasher)[..16]);
+        let mac = hex::encode(&<sha2::Sha256 as sha2::Digest>::digest(format!("{tag}{nonce}").as_bytes())[..16]);
         assert!(signal_matches(tag, &format!("{nonce}{mac}")));
         assert!(!signal_matches("ffffffffffffffffffffffffffffffff", &format!("{nonce}{mac}")));
         assert!(!signal_matches(tag, &format!("{nonce}{}", &mac[..31])));
