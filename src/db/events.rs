@@ -246,6 +246,22 @@ pub async fn notify_fleets(db: &impl ConnectionTrait, fleets: Vec<String>) -> Re
     .map(|_| ())
 }
 
+/// True when `payload` (an event notification: 32 hex digits of nonce, then
+/// 32 of MAC) was signalled for the fleet whose tag is `tag`: the MAC is the
+/// first 16 bytes of SHA-256(tag || nonce), as `live_fleet_signal` computes
+/// it. Payloads of other fleets, forgeries and garbage do not match.
+pub fn signal_matches(tag: &str, payload: &str) -> bool {
+    use sha2::{Digest, Sha256};
+    let (Some(nonce), Some(mac)) = (payload.get(..32), payload.get(32..)) else { return false };
+    if mac.len() != 32 {
+        return false;
+    }
+    let mut hasher = Sha256::new();
+    hasher.update(tag.as_bytes());
+    hasher.update(nonce.as_bytes());
+    hex::encode(&hasher.finalize()[..16]) == mac
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,20 +325,4 @@ mod tests {
         assert!(Position::before_batch(3) < Position { batch: 3, tx: 0, seq: 1 }, "before a batch's first event");
         assert!(Position { batch: 2, tx: i64::MAX, seq: i64::MAX } < Position::before_batch(3));
     }
-}
-
-/// True when `payload` (an event notification: 32 hex digits of nonce, then
-/// 32 of MAC) was signalled for the fleet whose tag is `tag`: the MAC is the
-/// first 16 bytes of SHA-256(tag || nonce), as `live_fleet_signal` computes
-/// it. Payloads of other fleets, forgeries and garbage do not match.
-pub fn signal_matches(tag: &str, payload: &str) -> bool {
-    use sha2::{Digest, Sha256};
-    let (Some(nonce), Some(mac)) = (payload.get(..32), payload.get(32..)) else { return false };
-    if mac.len() != 32 {
-        return false;
-    }
-    let mut hasher = Sha256::new();
-    hasher.update(tag.as_bytes());
-    hasher.update(nonce.as_bytes());
-    hex::encode(&hasher.finalize()[..16]) == mac
 }
