@@ -496,7 +496,7 @@ impl<'a> Agent<'a> {
 
     pub async fn unblock(&self, unit: &str, answer: &str, vars: Value) -> Gql {
         let q = format!(
-            "mutation($u: UUID!, $a: String!, $key: String) {{ r: unblock(unitId: $u, answer: $a, idempotencyKey: $key) {{ {UNIT} }} }}"
+            "mutation($u: UUID!, $q: UUID, $a: String!, $key: String) {{ r: unblock(unitId: $u, questionId: $q, answer: $a, idempotencyKey: $key) {{ {UNIT} }} }}"
         );
         self.run(&q, merge(json!({ "u": unit, "a": answer }), vars)).await
     }
