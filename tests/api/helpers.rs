@@ -582,6 +582,14 @@ impl TestApp {
         snapshot
     }
 
+    /// Asserts that `unit`'s snapshot is still `before`, naming what differs.
+    pub async fn assert_unchanged(&self, unit: &str, before: &Value, what: &str) {
+        let after = self.snapshot(unit).await;
+        let mut differs = Vec::new();
+        diff("", before, &after, &mut differs);
+        assert!(differs.is_empty(), "{what} wrote: {}", differs.join("; "));
+    }
+
     /// Where the statement log stands now, for [`Self::request_statements_since`].
     pub fn statement_mark(&self) -> usize {
         self.statement_log.lock().unwrap_or_else(|e| e.into_inner()).len()
@@ -637,6 +645,29 @@ pub fn loopback_ports(n: u16) -> u16 {
         })
         .find(|&base| (0..n).all(|k| std::net::TcpListener::bind(("127.0.0.1", base + k)).is_ok()))
         .expect("free loopback ports below the ephemeral range")
+}
+
+/// The paths at which two JSON values differ, with both sides.
+fn diff(path: &str, before: &Value, after: &Value, out: &mut Vec<String>) {
+    match (before, after) {
+        (Value::Object(b), Value::Object(a)) => {
+            for key in b.keys().chain(a.keys().filter(|k| !b.contains_key(*k))) {
+                diff(
+                    &format!("{path}.{key}"),
+                    b.get(key).unwrap_or(&Value::Null),
+                    a.get(key).unwrap_or(&Value::Null),
+                    out,
+                );
+            }
+        }
+        (Value::Array(b), Value::Array(a)) if b.len() == a.len() => {
+            for (i, (b, a)) in b.iter().zip(a).enumerate() {
+                diff(&format!("{path}[{i}]"), b, a, out);
+            }
+        }
+        _ if before != after => out.push(format!("{path}: {before} -> {after}")),
+        _ => {}
+    }
 }
 
 /// The address a spawned `work-ledger serve` prints once it listens (its

@@ -478,6 +478,8 @@ fn fixed_texts() -> Vec<Value> {
         "line\nbreak\ttab\r",
         "\u{7f}\u{85}\u{9f}",
         "\u{202e}gnp.exe\u{200f}\u{200e}",
+        "report\u{202e}fdp.exe",
+        "zero\u{200b}width",
         "\u{feff}bom",
         "'; DROP TABLE work_units; --",
         "' OR '1'='1",

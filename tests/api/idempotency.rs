@@ -22,7 +22,7 @@ async fn replaying_every_mutation_writes_no_second_event() {
     // lease and `updated_at` too), not only "no new event".
     let before = app.snapshot(&unit).await;
     assert_eq!(agent.claim_next(json!({ "key": "k-claim" })).await.str("id"), unit);
-    assert_eq!(app.snapshot(&unit).await, before, "the claim replay wrote (a renewed lease?)");
+    app.assert_unchanged(&unit, &before, "the claim replay (a renewed lease?)").await;
 
     // Runs the step, then replays it: same unit back, nothing written.
     macro_rules! twice {
@@ -33,7 +33,7 @@ async fn replaying_every_mutation_writes_no_second_event() {
             let replay = $step.await;
             assert_eq!(replay.unit()["id"], first.unit()["id"], $name);
             assert_eq!(replay.unit(), first.unit(), "{} replay returned another unit", $name);
-            assert_eq!(app.snapshot(&unit).await, before, "{} replay wrote", $name);
+            app.assert_unchanged(&unit, &before, &format!("the {} replay", $name)).await;
         }};
     }
     twice!("start", agent.transition(&unit, "IN_PROGRESS", json!({ "key": "k-start" })));
@@ -46,7 +46,7 @@ async fn replaying_every_mutation_writes_no_second_event() {
     let before = app.snapshot(&unit).await;
     let late = agent.transition(&unit, "IN_PROGRESS", json!({ "key": "k-start" })).await;
     assert_eq!(late.str("state"), "DONE");
-    assert_eq!(app.snapshot(&unit).await, before, "a late replay wrote");
+    app.assert_unchanged(&unit, &before, "a late replay").await;
     assert_eq!(app.sql_i64(&format!("SELECT cost_cents FROM work_units WHERE id = '{unit}'")).await, 100);
 
     // release and claimUnit replays.
@@ -55,14 +55,14 @@ async fn replaying_every_mutation_writes_no_second_event() {
     assert_eq!(released.str("state"), "READY");
     let before = app.snapshot(&other).await;
     agent.release(&other, json!({ "key": "k-release" })).await.data();
-    assert_eq!(app.snapshot(&other).await, before, "the release replay wrote");
+    app.assert_unchanged(&other, &before, "the release replay").await;
     let n = app.event_count().await;
     let claimed = agent.claim_unit(&other, json!({ "key": "k-claim-unit" })).await;
     claimed.data();
     assert_eq!(app.event_count().await, n + 1);
     let before = app.snapshot(&other).await;
     agent.claim_unit(&other, json!({ "key": "k-claim-unit" })).await.data();
-    assert_eq!(app.snapshot(&other).await, before, "the claimUnit replay wrote");
+    app.assert_unchanged(&other, &before, "the claimUnit replay").await;
 }
 
 #[tokio::test]
@@ -78,11 +78,11 @@ async fn a_key_reused_for_another_request_is_refused() {
     let r = agent.transition(&unit, "IN_PROGRESS", json!({ "key": "shared" })).await;
     r.assert_code("IDEMPOTENCY_KEY_REUSED");
     assert!(r.message().contains("fresh key"), "{}", r.message());
-    assert_eq!(app.snapshot(&unit).await, before, "a refused key wrote");
+    app.assert_unchanged(&unit, &before, "a refused key").await;
     agent.record_cost(&attempt, 5, "c").await.data();
     let before = app.snapshot(&unit).await;
     agent.record_cost(&attempt, 6, "c").await.assert_code("IDEMPOTENCY_KEY_REUSED");
-    assert_eq!(app.snapshot(&unit).await, before, "a refused cost key wrote");
+    app.assert_unchanged(&unit, &before, "a refused cost key").await;
     assert_eq!(app.sql_i64(&format!("SELECT cost_cents FROM work_units WHERE id = '{unit}'")).await, 5);
 
     // Keys are scoped to the fleet: another fleet may use the same key.

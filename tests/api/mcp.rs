@@ -176,7 +176,7 @@ async fn tool_writes_are_fenced_by_the_callers_attempt() {
         assert_eq!(refused["isError"], true, "{name}: {refused:#}");
         assert_eq!(refused["structuredContent"]["code"], "LEASE_LOST", "{name}: {refused:#}");
     }
-    assert_eq!(app.snapshot(&unit).await, before, "the refused writes changed nothing");
+    app.assert_unchanged(&unit, &before, "the refused writes").await;
 
     // The new holder's own attempt passes the fence.
     let started = tool(&app, &second, "start_work", json!({ "unitId": unit, "attemptId": new_attempt })).await;

@@ -18,7 +18,7 @@ async fn refused(app: &TestApp, unit: &str, argument: &str, request: impl Future
     r.assert_code("INVALID_INPUT");
     assert_eq!(r.body["errors"][0]["extensions"]["argument"], argument, "{:#}", r.body);
     assert!(r.message().contains(argument), "{}", r.message());
-    assert_eq!(app.snapshot(unit).await, before, "a refusal of {argument} wrote");
+    app.assert_unchanged(unit, &before, &format!("the refusal of {argument}")).await;
 }
 
 #[tokio::test]
@@ -58,7 +58,7 @@ async fn write_path_limits_are_invalid_input_and_write_nothing() {
     let r = agent.claim_next(json!({ "lease": 5_000_000_000i64 })).await;
     r.assert_code("GRAPHQL_VALIDATION_FAILED");
     assert!(r.message().contains("$lease"), "{}", r.message());
-    assert_eq!(app.snapshot(u).await, before, "nothing written");
+    app.assert_unchanged(u, &before, "the 64-bit lease").await;
 
     // The boundaries pass.
     agent.heartbeat(&attempt, json!({ "lease": 86_400 })).await.data();
