@@ -300,10 +300,26 @@ async fn a_silent_listen_connection_is_replaced_and_nothing_is_lost() {
     // end of a half-open TCP connection: no error ever reaches the listener.
     let mut connects = app.live.listener_connects();
     let opened = *connects.borrow();
-    let frozen = std::process::Command::new("kill").args(["-STOP", &pid.to_string()]).status().expect("kill");
-    assert!(frozen.success());
-    let _thaw = Thaw(pid);
-    app.register(&op, &["while-deaf"]).await;
+    // Frozen only while it waits for its client (wait_event ClientRead). A
+    // backend stopped while it reads the notification queue (here every
+    // 200 ms, for the health pings) holds the queue's lock, and every NOTIFY
+    // of the cluster, this test's next write included, waits for it until
+    // the test ends: the stall this test showed once.
+    let waiting = format!("SELECT wait_event FROM pg_stat_activity WHERE pid = {pid}");
+    let mut tries = 0;
+    let _thaw = loop {
+        let frozen = std::process::Command::new("kill").args(["-STOP", &pid.to_string()]).status().expect("kill");
+        assert!(frozen.success());
+        let thaw = Thaw(pid);
+        if app.sql_json(&waiting).await[0]["wait_event"] == "ClientRead" {
+            break thaw;
+        }
+        drop(thaw);
+        tries += 1;
+        assert!(tries < 1000, "the listener's backend never waited for its client");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    tokio::time::timeout(GUARD, app.register(&op, &["while-deaf"])).await.expect("a write while the backend is frozen");
     tokio::time::timeout(GUARD, connects.wait_for(|n| *n > opened))
         .await
         .expect("the silent connection replaced within the guard")
