@@ -600,15 +600,18 @@ struct World<'a> {
 /// scoped to the token's name: an earlier case's key must not meet this one).
 struct Case<'a> {
     agent: Agent<'a>,
-    operator: Agent<'a>,
+    /// For the operations an operator sends.
+    operator: Option<Agent<'a>>,
     unit: String,
     attempt: String,
 }
 
 impl<'a> World<'a> {
-    async fn case(&self, n: usize, setup: Setup) -> Case<'a> {
+    async fn case(&self, n: usize, op: &Op) -> Case<'a> {
         let agent = Agent::new(self.app, "f", &format!("agent-{n}"), Role::Agent).await;
-        let operator = Agent::new(self.app, "f", &format!("op-{n}"), Role::Operator).await;
+        let operator =
+            if op.operator { Some(Agent::new(self.app, "f", &format!("op-{n}"), Role::Operator).await) } else { None };
+        let setup = op.setup;
         let unit = self.app.register(&self.operator.token, &[&format!("case-{n}")]).await[0]["id"]
             .as_str()
             .expect("unit id")
@@ -627,7 +630,7 @@ impl<'a> World<'a> {
     /// Sends `op` with `value` at `path` (or the base variables when None)
     /// and checks the answer against the oracle and the database.
     async fn send(&self, n: usize, op: &Op, arg: Option<(&'static str, Rule, Value)>) {
-        let case = if op.is_write() { Some(self.case(n, op.setup).await) } else { None };
+        let case = if op.is_write() { Some(self.case(n, op).await) } else { None };
         let (unit, attempt) = case.as_ref().map_or((&self.unit, &self.attempt), |c| (&c.unit, &c.attempt));
         let base = op.base.replace("$UNIT", unit).replace("$ATTEMPT", attempt).replace("$REF", &n.to_string());
         let mut vars: Value = serde_json::from_str(&base).expect("base variables");
@@ -642,7 +645,7 @@ impl<'a> World<'a> {
         }
         // The placeholder becomes a real lone surrogate escape in the JSON text.
         let body = body.replace(LONE_SURROGATE, "\\ud800");
-        let who = case.as_ref().map_or(&self.operator, |c| if op.operator { &c.operator } else { &c.agent });
+        let who = case.as_ref().map_or(&self.operator, |c| c.operator.as_ref().unwrap_or(&c.agent));
         let before = self.app.snapshot(unit).await;
         let resp = self.app.post_raw(Some(&format!("Bearer {}", who.token)), body).await;
         let path = arg.as_ref().map(|(path, ..)| *path);
