@@ -167,7 +167,7 @@ async fn every_write_path_error_code_names_the_next_step_and_changes_nothing() {
     let app = spawn_app().await;
     let w = world(&app).await;
     let (unit, attempt) = w.claimed("errors", false).await;
-    let before = app.event_count().await;
+    let before = app.snapshot(&unit).await;
 
     let r = w.agent.transition(&unit, "VERIFIED", json!({ "evidence": "https://ci/1" })).await;
     r.assert_code("ILLEGAL_TRANSITION");
@@ -211,7 +211,7 @@ async fn every_write_path_error_code_names_the_next_step_and_changes_nothing() {
     stranger.dispose(&unit, "DEAD", json!({ "evidence": "https://x" })).await.assert_code("NOT_FOUND");
     stranger.record_cost(&attempt, 1, "k").await.assert_code("NOT_FOUND");
 
-    assert_eq!(app.event_count().await, before, "no refusal wrote anything");
+    app.assert_unchanged(&unit, &before, "the refusals").await;
 }
 
 /// `unblock(questionId:)` answers only the question it names (SPEC §5,
