@@ -134,7 +134,7 @@ pub async fn serve(
     let connections = TaskTracker::new();
     let open = Arc::new(Open { count: AtomicUsize::new(0), peak: AtomicUsize::new(0), fresh: Mutex::default() });
     let trimmer = tokio::spawn(trim_after_floods(open.clone(), door.max_connections, stop.clone()));
-    let mut refused: u64 = 0;
+    let (mut refused, mut accept_failures): (u64, u64) = (0, 0);
     let lingering = Arc::new(AtomicUsize::new(0));
     tokio::pin!(shutdown);
     loop {
@@ -143,8 +143,12 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(err) => {
-                    // Out of file descriptors and the like: back off rather than spin.
-                    tracing::warn!(listener = door.name, error = %err, "accept failed");
+                    // Out of file descriptors and the like: back off rather than spin,
+                    // and log the 1st, 2nd, 4th, 8th... failure, not every one.
+                    accept_failures += 1;
+                    if accept_failures.is_power_of_two() {
+                        tracing::warn!(listener = door.name, error = %err, failures = accept_failures, "accept failed");
+                    }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
