@@ -340,8 +340,8 @@ pub struct LiveArgs {
     pub body_read_timeout: Duration,
     /// Connections the API listener keeps open at once, WebSockets included
     /// (at the cap a connection that has sent no request yet gives way, else
-    /// the new one gets 503). Default: half the open-files limit (ulimit -n),
-    /// at most 16384.
+    /// the new one gets 503). Default: half the open-files limit (the soft
+    /// limit, first raised to the hard one), at least 64, at most 16384.
     #[arg(long, env = "WORK_LEDGER_MAX_CONNECTIONS", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: Option<u32>,
     /// Connections the metrics listener keeps open at once.

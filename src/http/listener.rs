@@ -51,15 +51,28 @@ pub fn default_max_connections() -> usize {
     (open_files_limit() / 2).clamp(64, 16_384)
 }
 
-/// The soft `RLIMIT_NOFILE` (1,024, the usual default, when it cannot be read).
+/// The soft `RLIMIT_NOFILE`, first raised to the hard limit (at most
+/// 1,048,576) as Go's runtime does: the soft default of 1,024 is a relic of
+/// `select()`, which nothing here uses. 1,024 when it cannot be read.
 pub fn open_files_limit() -> usize {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit writes into the struct it is given and nothing else.
-    let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
-    if read != 0 {
-        return 1024;
-    }
-    usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)
+    static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit and setrlimit read and write the struct they are given and nothing else.
+        unsafe {
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+                return 1024;
+            }
+            let wanted = limit.rlim_max.min(1 << 20);
+            if wanted > limit.rlim_cur {
+                let raised = libc::rlimit { rlim_cur: wanted, rlim_max: limit.rlim_max };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                    limit.rlim_cur = wanted;
+                }
+            }
+        }
+        usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)
+    })
 }
 
 /// Where a connection stands, for eviction.
@@ -269,3 +282,19 @@ fn release_free_memory() {
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn release_free_memory() {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_cap_leaves_room_under_the_open_files_limit() {
+        let limit = open_files_limit();
+        let cap = default_max_connections();
+        assert!((64..=16_384).contains(&cap), "{cap}");
+        if limit >= 256 {
+            // Room for the metrics listener's cap, the database pools and files.
+            assert!(cap + 2 * crate::http::METRICS_MAX_CONNECTIONS <= limit, "cap {cap}, limit {limit}");
+        }
+    }
+}
