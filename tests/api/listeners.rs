@@ -329,6 +329,37 @@ async fn closed_by_server(socket: &mut TcpStream) -> bool {
     }
 }
 
+/// Opens `n` idle sockets (they never send a byte) to `target` as fast as
+/// the machine allows, asking `/healthz` of `probe` on new connections
+/// throughout; returns the sockets and every probe's status.
+async fn flood_while_probing(target: SocketAddr, probe: SocketAddr, n: usize) -> (Vec<TcpStream>, Vec<u16>) {
+    let flood = tokio::spawn(async move {
+        let mut sockets = Vec::with_capacity(n);
+        for _ in 0..n {
+            if let Ok(socket) = TcpStream::connect(target).await {
+                sockets.push(socket);
+            }
+        }
+        sockets
+    });
+    let mut probes = Vec::new();
+    while !flood.is_finished() {
+        probes.push(healthz(probe).await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let sockets = flood.await.expect("flood");
+    assert_eq!(sockets.len(), n, "every flood connection was accepted by the kernel");
+    for _ in 0..5 {
+        probes.push(healthz(probe).await);
+    }
+    (sockets, probes)
+}
+
+/// How many of `sockets` the server has closed.
+async fn closed_count(sockets: &mut [TcpStream]) -> usize {
+    futures::future::join_all(sockets.iter_mut().map(closed_by_server)).await.into_iter().filter(|c| *c).count()
+}
+
 #[tokio::test]
 async fn a_connection_flood_is_refused_at_the_door_while_healthz_and_agents_are_served() {
     const CAP: usize = 1000;
@@ -345,36 +376,35 @@ async fn a_connection_flood_is_refused_at_the_door_while_healthz_and_agents_are_
     assert_eq!(healthz_on(&mut established).await, 200);
 
     let started = Instant::now();
-    // The flood: idle sockets that never send a byte, opened as fast as the
-    // machine allows, while /healthz is asked on new connections throughout.
-    let addr = app.addr;
-    let flood = tokio::spawn(async move {
-        let mut sockets = Vec::with_capacity(FLOOD);
-        for _ in 0..FLOOD {
-            if let Ok(socket) = TcpStream::connect(addr).await {
-                sockets.push(socket);
-            }
-        }
-        sockets
-    });
-    let mut probes = Vec::new();
-    while !flood.is_finished() {
-        probes.push(healthz(app.addr).await);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let mut sockets = flood.await.expect("flood");
-    assert_eq!(sockets.len(), FLOOD, "every flood connection was accepted by the kernel");
-    for _ in 0..5 {
-        probes.push(healthz(app.addr).await);
-    }
+    let (mut sockets, probes) = flood_while_probing(app.addr, app.addr, FLOOD).await;
     assert!(probes.iter().all(|s| *s == 200), "/healthz during the flood: {probes:?}");
     assert_eq!(healthz_on(&mut established).await, 200, "the established connection still works");
     agent.run("{ me { name } }", json!({})).await.data();
 
     // The server holds at most CAP of them: the others were closed at the door.
-    let closed = futures::future::join_all(sockets.iter_mut().map(closed_by_server)).await;
-    let closed = closed.into_iter().filter(|c| *c).count();
+    let closed = closed_count(&mut sockets).await;
     assert!(closed >= FLOOD - CAP, "only {closed} of {FLOOD} flood connections were closed; the cap is {CAP}");
+    assert!(started.elapsed() < Duration::from_secs(120), "the header-read timeout may have closed them");
+}
+
+#[tokio::test]
+async fn a_flood_on_the_metrics_port_holds_at_most_its_cap() {
+    const FLOOD: usize = 2000;
+    let app = spawn_app_with(config(|c| {
+        c.metrics_listen = Some("127.0.0.1:0".into());
+        c.http.header_read_timeout = Duration::from_secs(120);
+    }))
+    .await;
+    let metrics = app.metrics_addr.expect("metrics listener");
+    let cap = work_ledger::http::METRICS_MAX_CONNECTIONS;
+    let started = Instant::now();
+    let (mut sockets, probes) = flood_while_probing(metrics, app.addr, FLOOD).await;
+    assert!(probes.iter().all(|s| *s == 200), "/healthz on the API during the flood: {probes:?}");
+    // A scrape still gets through (it takes the place of an idle flood connection).
+    let scrape = exchange(metrics, &get("/metrics", "127.0.0.1")).await;
+    assert_eq!(scrape.status, 200, "{}", scrape.head);
+    let closed = closed_count(&mut sockets).await;
+    assert!(closed >= FLOOD - cap, "only {closed} of {FLOOD} flood connections were closed; the cap is {cap}");
     assert!(started.elapsed() < Duration::from_secs(120), "the header-read timeout may have closed them");
 }
 
