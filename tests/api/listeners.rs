@@ -283,6 +283,21 @@ async fn a_listener_that_cannot_bind_names_its_address_and_setting() {
     for needed in [taken_addr.as_str(), "--listen", "WORK_LEDGER_LISTEN"] {
         assert!(text.contains(needed), "{needed} missing from: {text}");
     }
+
+    // What an operator sees when a second server starts with the metrics address taken.
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_work-ledger"))
+        .arg("serve")
+        .env("DATABASE_URL", &app.db_url)
+        .env("WORK_LEDGER_LISTEN", "127.0.0.1:0")
+        .env("WORK_LEDGER_METRICS_LISTEN", &taken_addr)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(GUARD, run).await.expect("guard").expect("run serve");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let expected = format!("error: cannot listen on {taken_addr} for Prometheus metrics: ");
+    assert!(stderr.contains(&expected) && stderr.contains("--metrics-listen"), "{stderr}");
+    drop(taken);
 }
 
 /// `GET /healthz` on a new connection: its status, or 0 when the
