@@ -446,6 +446,26 @@ async fn when_every_connection_is_in_use_a_new_one_gets_503() {
     }
 }
 
+#[tokio::test]
+async fn open_websockets_count_towards_the_cap() {
+    let app = spawn_app_with(config(|c| c.http.max_connections = 3)).await;
+    let token = app.token("f", "watcher", Role::Reader).await;
+    let mut sockets = Vec::new();
+    for _ in 0..3 {
+        sockets.push(crate::ws_client::Ws::authenticated(&app, &token).await);
+    }
+    let refused = exchange(app.addr, &get("/healthz", "127.0.0.1")).await;
+    assert_eq!(refused.status, 503, "{}", refused.head);
+    // One closes: its place is free again.
+    drop(sockets.pop());
+    let mut waited = Duration::ZERO;
+    while healthz(app.addr).await != 200 {
+        assert!(waited < GUARD, "the closed WebSocket's place was not freed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += Duration::from_millis(50);
+    }
+}
+
 /// The numbered steps (`1.` ...) or the lettered detours (`a.` ...) of the
 /// quick start: the document and the variables as the text shows them.
 fn shown_steps(text: &str, lettered: bool) -> Vec<(String, String, String)> {
