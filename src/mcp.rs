@@ -269,6 +269,9 @@ struct QuestionsArgs {
 struct AnswerArgs {
     /// The blocked unit whose open question you answer.
     unit_id: Uuid,
+    /// The question you answer (the unit's `openQuestion.id`): when it is no longer the unit's open question,
+    /// the answer is QUESTION_NOT_OPEN and changes nothing.
+    question_id: Option<Uuid>,
     answer: String,
     idempotency_key: Option<String>,
 }
@@ -309,7 +312,9 @@ const TOOLS: &[ToolSpec] = &[
     ToolSpec {
         name: "claim_next",
         description: "Claim the oldest claimable unit (stale ones first) with a lease. If you already hold a unit you get \
-            that one back, lease renewed. Returns null when nothing is claimable.",
+            that one back, lease renewed. `outcome` says which: `claimed` (a new attempt), `renewed` (the unit you \
+            already hold, lease extended) or `held` (your BLOCKED unit, nothing written). Returns a null unit when \
+            nothing is claimable.",
         needs: AGENT,
         tool: tool::<ClaimNextArgs>,
     },
@@ -499,9 +504,9 @@ impl LedgerTools {
         let unit = match tool {
             "claim_next" => {
                 let a: ClaimNextArgs = parse(args)?;
-                let claimed = ledger.claim_next(who, a.domain, a.lease_seconds, a.idempotency_key).await?;
+                let claimed = ledger.claim_next_outcome(who, a.domain, a.lease_seconds, a.idempotency_key).await?;
                 return Ok(match claimed {
-                    Some(unit) => json!({ "unit": unit_json(&unit, who) }),
+                    Some((outcome, unit)) => json!({ "outcome": outcome.name(), "unit": unit_json(&unit, who) }),
                     None => json!({ "unit": null, "hint": "nothing is claimable right now; try again later" }),
                 });
             }
@@ -577,7 +582,7 @@ impl LedgerTools {
             }
             "answer_question" => {
                 let a: AnswerArgs = parse(args)?;
-                ledger.unblock(who, a.unit_id, a.answer, a.idempotency_key).await?
+                ledger.unblock(who, a.unit_id, a.question_id, a.answer, a.idempotency_key).await?
             }
             "get_unit" => {
                 let a: GetUnitArgs = parse(args)?;

@@ -1,6 +1,7 @@
 //! Integration tests: real PostgreSQL, the real server, over HTTP.
 
 mod helpers;
+mod skip;
 mod ws_client;
 
 mod agent_cli;
@@ -11,6 +12,7 @@ mod dashboards;
 mod embedded;
 mod failover;
 mod fencing;
+mod foreign_sessions;
 mod graphiql;
 mod hostile;
 mod http_spec;
@@ -42,3 +44,4 @@ mod surface;
 mod traces;
 mod views;
 mod write_limits;
+mod write_path;
