@@ -72,7 +72,7 @@ pub fn routes(ledger: Ledger, stop: CancellationToken, http: HttpConfig) -> Rout
     let service =
         StreamableHttpService::new(move || Ok(tools.clone()), Arc::new(NeverSessionManager::default()), config);
     Router::new()
-        .nest_service("/mcp", service)
+        .route_service("/mcp", service)
         .route_layer(middleware::from_fn_with_state(http, read_whole_body))
         .route_layer(middleware::from_fn_with_state(ledger, authenticate))
 }

@@ -145,7 +145,7 @@ async fn unknown_paths_get_404_before_any_token_lookup() {
     let forged = format!("wl_{}", "A".repeat(43));
     let before = app.statements.load(std::sync::atomic::Ordering::SeqCst);
     for auth in [None, Some(token.as_str()), Some(forged.as_str())] {
-        for path in ["/nope", "/mcpx", "/graphql/nope", "/metrics"] {
+        for path in ["/nope", "/mcpx", "/mcp/nope", "/graphql/nope", "/metrics"] {
             let mut request = app.http.post(app.url(path));
             if let Some(auth) = auth {
                 request = request.bearer_auth(auth);
