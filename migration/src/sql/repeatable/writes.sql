@@ -166,33 +166,61 @@ $$;
 -- Claims and leases.
 -- ---------------------------------------------------------------------------
 
--- claimNext (p_unit NULL) and claimUnit (p_unit given). One statement picks
--- and locks the unit; the claim then supersedes a stale attempt, opens
--- attempt N+1, takes the unit and appends `stale_reclaimed` (when stale)
--- and `claimed`, all in this call's transaction.
+-- The unit claimNext takes, locked: stale units (expired lease) first,
+-- longest expired first, then the oldest READY unit, optionally of one
+-- domain, with FOR NO KEY UPDATE SKIP LOCKED so that 64 agents claim at once
+-- without queueing on each other's rows. NO KEY UPDATE is the lock the
+-- claim's own UPDATE takes: FOR UPDATE would also conflict with the KEY
+-- SHARE lock any insert referencing the unit holds (an event, a stall
+-- report), and SKIP LOCKED would pass over a free unit. Rework goes to fresh
+-- eyes (SPEC §3): not the unit whose last attempt this agent just ended
+-- FAILED, while another is free. NULL when nothing is claimable.
 --
--- claimNext takes stale units (expired lease) first, longest expired
--- first, then the oldest READY unit, optionally of one domain, with FOR NO
--- KEY UPDATE SKIP LOCKED so that 64 agents claim at once without queueing
--- on each other's rows. NO KEY UPDATE is the lock the claim's own UPDATE
--- takes: FOR UPDATE would also conflict with the KEY SHARE lock any insert
--- referencing the unit holds (an event, a stall report), and SKIP LOCKED
--- would pass over a free unit. claimUnit waits for the named unit's lock
--- instead, re-checks, and finds it taken.
+-- plan_cache_mode: the domain is NULL or not per call; a cached generic
+-- plan would filter a fleet's READY units by domain instead of reading the
+-- domain's index. Only these statements are planned per call.
+CREATE OR REPLACE FUNCTION ledger_pick(p_fleet text, p_agent text, p_domain text)
+RETURNS work_units LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, public, pg_temp SET plan_cache_mode = force_custom_plan AS $$
+DECLARE
+    pick work_units;
+BEGIN
+    SELECT * INTO pick FROM work_units u
+     WHERE u.fleet = p_fleet AND u.state IN ('claimed', 'in_progress') AND u.lease_expires_at < now()
+       AND (p_domain IS NULL OR u.domain = p_domain)
+     ORDER BY u.lease_expires_at, u.id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
+    IF pick.id IS NULL THEN
+        SELECT * INTO pick FROM work_units u
+         WHERE u.fleet = p_fleet AND u.state = 'ready' AND (p_domain IS NULL OR u.domain = p_domain)
+           AND NOT (u.attempt_count > 0 AND EXISTS (
+                   SELECT 1 FROM work_unit_attempts a
+                    WHERE a.id = u.current_attempt_id AND a.agent_id = p_agent AND a.outcome = 'failed'))
+         ORDER BY u.created_at, u.id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
+    END IF;
+    IF pick.id IS NULL THEN
+        SELECT * INTO pick FROM work_units u
+         WHERE u.fleet = p_fleet AND u.state = 'ready' AND (p_domain IS NULL OR u.domain = p_domain)
+         ORDER BY u.created_at, u.id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
+    END IF;
+    RETURN pick;
+END
+$$;
+
+-- claimNext (p_unit NULL) and claimUnit (p_unit given). One statement picks
+-- and locks the unit (ledger_pick for claimNext; for claimUnit the named
+-- unit, waiting for its lock, re-checked, so a concurrent claimant finds it
+-- taken); the claim then supersedes a stale attempt, opens attempt N+1,
+-- takes the unit and appends `stale_reclaimed` (when stale) and `claimed`,
+-- all in this call's transaction.
 --
 -- When nothing was claimed: an agent that holds a CLAIMED or IN_PROGRESS
 -- unit gets it back with its lease renewed ('renewed', a heartbeat event),
 -- one that holds a BLOCKED unit gets it as it is ('held'); claimNext with
 -- nothing claimable answers no row; claimUnit says why not.
---
--- plan_cache_mode: the domain and unit are NULL or not per call; a generic
--- plan would filter a fleet's READY units by domain instead of reading the
--- domain's index.
 CREATE OR REPLACE FUNCTION ledger_claim(p_fleet text, p_agent text, p_notify text, p_key text, p_hash text,
                                         p_lease integer, p_domain text, p_unit uuid)
 RETURNS TABLE (result text, unit work_units, info jsonb)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, public, pg_temp SET plan_cache_mode = force_custom_plan AS $$
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
     held work_units;
@@ -214,25 +242,7 @@ BEGIN
                AND (u.state = 'ready' OR (u.state IN ('claimed', 'in_progress') AND u.lease_expires_at < now()))
                FOR NO KEY UPDATE;
         ELSE
-            SELECT * INTO pick FROM work_units u
-             WHERE u.fleet = p_fleet AND u.state IN ('claimed', 'in_progress') AND u.lease_expires_at < now()
-               AND (p_domain IS NULL OR u.domain = p_domain)
-             ORDER BY u.lease_expires_at, u.id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
-            -- Rework goes to fresh eyes (SPEC §3): not the unit whose last
-            -- attempt this agent just ended FAILED, while another is free.
-            IF pick.id IS NULL THEN
-                SELECT * INTO pick FROM work_units u
-                 WHERE u.fleet = p_fleet AND u.state = 'ready' AND (p_domain IS NULL OR u.domain = p_domain)
-                   AND NOT (u.attempt_count > 0 AND EXISTS (
-                           SELECT 1 FROM work_unit_attempts a
-                            WHERE a.id = u.current_attempt_id AND a.agent_id = p_agent AND a.outcome = 'failed'))
-                 ORDER BY u.created_at, u.id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
-            END IF;
-            IF pick.id IS NULL THEN
-                SELECT * INTO pick FROM work_units u
-                 WHERE u.fleet = p_fleet AND u.state = 'ready' AND (p_domain IS NULL OR u.domain = p_domain)
-                 ORDER BY u.created_at, u.id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
-            END IF;
+            pick := ledger_pick(p_fleet, p_agent, p_domain);
         END IF;
     END IF;
 
@@ -712,6 +722,7 @@ BEGIN
         'ledger_replay(text, text, text, text)',
         'ledger_refusal(text, uuid, uuid, boolean, boolean)',
         'ledger_attempt_refusal(text, uuid)',
+        'ledger_pick(text, text, text)',
         'ledger_claim(text, text, text, text, text, integer, text, uuid)',
         'ledger_heartbeat(text, text, text, uuid, integer)',
         'ledger_transition(text, text, text, text, text, uuid, uuid, text, text)',
