@@ -65,6 +65,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261130_000010_write_speed", "0010_write_speed"),
             // The agent's hot writes in one round trip: start, verify and dispose as SQL functions.
             sql_migration!("m20261130_000011_one_statement_writes", "0011_one_statement_writes"),
+            // Reader logins cannot hold a transaction past 60 s: the function the reader warden calls.
+            sql_migration!("m20261130_000013_reader_warden", "0013_reader_warden"),
         ]
     }
 }

@@ -144,13 +144,21 @@ fn pool_options(url: &str, max_connections: u32) -> ConnectOptions {
 }
 
 /// Applies pending migrations under the advisory lock, on a connection of
-/// its own (a session-level lock belongs to one connection).
+/// its own (a session-level lock belongs to one connection), then the
+/// privileges a dump does not carry ([`PRIVILEGES`]: CONNECT on the
+/// database not PUBLIC's, the reader warden's function its role's).
 pub async fn migrate(url: &str) -> Result<(), DbErr> {
     let db = connect(url, 1).await?;
-    let result = migration::migrate_locked(&db).await;
+    let mut result = migration::migrate_locked(&db).await;
+    if result.is_ok() {
+        result = db.execute_unprepared(PRIVILEGES).await.map(|_| ());
+    }
     db.close().await?;
     result
 }
+
+/// The privileges `migrate` applies on every run (SPEC §8).
+pub const PRIVILEGES: &str = include_str!("privileges.sql");
 
 pub fn stmt(sql: &str, values: impl IntoIterator<Item = Value>) -> Statement {
     Statement::from_sql_and_values(DbBackend::Postgres, sql, values)

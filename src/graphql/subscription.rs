@@ -41,6 +41,7 @@ impl Subscription {
         assignee_group: Option<String>,
         #[graphql(default_with = "Some(true)")] include_open: Option<bool>,
     ) -> Result<impl Stream<Item = Result<BlockingQuestion>> + use<>> {
+        crate::ledger::validate::filter("assigneeGroup", assignee_group.as_deref())?;
         let (live, ledger, who) = parts(ctx)?;
         let tail = Tail::from_now(&live, &ledger, &who).await?;
         let open = if include_open.unwrap_or(true) {
@@ -76,6 +77,7 @@ impl Subscription {
         domain: Option<String>,
         #[graphql(default_with = "Some(true)")] include_current: Option<bool>,
     ) -> Result<impl Stream<Item = Result<StallEvent>> + use<>> {
+        crate::ledger::validate::filter("domain", domain.as_deref())?;
         let (live, ledger, who) = parts(ctx)?;
         let tail = Tail::from_now(&live, &ledger, &who).await?;
         let current = if include_current.unwrap_or(true) {

@@ -111,7 +111,6 @@ impl Application {
             None => None,
         };
         let live = Live::new(&ledger, config.live);
-        live.forget_tokens_with(ledger.token_cache().clone());
         let connections = TaskTracker::new();
         let schema = build_schema(ledger.clone(), metrics_listener.is_some());
         let descriptions = Arc::new(quickstart::Descriptions::of_schema(&schema).await);
@@ -175,6 +174,11 @@ impl Application {
         tasks.spawn(async move {
             sweeper.run_sweeper().await;
             ("sweeper", Ok(()))
+        });
+        let warden = live.clone();
+        tasks.spawn(async move {
+            warden.run_warden().await;
+            ("reader warden", Ok(()))
         });
         if let Some((listener, router)) = self.metrics {
             let server = axum::serve(listener, router).with_graceful_shutdown(live.stopping_owned());

@@ -76,6 +76,13 @@ pub enum LedgerError {
     Unavailable,
 
     #[error(
+        "this token already runs {limit} fleet-wide reads (queueDepth, costSummary, throughput, weeklyMetrics, \
+         claimingAgents, dispositionSummary, stalls, totalCount) and this one waited too long for its turn; \
+         retry when they have finished"
+    )]
+    ReadsBusy { limit: usize },
+
+    #[error(
         "the database did not finish this request in time (a statement ran past the statement timeout, or \
          waited past the lock timeout for a row another request holds); nothing was written: retry the same \
          request with the same idempotency key"
@@ -145,7 +152,7 @@ impl LedgerError {
             Self::DispositionImmutable { .. } => "DISPOSITION_IMMUTABLE",
             Self::IdempotencyKeyReused { .. } => "IDEMPOTENCY_KEY_REUSED",
             Self::AboutUnit { reason, .. } => reason.code(),
-            Self::Unavailable | Self::TimedOut => "UNAVAILABLE",
+            Self::Unavailable | Self::TimedOut | Self::ReadsBusy { .. } => "UNAVAILABLE",
             Self::Internal { .. } | Self::Retry => "INTERNAL",
         }
     }

@@ -16,7 +16,7 @@ use crate::cli::AnyError;
 use crate::db::{self, stmt};
 use crate::embedded_pg::client_tool;
 
-/// The roles migrations 0001 and 0002 create, idempotently.
+/// The roles migrations 0001, 0002 and 0013 create, idempotently.
 const ROLES: &str = "DO $$
 BEGIN
     CREATE ROLE work_ledger_app NOLOGIN NOSUPERUSER NOBYPASSRLS;
@@ -25,6 +25,11 @@ END $$;
 DO $$
 BEGIN
     CREATE ROLE work_ledger_reader NOLOGIN NOSUPERUSER NOBYPASSRLS;
+EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+END $$;
+DO $$
+BEGIN
+    CREATE ROLE work_ledger_warden NOLOGIN NOSUPERUSER NOBYPASSRLS INHERIT;
 EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
 END $$;";
 
@@ -78,8 +83,9 @@ pub async fn restore(url: &str, file: &Path) -> Result<(), AnyError> {
     conn.close().await?;
     roles?;
     let libpq = db::libpq_url(url).await?;
-    run(&tool("pg_restore")?, &["--no-owner", "--exit-on-error", "--single-transaction", "--dbname", &libpq, file])
-        .await?;
+    // The file after `--`: a name that starts with `-` is still a file name.
+    let args = ["--no-owner", "--exit-on-error", "--single-transaction", "--dbname", &libpq, "--", file];
+    run(&tool("pg_restore")?, &args).await?;
     db::migrate(url).await?;
     Ok(())
 }
