@@ -23,10 +23,8 @@ use std::time::{Duration, Instant};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr};
 use serde_json::{Value, json};
 use work_ledger::auth::{self, Role};
-use work_ledger::db::claims;
 use work_ledger::db::entities::Disposition;
-use work_ledger::db::events::Actor;
-use work_ledger::db::transitions::{self, Disposal};
+use work_ledger::db::writes::{self, function};
 use work_ledger::db::{self, Notify, stmt};
 use work_ledger::http::Application;
 use work_ledger::ledger::{Ledger, state_machine};
@@ -218,7 +216,7 @@ async fn main() -> Result<(), AnyError> {
     let race_needed = args.race_agents * 60;
 
     eprintln!("seeding {claims_needed} units and tokens per phase...");
-    for fleet in ["warm", "raw", "rls", "api", "paced", "finish", "finish-sql"] {
+    for fleet in ["warm", "raw", "rls", "api", "paced", "finish", "finish-keyed", "finish-sql"] {
         seed_units(&owner, fleet, claims_needed).await?;
     }
     seed_units(&owner, "race", race_needed).await?;
@@ -227,6 +225,7 @@ async fn main() -> Result<(), AnyError> {
     let paced_tokens = Arc::new(seed_tokens(&owner, "paced", "agent", claims_needed).await?);
     let race_tokens = Arc::new(seed_tokens(&owner, "race", "agent", race_needed).await?);
     let finish_tokens = Arc::new(seed_tokens(&owner, "finish", "agent", args.agents).await?);
+    let keyed_tokens = Arc::new(seed_tokens(&owner, "finish-keyed", "agent", args.agents).await?);
     let life_tokens = Arc::new(seed_tokens(&owner, "life", "agent", args.agents).await?);
     let floor_tokens = Arc::new(seed_tokens(&owner, "api", "floor", args.agents).await?);
     // Three times: the seed's transaction, the same claim as one statement,
@@ -333,10 +332,7 @@ async fn main() -> Result<(), AnyError> {
                     let claimed = timed(&mut s, async {
                         let agent = agent.clone();
                         db::in_fleet::<_, DbErr, _>(&pool, "rls", move |tx| {
-                            Box::pin(async move {
-                                let w = Actor { fleet: "rls", agent: &agent, key: None };
-                                Ok(claims::claim_next(tx, &w, 900, None).await?.map(|c| c.unit))
-                            })
+                            Box::pin(async move { claim_next_sql(tx, "rls", &agent, None).await })
                         })
                         .await
                         .ok()
@@ -434,6 +430,20 @@ async fn main() -> Result<(), AnyError> {
     };
     settle().await?;
 
+    // The same job in the shape the project's own clients send it (MCP, the
+    // agent CLI): a domain, an idempotency key on every write, the attempt
+    // fence on start and dispose.
+    eprintln!("claim-and-finish over HTTP, keyed and fenced...");
+    let finish_keyed = {
+        let http = http.clone();
+        drive(args.agents, args.seconds, "claim-and-finish over HTTP (domain, keys, fence)", move |i, deadline| {
+            let (http, token) = (http.clone(), keyed_tokens[i].clone());
+            async move { claim_and_finish_keyed(&http, &token, i, deadline).await }
+        })
+        .await
+    };
+    settle().await?;
+
     // The race: many more agents than connections, each claim by a fresh agent.
     eprintln!("{} agents racing...", args.race_agents);
     let race = fresh_claims(
@@ -468,7 +478,21 @@ async fn main() -> Result<(), AnyError> {
     );
     println!();
     print_table(
-        &[&seed, &seed_one, &seed_finish, &raw, &rls, &finish_sql, &floor, &api, &paced, &finish, &race, &life],
+        &[
+            &seed,
+            &seed_one,
+            &seed_finish,
+            &raw,
+            &rls,
+            &finish_sql,
+            &floor,
+            &api,
+            &paced,
+            &finish,
+            &finish_keyed,
+            &race,
+            &life,
+        ],
         peer.as_ref(),
     );
     println!();
@@ -496,6 +520,12 @@ async fn main() -> Result<(), AnyError> {
         ),
         None => println!("claim-and-finish over HTTP vs graphile-worker jobs: not measured (no peer)"),
     }
+    println!(
+        "claim-and-finish keyed and fenced vs plain: {:.0}% ({:.0} vs {:.0} per second)",
+        pct(finish_keyed.rate(), finish.rate()),
+        finish_keyed.rate(),
+        finish.rate()
+    );
     if let Some(peer) = &peer {
         println!(
             "claim-and-finish as SQL vs graphile-worker jobs: {:.0}%; HTTP floor / 3 vs graphile-worker jobs: {:.0}%",
@@ -610,6 +640,39 @@ async fn claim_and_finish(http: &Http, token: &str, deadline: Instant) -> Vec<(&
     ops
 }
 
+/// One agent's claim-and-finish loop as the project's clients send it: a
+/// domain and a key on the claim, a key and the attempt fence on start and
+/// dispose.
+async fn claim_and_finish_keyed(http: &Http, token: &str, i: usize, deadline: Instant) -> Vec<(&'static str, Samples)> {
+    const CLAIM_KEYED: &str = "mutation($k: String) { claimNext(domain: \"default\", leaseSeconds: 900, idempotencyKey: $k) { id currentAttemptId } }";
+    const START_KEYED: &str = "mutation($u: UUID!, $a: UUID, $k: String) { transition(unitId: $u, to: IN_PROGRESS, idempotencyKey: $k, attemptId: $a) { state } }";
+    const DISPOSE_KEYED: &str = "mutation($u: UUID!, $a: UUID, $k: String) { dispose(unitId: $u, disposition: DROPPED, evidenceUrl: \"https://ci.example/noop\", idempotencyKey: $k, attemptId: $a) { state } }";
+    let mut ops: Vec<(&'static str, Samples)> =
+        ["job", "claimNext", "transition", "dispose"].into_iter().map(|n| (n, Samples::default())).collect();
+    let mut n = 0;
+    while Instant::now() < deadline {
+        let start = Instant::now();
+        let key = |step: &str| format!("bench-{i}-{n}-{step}");
+        let claim = timed(&mut ops[1].1, http.gql(token, CLAIM_KEYED, json!({ "k": key("claim") }))).await;
+        let (Some(unit), Some(attempt)) = (
+            claim["data"]["claimNext"]["id"].as_str().map(str::to_owned),
+            claim["data"]["claimNext"]["currentAttemptId"].as_str().map(str::to_owned),
+        ) else {
+            break;
+        };
+        let vars = |step: &str| json!({ "u": unit, "a": attempt, "k": key(step) });
+        timed(&mut ops[2].1, http.gql(token, START_KEYED, vars("start"))).await;
+        let done = timed(&mut ops[3].1, http.gql(token, DISPOSE_KEYED, vars("dispose"))).await;
+        if done["data"]["dispose"]["state"] != "ABANDONED" {
+            eprintln!("claim-and-finish (keyed) failed: {done}");
+            break;
+        }
+        ops[0].1.0.push(start.elapsed());
+        n += 1;
+    }
+    ops
+}
+
 /// One agent's claim-and-finish loop as the service's own statements over
 /// the pool (the SQL ceiling of the HTTP phase).
 async fn claim_and_finish_sql(
@@ -620,29 +683,37 @@ async fn claim_and_finish_sql(
     let mut ops: Vec<(&'static str, Samples)> =
         ["job", "claimNext", "transition", "dispose"].into_iter().map(|n| (n, Samples::default())).collect();
     let rule = state_machine::dispose_rule(Disposition::Dropped);
-    let actor = Actor { fleet: "finish-sql", agent, key: None };
+    let after_commit = Some(Notify::AfterCommit.setting());
     while Instant::now() < deadline {
         let start = Instant::now();
-        let claimed =
-            timed(&mut ops[1].1, claims::claim_next_now(pool, "finish-sql", agent, 900, Notify::AfterCommit)).await;
-        let Ok(Some((_, unit))) = claimed else {
+        let claimed = timed(&mut ops[1].1, claim_next_sql(pool, "finish-sql", agent, after_commit)).await;
+        let Ok(Some(unit)) = claimed else {
             if let Err(err) = claimed {
                 eprintln!("claim-and-finish as SQL failed: {err}");
             }
             break;
         };
-        let started = timed(&mut ops[2].1, transitions::start(pool, &actor, unit.id, Some(Notify::AfterCommit))).await;
-        let disposal = Disposal {
-            unit_id: unit.id,
-            disposition: Disposition::Dropped,
-            terminal_state: rule.terminal,
-            evidence_url: Some("https://ci.example/noop"),
-            reason: None,
-            holder_states: rule.holder_states,
-            operator_states: &[],
+        let common = || -> Vec<sea_orm::Value> {
+            vec!["finish-sql".into(), agent.into(), after_commit.into(), None::<String>.into(), None::<String>.into()]
         };
-        let done = timed(&mut ops[3].1, transitions::dispose(pool, &actor, &disposal, Some(Notify::AfterCommit))).await;
-        if !matches!((&started, &done), (Ok(Some(_)), Ok(Some(_)))) {
+        let mut start_args = common();
+        start_args.extend([unit.into(), None::<uuid::Uuid>.into(), "in_progress".into(), None::<String>.into()]);
+        let started = timed(&mut ops[2].1, writes::call(pool, function::TRANSITION, start_args)).await;
+        let mut dispose_args = common();
+        let holder: Vec<String> = rule.holder_states.iter().map(|s| s.as_sql().to_owned()).collect();
+        dispose_args.extend([
+            unit.into(),
+            None::<uuid::Uuid>.into(),
+            Disposition::Dropped.as_sql().into(),
+            rule.terminal.as_sql().into(),
+            "https://ci.example/noop".into(),
+            None::<String>.into(),
+            holder.into(),
+            Vec::<String>::new().into(),
+        ]);
+        let done = timed(&mut ops[3].1, writes::call(pool, function::DISPOSE, dispose_args)).await;
+        let ok = |r: &Result<Vec<writes::Written>, DbErr>| matches!(r, Ok(rows) if rows.first().is_some_and(|w| w.result == "ok"));
+        if !(ok(&started) && ok(&done)) {
             eprintln!("claim-and-finish as SQL failed: {started:?} {done:?}");
             break;
         }
@@ -743,8 +814,7 @@ async fn raw_claims(owner: &DatabaseConnection, fleet: &str, i: usize, deadline:
             break;
         }
         let agent = format!("{fleet}-{i}-{n}");
-        let w = Actor { fleet, agent: &agent, key: None };
-        if timed(&mut s, async { claims::claim_next(owner, &w, 900, None).await.ok().flatten() }).await.is_none() {
+        if timed(&mut s, async { claim_next_sql(owner, fleet, &agent, None).await.ok().flatten() }).await.is_none() {
             break;
         }
     }
@@ -903,4 +973,26 @@ async fn metrics_overhead(args: &Args, url: &str, owner: &DatabaseConnection) ->
     println!();
     println!("metrics on: {on:.0} claims/s, off: {off:.0} claims/s: overhead {:.1}%", (1.0 - on / off) * 100.0);
     Ok(())
+}
+
+/// The service's claim statement as raw SQL: one call of `ledger_claim`
+/// (claimNext without a key or domain); the claimed unit's id.
+async fn claim_next_sql(
+    db: &impl ConnectionTrait,
+    fleet: &str,
+    agent: &str,
+    notify: Option<&str>,
+) -> Result<Option<uuid::Uuid>, DbErr> {
+    let args: Vec<sea_orm::Value> = vec![
+        fleet.into(),
+        agent.into(),
+        notify.map(str::to_owned).into(),
+        None::<String>.into(),
+        None::<String>.into(),
+        900.into(),
+        None::<String>.into(),
+        None::<uuid::Uuid>.into(),
+    ];
+    let rows = writes::call(db, function::CLAIM, args).await?;
+    Ok(rows.into_iter().find(|w| w.result == "claimed" || w.result == "reclaimed").and_then(|w| w.unit).map(|u| u.id))
 }

@@ -2,7 +2,7 @@
 //! it in `sql/`, so the schema reads as the database sees it.
 
 pub use sea_orm_migration::prelude::*;
-use sea_orm_migration::sea_orm::{DatabaseConnection, Statement};
+use sea_orm_migration::sea_orm::{DatabaseConnection, Statement, TransactionTrait};
 
 /// A migration that is a pair of SQL files: `sql/<file>.up.sql` and `.down.sql`.
 struct SqlMigration {
@@ -65,6 +65,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261130_000010_write_speed", "0010_write_speed"),
             // The agent's hot writes in one round trip: start, verify and dispose as SQL functions.
             sql_migration!("m20261130_000011_one_statement_writes", "0011_one_statement_writes"),
+            // One write path: the app role writes no table, every write is a SQL function (sql/repeatable/).
+            sql_migration!("m20261130_000012_one_write_path", "0012_one_write_path"),
             // Reader logins cannot hold a transaction past 60 s: the function the reader warden calls.
             sql_migration!("m20261130_000013_reader_warden", "0013_reader_warden"),
         ]
@@ -83,7 +85,77 @@ const MIGRATION_LOCK_KEY: i64 = 0x0077_6c2d_6d69_6772;
 pub async fn migrate_locked(db: &DatabaseConnection) -> Result<(), DbErr> {
     let lock = |sql: &str| Statement::from_sql_and_values(db.get_database_backend(), sql, [MIGRATION_LOCK_KEY.into()]);
     db.execute_raw(lock("SELECT pg_advisory_lock($1)")).await?;
-    let result = Migrator::up(db, None).await;
+    let result = match Migrator::up(db, None).await {
+        Ok(()) => apply_repeatable(db).await,
+        Err(err) => Err(err),
+    };
     let unlock = db.execute_raw(lock("SELECT pg_advisory_unlock($1)")).await;
     result.and(unlock.map(|_| ()))
 }
+
+/// The repeatable SQL files, in the order they are applied: each holds
+/// `CREATE OR REPLACE` definitions (the write functions) and is applied again
+/// whenever its text changed. The schema itself stays in the versioned
+/// migrations above.
+const REPEATABLE: &[(&str, &str)] = &[("writes", include_str!("sql/repeatable/writes.sql"))];
+
+/// Applies every repeatable file whose checksum differs from the one
+/// recorded when it was last applied (each in a transaction of its own),
+/// then the database-wide privileges, which `CREATE DATABASE ... TEMPLATE`
+/// does not copy and so are set on every run.
+async fn apply_repeatable(db: &DatabaseConnection) -> Result<(), DbErr> {
+    let backend = db.get_database_backend();
+    db.execute_unprepared(
+        "CREATE TABLE IF NOT EXISTS schema_repeatable (
+             name       text        PRIMARY KEY,
+             checksum   text        NOT NULL,
+             applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
+         )",
+    )
+    .await?;
+    for (name, sql) in REPEATABLE {
+        let current = db
+            .query_one_raw(Statement::from_sql_and_values(
+                backend,
+                "SELECT EXISTS (SELECT 1 FROM schema_repeatable WHERE name = $1 AND checksum = md5($2)) AS current",
+                [(*name).into(), (*sql).into()],
+            ))
+            .await?
+            .map(|row| row.try_get::<bool>("", "current"))
+            .transpose()?
+            .unwrap_or(false);
+        if current {
+            continue;
+        }
+        let tx = db.begin().await?;
+        tx.execute_unprepared(sql).await?;
+        tx.execute_raw(Statement::from_sql_and_values(
+            backend,
+            "INSERT INTO schema_repeatable (name, checksum) VALUES ($1, md5($2))
+             ON CONFLICT (name) DO UPDATE SET checksum = excluded.checksum, applied_at = clock_timestamp()",
+            [(*name).into(), (*sql).into()],
+        ))
+        .await?;
+        tx.commit().await?;
+    }
+    db.execute_unprepared(DATABASE_PRIVILEGES).await.map(|_| ())
+}
+
+/// No role but the owner may create temporary tables in the ledger's
+/// database: with every function's search_path pinned a temporary table
+/// cannot stand in for a ledger table anyway, and nobody needs one. Only the
+/// roles that work with the ledger may connect to it (SPEC §8): the
+/// migrating login, the app role and every reader login. And the reader
+/// warden's function belongs to its role (migration 0013), which a restore
+/// without owners does not keep.
+const DATABASE_PRIVILEGES: &str = concat!(
+    "DO $$
+BEGIN
+    EXECUTE format('REVOKE TEMPORARY ON DATABASE %I FROM PUBLIC', current_database());
+EXCEPTION WHEN insufficient_privilege THEN
+    RAISE WARNING 'cannot revoke TEMPORARY on database % from PUBLIC (not its owner)', current_database();
+END
+$$;
+",
+    include_str!("sql/database_privileges.sql")
+);

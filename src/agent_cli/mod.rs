@@ -274,6 +274,9 @@ impl Agent {
 
     async fn act(&self, unit: &Value, command: AgentCommand) -> Result<Value, Failure> {
         let id = &unit["id"];
+        // Every write is fenced to the attempt the command found the unit
+        // in: a write after someone reclaimed it is LEASE_LOST, not applied.
+        let attempt = &unit["currentAttemptId"];
         let key = &self.key;
         match command {
             AgentCommand::Heartbeat { lease } => {
@@ -285,9 +288,9 @@ impl Agent {
             }
             AgentCommand::Start => {
                 self.unit(
-                    "mutation($id: UUID!, $key: String) { \
-                     unit: transition(unitId: $id, to: IN_PROGRESS, idempotencyKey: $key)",
-                    json!({ "id": id, "key": key }),
+                    "mutation($id: UUID!, $attempt: UUID, $key: String) { \
+                     unit: transition(unitId: $id, to: IN_PROGRESS, idempotencyKey: $key, attemptId: $attempt)",
+                    json!({ "id": id, "attempt": attempt, "key": key }),
                 )
                 .await
             }
@@ -301,34 +304,41 @@ impl Agent {
             }
             AgentCommand::Verify { evidence_url } => {
                 self.unit(
-                    "mutation($id: UUID!, $url: String, $key: String) { \
-                     unit: transition(unitId: $id, to: VERIFIED, evidenceUrl: $url, idempotencyKey: $key)",
-                    json!({ "id": id, "url": evidence_url, "key": key }),
+                    "mutation($id: UUID!, $attempt: UUID, $url: String, $key: String) { \
+                     unit: transition(unitId: $id, to: VERIFIED, evidenceUrl: $url, idempotencyKey: $key, \
+                     attemptId: $attempt)",
+                    json!({ "id": id, "attempt": attempt, "url": evidence_url, "key": key }),
                 )
                 .await
             }
             AgentCommand::Block { question, group } => {
                 self.unit(
-                    "mutation($id: UUID!, $question: String!, $group: String, $key: String) { \
-                     unit: block(unitId: $id, question: $question, assigneeGroup: $group, idempotencyKey: $key)",
-                    json!({ "id": id, "question": question, "group": group, "key": key }),
+                    "mutation($id: UUID!, $attempt: UUID, $question: String!, $group: String, $key: String) { \
+                     unit: block(unitId: $id, question: $question, assigneeGroup: $group, idempotencyKey: $key, \
+                     attemptId: $attempt)",
+                    json!({ "id": id, "attempt": attempt, "question": question, "group": group, "key": key }),
                 )
                 .await
             }
             AgentCommand::Release { reason, failed } => {
                 self.unit(
-                    "mutation($id: UUID!, $reason: String, $outcome: AttemptOutcome, $key: String) { \
-                     unit: release(unitId: $id, reason: $reason, outcome: $outcome, idempotencyKey: $key)",
-                    json!({ "id": id, "reason": reason, "outcome": failed.then_some("FAILED"), "key": key }),
+                    "mutation($id: UUID!, $attempt: UUID, $reason: String, $outcome: AttemptOutcome, $key: String) { \
+                     unit: release(unitId: $id, reason: $reason, outcome: $outcome, idempotencyKey: $key, \
+                     attemptId: $attempt)",
+                    json!({ "id": id, "attempt": attempt, "reason": reason, "outcome": failed.then_some("FAILED"), "key": key }),
                 )
                 .await
             }
             AgentCommand::Dispose { disposition, evidence, reason } => {
                 self.unit(
-                    "mutation($id: UUID!, $disposition: Disposition!, $url: String, $reason: String, $key: String) { \
+                    "mutation($id: UUID!, $attempt: UUID, $disposition: Disposition!, $url: String, $reason: String, \
+                     $key: String) { \
                      unit: dispose(unitId: $id, disposition: $disposition, evidenceUrl: $url, reason: $reason, \
-                     idempotencyKey: $key)",
-                    json!({ "id": id, "disposition": disposition.api_name(), "url": evidence, "reason": reason, "key": key }),
+                     idempotencyKey: $key, attemptId: $attempt)",
+                    json!({
+                        "id": id, "attempt": attempt, "disposition": disposition.api_name(), "url": evidence,
+                        "reason": reason, "key": key
+                    }),
                 )
                 .await
             }

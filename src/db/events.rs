@@ -1,6 +1,6 @@
-//! The event log (`work_unit_events`): the columns every write appends with
-//! and who appends them ([`Actor`]), the log read in delivery order, the start
-//! position of a new subscription, and the sweeper's stall report.
+//! The event log (`work_unit_events`): the log read in delivery order, the
+//! start position of a new subscription, and the notifications of new events
+//! (the writes that append events are SQL functions: [`super::writes`]).
 //!
 //! Delivery order is `(batch, tx_id, seq)` (migrations 0003 and 0004 explain
 //! why): an event is delivered only once every transaction that could still
@@ -12,7 +12,7 @@
 
 use std::collections::HashSet;
 
-use sea_orm::{ConnectionTrait, DbErr, FromQueryResult, Value};
+use sea_orm::{ConnectionTrait, DbErr, FromQueryResult};
 use uuid::Uuid;
 
 use super::entities::event;
@@ -22,39 +22,6 @@ use super::stmt;
 pub const EVENT_COLUMNS: &str = "e.id, e.seq, e.fleet, e.unit_id, e.attempt_id, e.event_type::text AS event_type, \
     e.from_state::text AS from_state, e.to_state::text AS to_state, e.agent_id, e.cost_delta_cents, e.detail, \
     e.source_event_id, e.request_hash, e.created_at";
-
-/// The column list every write appends its events with; `$3`/`$4` fill the
-/// last two (NULL unless the write carries an idempotency key).
-pub const INSERT_EVENT: &str = "INSERT INTO work_unit_events
-                    (fleet, unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail, source_event_id, request_hash)";
-
-/// Who writes (the fleet and agent of the caller) and the idempotency key
-/// the write's primary event carries.
-pub struct Actor<'a> {
-    pub fleet: &'a str,
-    pub agent: &'a str,
-    pub key: Option<IdempotencyKey<'a>>,
-}
-
-/// An idempotency key and the fingerprint of the request that used it.
-#[derive(Clone, Copy)]
-pub struct IdempotencyKey<'a> {
-    pub id: &'a str,
-    pub hash: &'a str,
-}
-
-impl Actor<'_> {
-    /// `$1` fleet, `$2` agent, `$3` key, `$4` request hash; operation values follow.
-    pub fn values(&self, rest: impl IntoIterator<Item = Value>) -> Vec<Value> {
-        let (key, hash) = match self.key {
-            Some(k) => (Some(k.id.to_owned()), Some(k.hash.to_owned())),
-            None => (None, None),
-        };
-        let mut values: Vec<Value> = vec![self.fleet.into(), self.agent.into(), key.into(), hash.into()];
-        values.extend(rest);
-        values
-    }
-}
 
 /// A place in delivery order: `(batch, tx_id, seq)` (migration 0004). Every
 /// event at or before it has been handled. A batch is drawn from a sequence
@@ -260,53 +227,6 @@ pub async fn start(db: &impl ConnectionTrait) -> Result<Start, DbErr> {
         .ok_or_else(|| DbErr::RecordNotFound("pg_current_snapshot".into()))?;
     let text: String = row.try_get("", "snapshot")?;
     Start::parse(watermark, &text).ok_or_else(|| DbErr::Type(format!("unexpected snapshot text {text:?}")))
-}
-
-/// What one sweep statement did.
-pub struct Sweep {
-    /// Expired attempts without a stall report, at most the batch size.
-    pub found: u64,
-    /// Stall events this statement appended (another replica may have taken
-    /// the rest).
-    pub reported: u64,
-}
-
-/// Appends one `stalled` event per expired CLAIMED/IN_PROGRESS attempt that
-/// has none yet, for every fleet. The partial unique index
-/// `work_unit_events_one_stall_per_attempt` de-duplicates across replicas:
-/// a concurrent sweeper's row makes this one's `ON CONFLICT DO NOTHING`.
-/// Each event copies its fleet from the unit row, and the (fleet, unit_id)
-/// foreign key would refuse any other. The unit is not locked: a reclaim
-/// running at the same moment is never delayed or skipped by a sweep.
-pub async fn report_stalls(db: &impl ConnectionTrait, batch_size: u32) -> Result<Sweep, DbErr> {
-    let row = db
-        .query_one_raw(stmt(
-            "WITH expired AS (
-                 SELECT u.id, u.fleet, u.domain, u.state, u.claimed_by, u.current_attempt_id,
-                        u.lease_expires_at, u.last_heartbeat_at
-                   FROM work_units u
-                  WHERE u.state IN ('claimed', 'in_progress') AND u.lease_expires_at < now()
-                    AND NOT EXISTS (SELECT 1 FROM work_unit_events e
-                                     WHERE e.attempt_id = u.current_attempt_id AND e.event_type = 'stalled')
-                  ORDER BY u.lease_expires_at
-                  LIMIT $1
-             ), reported AS (
-                 INSERT INTO work_unit_events (fleet, unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail)
-                 SELECT fleet, id, current_attempt_id, 'stalled', state, state, claimed_by,
-                        jsonb_build_object('domain', domain, 'lease_expired_at', lease_expires_at,
-                                           'last_heartbeat_at', last_heartbeat_at)
-                   FROM expired
-                 ON CONFLICT (attempt_id) WHERE event_type = 'stalled' DO NOTHING
-                 RETURNING 1
-             )
-             SELECT (SELECT count(*) FROM expired) AS found, (SELECT count(*) FROM reported) AS reported",
-            [i64::from(batch_size).into()],
-        ))
-        .await?
-        .ok_or_else(|| DbErr::RecordNotFound("sweep".into()))?;
-    let found: i64 = row.try_get("", "found")?;
-    let reported: i64 = row.try_get("", "reported")?;
-    Ok(Sweep { found: found.max(0) as u64, reported: reported.max(0) as u64 })
 }
 
 /// Announces that `fleets` have new events: one `pg_notify` per fleet on the

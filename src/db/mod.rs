@@ -3,11 +3,9 @@
 //!
 //! | module | holds |
 //! | --- | --- |
-//! | [`claims`] | the claim CTEs (`claim_next`, `claim_unit`), heartbeat, what an agent holds |
-//! | [`transitions`] | every other write: start, verify, block, unblock, release, cost, dispose |
-//! | [`events`] | the event log: the appended column list, reads in delivery order, the stall sweep |
-//! | [`idempotency`] | idempotency-key lookups |
-//! | [`units`] | registration and single-unit lookups |
+//! | [`writes`] | every write: one call of its SQL function (`migration/src/sql/repeatable/writes.sql`) |
+//! | [`events`] | the event log: reads in delivery order, notifications |
+//! | [`units`] | single-unit lookups, what an agent holds |
 //! | [`reads`] | keyset pages, DataLoader batches and the SQL views |
 //! | [`tokens`] | `api_tokens` |
 //! | [`reader_logins`] | per-fleet Grafana logins |
@@ -17,17 +15,15 @@
 //! and [`in_fleet`] hands the caller's own error type back.
 
 pub mod aggregates;
-pub mod claims;
 pub mod entities;
 pub mod events;
-pub mod idempotency;
 pub mod primary;
 pub mod reader_logins;
 pub mod reads;
 pub mod target;
 pub mod tokens;
-pub mod transitions;
 pub mod units;
+pub mod writes;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -144,21 +140,13 @@ fn pool_options(url: &str, max_connections: u32) -> ConnectOptions {
 }
 
 /// Applies pending migrations under the advisory lock, on a connection of
-/// its own (a session-level lock belongs to one connection), then the
-/// privileges a dump does not carry ([`PRIVILEGES`]: CONNECT on the
-/// database not PUBLIC's, the reader warden's function its role's).
+/// its own (a session-level lock belongs to one connection).
 pub async fn migrate(url: &str) -> Result<(), DbErr> {
     let db = connect(url, 1).await?;
-    let mut result = migration::migrate_locked(&db).await;
-    if result.is_ok() {
-        result = db.execute_unprepared(PRIVILEGES).await.map(|_| ());
-    }
+    let result = migration::migrate_locked(&db).await;
     db.close().await?;
     result
 }
-
-/// The privileges `migrate` applies on every run (SPEC §8).
-pub const PRIVILEGES: &str = include_str!("privileges.sql");
 
 pub fn stmt(sql: &str, values: impl IntoIterator<Item = Value>) -> Statement {
     Statement::from_sql_and_values(DbBackend::Postgres, sql, values)

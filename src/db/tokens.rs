@@ -45,7 +45,7 @@ pub async fn insert(
     let permissions: Vec<String> = permissions.iter().map(|p| p.as_ref().to_owned()).collect();
     let row = db
         .query_one_raw(stmt(
-            "INSERT INTO api_tokens (fleet, name, permissions, token_hash) VALUES ($1, $2, $3, $4) RETURNING id",
+            "SELECT ledger_token_create($1, $2, $3, $4) AS id",
             [fleet.into(), name.into(), permissions.into(), hash.to_vec().into()],
         ))
         .await?
@@ -63,13 +63,11 @@ pub async fn list(db: &DatabaseConnection) -> Result<Vec<api_token::Model>, DbEr
 
 /// Marks a token revoked; true when a live token was revoked.
 pub async fn revoke(db: &DatabaseConnection, id: Uuid) -> Result<bool, DbErr> {
-    let result = db
-        .execute_raw(stmt(
-            "UPDATE api_tokens SET revoked_at = clock_timestamp() WHERE id = $1 AND revoked_at IS NULL",
-            [id.into()],
-        ))
-        .await?;
-    Ok(result.rows_affected() == 1)
+    let row = db
+        .query_one_raw(stmt("SELECT ledger_token_revoke($1) AS revoked", [id.into()]))
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound("ledger_token_revoke".into()))?;
+    row.try_get("", "revoked")
 }
 
 /// True when the fleet has at least one live token (so `serve` mints the

@@ -1,14 +1,48 @@
-//! Claims and leases (SPEC §3): `claimNext`, `claimUnit` and `heartbeat`.
-//! The SQL is in [`crate::db::claims`].
+//! Claims and leases (SPEC §3): `claimNext`, `claimUnit` and `heartbeat`,
+//! each one call of `ledger_claim` or `ledger_heartbeat`.
 
 use serde_json::json;
 use uuid::Uuid;
 
-use super::write::{Outcome, or_explain, retrying};
-use super::{Ledger, LedgerError, UnitModel, load, refusals, state_machine, validate};
+use super::write::Keyed;
+use super::{Ledger, LedgerError, UnitModel, validate};
 use crate::auth::{Permission, Principal};
-use crate::db::claims::{self, ClaimNext};
-use crate::db::entities::WorkState;
+use crate::db::writes::function;
+
+/// What a claim did (SPEC §3, "claim outcome").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// A new attempt on a READY unit, or on a stale one (`reclaimed`).
+    Claimed { reclaimed: bool },
+    /// The unit the agent already holds, its lease extended.
+    Renewed,
+    /// The BLOCKED unit the agent holds; nothing written.
+    Held,
+    /// An earlier request with the same idempotency key: the unit as it is now.
+    Replayed,
+}
+
+impl ClaimOutcome {
+    fn from_result(result: &str) -> Self {
+        match result {
+            "claimed" => Self::Claimed { reclaimed: false },
+            "reclaimed" => Self::Claimed { reclaimed: true },
+            "renewed" => Self::Renewed,
+            "replayed" => Self::Replayed,
+            _ => Self::Held,
+        }
+    }
+
+    /// The outcome's name on every surface: `claimed`, `renewed` or `held`
+    /// (a replay reports what the unit is to the caller now).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Claimed { .. } => "claimed",
+            Self::Renewed => "renewed",
+            Self::Held | Self::Replayed => "held",
+        }
+    }
+}
 
 impl Ledger {
     pub async fn claim_next(
@@ -18,64 +52,30 @@ impl Ledger {
         lease_seconds: Option<i32>,
         key: Option<String>,
     ) -> Result<Option<UnitModel>, LedgerError> {
+        Ok(self.claim_next_outcome(who, domain, lease_seconds, key).await?.map(|(_, unit)| unit))
+    }
+
+    /// `claimNext` with what it did.
+    pub async fn claim_next_outcome(
+        &self,
+        who: &Principal,
+        domain: Option<String>,
+        lease_seconds: Option<i32>,
+        key: Option<String>,
+    ) -> Result<Option<(ClaimOutcome, UnitModel)>, LedgerError> {
         who.require(Permission::UnitsClaim)?;
         let lease = validate::lease_seconds(lease_seconds)?;
         if let Some(domain) = &domain {
             validate::label("domain", domain)?;
         }
-        if domain.is_none() && key.is_none() {
-            return self.claim_next_now(who, lease).await;
-        }
         let args = json!({ "domain": domain, "leaseSeconds": lease });
-        let outcome = self
-            .write(who, "claimNext", args, key, move |tx, ctx| {
-                let domain = domain.clone();
-                Box::pin(async move {
-                    let actor = ctx.actor();
-                    if let Some(claimed) = claims::claim_next(tx, &actor, lease, domain.as_deref()).await? {
-                        ctx.mark_claimed(claimed.reclaimed);
-                        tracing::Span::current().record("unit_id", claimed.unit.id.to_string());
-                        return Ok(Some(claimed.unit));
-                    }
-                    // Nothing claimed: either nothing is claimable, or the
-                    // agent already holds a unit, which it gets back renewed.
-                    if let Some(unit) = claims::heartbeat(tx, &actor, lease, None, "claimNext", None).await? {
-                        return Ok(Some(unit));
-                    }
-                    Ok(claims::held_by(tx, actor.fleet, actor.agent).await?)
-                })
-            })
-            .await?;
-        Ok(match outcome {
-            Outcome::Replayed(unit) => Some(*unit),
-            Outcome::Done(unit) => unit,
-        })
-    }
-
-    /// The common `claimNext` (no domain, no idempotency key) as one
-    /// autocommit statement (`db::claims::claim_next_now`): the same claim,
-    /// renewal or read as the transaction above, one round trip.
-    async fn claim_next_now(&self, who: &Principal, lease: i32) -> Result<Option<UnitModel>, LedgerError> {
-        let (fleet, agent, mode) = (&who.fleet, &who.name, self.notifier.mode());
-        let found = retrying("claimNext", || async {
-            Ok(self.on_pool(claims::claim_next_now(&self.db, fleet, agent, lease, mode)).await?)
-        })
-        .await?;
-        match found.as_ref().map(|(outcome, _)| *outcome) {
-            Some(ClaimNext::Claimed { reclaimed }) => {
-                self.metrics.claims.inc();
-                if reclaimed {
-                    self.metrics.stale_reclaims.inc();
-                }
-                self.notifier.committed(fleet);
-            }
-            Some(ClaimNext::Renewed) => self.notifier.committed(fleet),
-            Some(ClaimNext::Held) | None => {}
-        }
-        if let Some((_, unit)) = &found {
-            tracing::Span::current().record("unit_id", unit.id.to_string());
-        }
-        Ok(found.map(|(_, unit)| unit))
+        let keyed = Keyed { operation: "claimNext", key, args: &args };
+        let values = vec![lease.into(), domain.into(), Option::<Uuid>::None.into()];
+        let Some(row) = self.call(who, function::CLAIM, Some(keyed), values).await?.pop() else {
+            return Ok(None);
+        };
+        let (result, unit) = super::write::answer(row, who, "CLAIMED")?;
+        Ok(Some(self.claimed(&result, unit)))
     }
 
     pub async fn claim_unit(
@@ -91,36 +91,23 @@ impl Ledger {
         self.check_args(who, unit_id, "CLAIMED", false, checks).await?;
         let lease = validate::lease_seconds(lease_seconds)?;
         let args = json!({ "id": unit_id, "leaseSeconds": lease });
-        let outcome = self
-            .write(who, "claimUnit", args, key, move |tx, ctx| {
-                Box::pin(async move {
-                    let actor = ctx.actor();
-                    if let Some(claimed) = claims::claim_unit(tx, &actor, lease, unit_id).await? {
-                        ctx.mark_claimed(claimed.reclaimed);
-                        tracing::Span::current().record("unit_id", claimed.unit.id.to_string());
-                        return Ok(claimed.unit);
-                    }
-                    let unit = load(tx, unit_id).await?;
-                    if state_machine::is_holder(&unit, &ctx.who) && unit.state.is_live_claim() {
-                        // Claiming what you already hold renews the lease (when it has one).
-                        return match unit.current_attempt_id {
-                            // A reclaim that committed since the read above makes
-                            // the renewal match nothing: LEASE_LOST, as a heartbeat.
-                            Some(attempt) if unit.state != WorkState::Blocked => {
-                                or_explain(
-                                    claims::heartbeat(tx, &actor, lease, Some(attempt), "claimUnit", None).await?,
-                                    refusals::attempt(tx, attempt, &ctx.who, "claimUnit"),
-                                )
-                                .await
-                            }
-                            _ => Ok(unit),
-                        };
-                    }
-                    Err(refusals::claim(tx, &unit, &ctx.who).await)
-                })
-            })
-            .await?;
-        Ok(outcome.unit())
+        let keyed = Keyed { operation: "claimUnit", key, args: &args };
+        let values = vec![lease.into(), Option::<String>::None.into(), Some(unit_id).into()];
+        let (result, unit) = self.call_one(who, function::CLAIM, Some(keyed), values, "CLAIMED").await?;
+        Ok(self.claimed(&result, unit).1)
+    }
+
+    /// Counts a claim that took a unit and names it in the operation's span.
+    fn claimed(&self, result: &str, unit: UnitModel) -> (ClaimOutcome, UnitModel) {
+        let outcome = ClaimOutcome::from_result(result);
+        if let ClaimOutcome::Claimed { reclaimed } = outcome {
+            self.metrics.claims.inc();
+            if reclaimed {
+                self.metrics.stale_reclaims.inc();
+            }
+        }
+        tracing::Span::current().record("unit_id", unit.id.to_string());
+        (outcome, unit)
     }
 
     pub async fn heartbeat(
@@ -131,18 +118,7 @@ impl Ledger {
     ) -> Result<UnitModel, LedgerError> {
         who.require(Permission::UnitsClaim)?;
         let lease = validate::lease_seconds(lease_seconds)?;
-        // Fenced by its attempt in its WHERE, it needs no lock first: one
-        // autocommit statement (ledger_heartbeat, migration 0011).
-        self.write_now(
-            who,
-            "heartbeat",
-            move |db, actor, notify| {
-                Box::pin(async move {
-                    claims::heartbeat(db, &actor, lease, Some(attempt_id), "heartbeat", Some(notify)).await
-                })
-            },
-            move |tx, who| Box::pin(async move { refusals::attempt(tx, attempt_id, &who, "heartbeat").await }),
-        )
-        .await
+        let values = vec![attempt_id.into(), lease.into()];
+        Ok(self.call_one(who, function::HEARTBEAT, None, values, "heartbeat").await?.1)
     }
 }

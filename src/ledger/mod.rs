@@ -4,10 +4,9 @@
 //!
 //! | module | holds |
 //! | --- | --- |
-//! | [`write`] | the write runner: caller context, idempotent replay, retries, `or_explain` |
+//! | [`write`] | the one write path: a SQL function call, its answer as a result or refusal, retries |
 //! | [`claims`] | `claimNext`, `claimUnit`, `heartbeat` |
 //! | [`lifecycle`] | `transition`, `block`, `unblock`, `release`, `recordCost`, `dispose` |
-//! | [`refusals`] | why a write changed nothing |
 //! | [`state_machine`] | legal next actions and the dispose rules |
 //! | [`reads`] | validated keyset pages and the DataLoaders' batches |
 //! | [`error`](LedgerError) | the domain error enum and its codes |
@@ -20,12 +19,12 @@ mod idempotency;
 mod lifecycle;
 pub mod notifier;
 pub mod reads;
-mod refusals;
 mod scans;
 pub mod state_machine;
 pub mod validate;
 mod write;
 
+pub use claims::ClaimOutcome;
 pub use error::{LedgerError, UnitFacts};
 pub use lifecycle::{CostTarget, Dispose, Release};
 use std::sync::Arc;
@@ -34,7 +33,8 @@ use sea_orm::{DatabaseConnection, DatabaseTransaction};
 use uuid::Uuid;
 
 use crate::auth::{self, AuthError, Permission, Principal};
-use crate::db::entities::{attempt, work_unit};
+use crate::db::entities::work_unit;
+use crate::db::writes::function;
 use crate::db::{self, Notify, units};
 use crate::metrics::Metrics;
 use notifier::Notifier;
@@ -96,7 +96,7 @@ impl Ledger {
                 format!("must hold 1 to {} units per call (got {})", validate::MAX_REGISTER_BATCH, input.len()),
             ));
         }
-        let mut units = Vec::with_capacity(input.len());
+        let (mut refs, mut domains, mut workflows) = (Vec::new(), Vec::new(), Vec::new());
         for (i, unit) in input.into_iter().enumerate() {
             validate::external_ref(&format!("units[{i}].externalRef"), &unit.external_ref)?;
             if let Some(domain) = &unit.domain {
@@ -105,20 +105,13 @@ impl Ledger {
             if let Some(workflow) = &unit.workflow_id {
                 validate::label(&format!("units[{i}].workflowId"), workflow)?;
             }
-            units.push(units::NewUnit {
-                external_ref: unit.external_ref,
-                domain: unit.domain.unwrap_or_else(|| DEFAULT_DOMAIN.to_owned()),
-                workflow_id: unit.workflow_id,
-            });
+            refs.push(unit.external_ref);
+            domains.push(unit.domain.unwrap_or_else(|| DEFAULT_DOMAIN.to_owned()));
+            workflows.push(unit.workflow_id.unwrap_or_default());
         }
-        let (fleet, agent) = (who.fleet.clone(), who.name.clone());
-        let users = Some(&*self.metrics.pool_users);
-        let units = db::in_fleet_with(&self.db, users, &who.fleet, self.notifier.mode(), move |tx| {
-            Box::pin(async move { Ok::<_, LedgerError>(units::register(tx, &fleet, &agent, &units).await?) })
-        })
-        .await?;
-        self.notifier.committed(&who.fleet);
-        Ok(units)
+        let rows =
+            self.call(who, function::REGISTER, None, vec![refs.into(), domains.into(), workflows.into()]).await?;
+        rows.into_iter().map(|row| write::answer(row, who, "READY").map(|(_, unit)| unit)).collect()
     }
 
     /// Which of `refs` are registered in the caller's fleet already.
@@ -151,7 +144,7 @@ impl Ledger {
     /// The unit the caller holds (a live claim: CLAIMED, IN_PROGRESS or BLOCKED).
     pub async fn held_unit(&self, who: &Principal) -> Result<Option<UnitModel>, LedgerError> {
         let (fleet, agent) = (who.fleet.clone(), who.name.clone());
-        self.read(who, move |tx| Box::pin(async move { Ok(db::claims::held_by(tx, &fleet, &agent).await?) })).await
+        self.read(who, move |tx| Box::pin(async move { Ok(units::held_by(tx, &fleet, &agent).await?) })).await
     }
 
     /// VERIFIED units the caller still has to dispose of.
@@ -169,15 +162,6 @@ impl Ledger {
         validate::external_ref("externalRef", &external_ref)?;
         self.read(who, move |tx| Box::pin(async move { Ok(units::by_ref(tx, &external_ref).await?) })).await
     }
-}
-
-/// The unit, or NOT_FOUND (other fleets' units included: RLS hides them).
-async fn load(tx: &DatabaseTransaction, unit_id: Uuid) -> Result<UnitModel, LedgerError> {
-    units::by_id(tx, unit_id).await?.ok_or_else(|| LedgerError::not_found("unit", unit_id))
-}
-
-async fn load_attempt(tx: &DatabaseTransaction, attempt_id: Uuid) -> Result<attempt::Model, LedgerError> {
-    units::attempt_by_id(tx, attempt_id).await?.ok_or_else(|| LedgerError::not_found("attempt", attempt_id))
 }
 
 impl Ledger {
@@ -199,8 +183,9 @@ impl Ledger {
         })
         .await;
         match found {
-            Ok(Some(unit)) => Err(refusals::disposed(&unit, who, action, dispose)
-                .unwrap_or_else(|| err.about(refusals::facts(&unit, who)))),
+            Ok(Some(unit)) => {
+                Err(write::disposed(&unit, who, action, dispose).unwrap_or_else(|| err.about(write::facts(&unit, who))))
+            }
             Ok(None) => Err(err),
             Err(db_err) => Err(db_err),
         }

@@ -1,186 +1,177 @@
-//! The write runner every operation of SPEC §3 goes through: the caller's
-//! context, the idempotency check and replay, the transaction (through
-//! [`db::in_fleet`]), and the retry of races that a second run resolves.
+//! The one path every write of SPEC §3 takes: the operation's SQL function
+//! ([`crate::db::writes`]) called once, in autocommit, with the caller's
+//! fleet, name, idempotency key and fingerprint; its answer row either is
+//! the unit or says why not, and [`answer`] turns that into the domain's
+//! result or refusal. Races that a second run resolves (a deadlock, two
+//! uses of one new key, a unit that became claimable mid-call) are run again.
 
 use std::future::Future;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use sea_orm::{DatabaseConnection, DatabaseTransaction, DbErr};
-use serde_json::Value;
+use chrono::Utc;
+use sea_orm::{DbErr, Value};
+use uuid::Uuid;
 
-use super::{Ledger, LedgerError, UnitModel, idempotency, validate};
+use super::state_machine::legal_actions;
+use super::{Ledger, LedgerError, UnitFacts, UnitModel, idempotency, validate};
 use crate::auth::Principal;
-use crate::db::events::{Actor, IdempotencyKey};
-use crate::db::{self, BoxFuture, Notify, units};
+use crate::db::writes::{self, Written};
 
 pub(super) const RETRIES: usize = 4;
 
-/// The caller of a write, owned so the operation can be retried.
-pub struct WriteCtx {
-    pub who: Principal,
-    /// The idempotency key and the request's fingerprint, when the caller sent a key.
-    key: Option<(String, String)>,
-    /// Set by an operation whose run claimed a unit (counted once committed).
-    claimed: AtomicBool,
-    /// ... and the unit's lease had expired.
-    reclaimed: AtomicBool,
+/// What a write is, for its idempotency key: the operation's name and its
+/// arguments as the key's fingerprint covers them.
+pub(super) struct Keyed<'a> {
+    pub operation: &'static str,
+    pub key: Option<String>,
+    pub args: &'a serde_json::Value,
 }
 
-impl WriteCtx {
-    /// This run claimed a unit (not a renewal of a held one); `reclaimed`:
-    /// one whose lease had expired.
-    pub fn mark_claimed(&self, reclaimed: bool) {
-        self.claimed.store(true, Ordering::Relaxed);
-        self.reclaimed.store(reclaimed, Ordering::Relaxed);
-    }
-
-    /// The caller as the SQL of a write sees it.
-    pub fn actor(&self) -> Actor<'_> {
-        let key = self.key.as_ref().map(|(id, hash)| IdempotencyKey { id, hash });
-        Actor { fleet: &self.who.fleet, agent: &self.who.name, key }
-    }
-}
-
-pub enum Outcome<T> {
-    /// The idempotency key was seen before: the unit as it is now.
-    Replayed(Box<UnitModel>),
-    Done(T),
-}
-
-impl Outcome<UnitModel> {
-    pub fn unit(self) -> UnitModel {
-        match self {
-            Self::Replayed(unit) => *unit,
-            Self::Done(unit) => unit,
-        }
-    }
-}
-
-/// "Run this statement, or explain the refusal": what a conditional write
-/// returned, or, when it changed nothing, the error `refusal` works out (by
-/// reading the unit). `refusal` is only awaited when needed.
-pub async fn or_explain<T>(written: Option<T>, refusal: impl Future<Output = LedgerError>) -> Result<T, LedgerError> {
-    match written {
-        Some(value) => Ok(value),
-        None => Err(refusal.await),
+impl Keyed<'_> {
+    /// `p_key` and `p_hash`: the key and the request's fingerprint (NULLs
+    /// without a key). Refuses a malformed key.
+    fn values(self) -> Result<[Value; 2], LedgerError> {
+        validate::idempotency_key(self.key.as_deref())?;
+        let hash = self.key.as_ref().map(|_| idempotency::fingerprint(self.operation, self.args));
+        Ok([self.key.into(), hash.into()])
     }
 }
 
 impl Ledger {
-    /// Runs `op` in a fleet transaction after the idempotency check, retrying
-    /// the races a second run resolves.
-    pub(super) async fn write<T, F>(
+    /// Calls write `function` for `who` with `args` after the common
+    /// arguments (fleet, agent, notification mode, and for a keyed write
+    /// the key and fingerprint) and returns its answer rows. A `RETRY`
+    /// answer, like a deadlock, runs the call again.
+    pub(super) async fn call(
         &self,
         who: &Principal,
-        operation: &str,
-        args: Value,
-        key: Option<String>,
-        op: F,
-    ) -> Result<Outcome<T>, LedgerError>
-    where
-        T: Send + 'static,
-        F: for<'t> Fn(&'t DatabaseTransaction, &'t WriteCtx) -> BoxFuture<'t, Result<T, LedgerError>>
-            + Send
-            + Sync
-            + 'static,
-    {
-        validate::idempotency_key(key.as_deref())?;
-        // Only a keyed request needs its fingerprint.
-        let key = key.map(|key| (key, idempotency::fingerprint(operation, &args)));
-        let ctx = Arc::new(WriteCtx {
-            who: who.clone(),
-            key,
-            claimed: AtomicBool::new(false),
-            reclaimed: AtomicBool::new(false),
-        });
-        let op = Arc::new(op);
-        let result = retrying(operation, || {
-            ctx.claimed.store(false, Ordering::Relaxed);
-            ctx.reclaimed.store(false, Ordering::Relaxed);
-            let (run_ctx, op) = (ctx.clone(), op.clone());
-            let users = Some(&*self.metrics.pool_users);
-            db::in_fleet_with(&self.db, users, &who.fleet, self.notifier.mode(), move |tx| {
-                let ctx = run_ctx;
-                Box::pin(async move {
-                    if let Some(unit) = idempotency::replayed(tx, &ctx.actor()).await? {
-                        let unit = units::by_id(tx, unit)
-                            .await?
-                            .ok_or_else(|| LedgerError::internal("replayed unit vanished"))?;
-                        return Ok(Outcome::Replayed(Box::new(unit)));
-                    }
-                    Ok(Outcome::Done(op(tx, &ctx).await?))
-                })
-            })
+        function: &'static str,
+        keyed: Option<Keyed<'_>>,
+        args: Vec<Value>,
+    ) -> Result<Vec<Written>, LedgerError> {
+        let mut values: Vec<Value> =
+            vec![who.fleet.as_str().into(), who.name.as_str().into(), self.notifier.mode().setting().into()];
+        if let Some(keyed) = keyed {
+            values.extend(keyed.values()?);
+        }
+        values.extend(args);
+        let rows = retrying(function, || async {
+            let rows = self.on_pool(writes::call(&self.db, function, values.clone())).await?;
+            match rows.first() {
+                Some(row) if row.result == "RETRY" => Err(LedgerError::Retry),
+                _ => Ok(rows),
+            }
         })
-        .await;
-        if matches!(result, Ok(Outcome::Done(_))) {
+        .await?;
+        if rows.iter().any(|row| matches!(row.result.as_str(), "ok" | "claimed" | "reclaimed" | "renewed")) {
             self.notifier.committed(&who.fleet);
         }
-        if result.is_ok() && ctx.claimed.load(Ordering::Relaxed) {
-            self.metrics.claims.inc();
-            if ctx.reclaimed.load(Ordering::Relaxed) {
-                self.metrics.stale_reclaims.inc();
-            }
-        }
-        result
+        Ok(rows)
     }
 
-    /// A write with neither an idempotency key nor an attempt fence, as one
-    /// autocommit statement: `statement` runs as the caller (without a key)
-    /// on the pool (a SQL function
-    /// of migration 0010 or 0011 that scopes itself to the caller's fleet
-    /// and announces its events as `Notify` says). When it writes nothing,
-    /// `refusal` explains why (to the caller, its second argument) in a
-    /// read transaction of the fleet; the explanation describes the unit as
-    /// that read finds it, as the transaction path's does after its own
-    /// statement. Races are retried as [`Ledger::write`] retries them.
-    pub(super) async fn write_now<F, R>(
+    /// [`Ledger::call`] for a write of one unit: the unit, or the refusal
+    /// of `action` (the target state or operation the refusal names).
+    pub(super) async fn call_one(
         &self,
         who: &Principal,
-        operation: &str,
-        statement: F,
-        refusal: R,
-    ) -> Result<UnitModel, LedgerError>
-    where
-        F: for<'c> Fn(&'c DatabaseConnection, Actor<'c>, Notify) -> BoxFuture<'c, Result<Option<UnitModel>, DbErr>>,
-        R: for<'t> FnOnce(&'t DatabaseTransaction, Principal) -> BoxFuture<'t, LedgerError> + Clone + Send + 'static,
-    {
-        retrying(operation, || async {
-            let actor = Actor { fleet: &who.fleet, agent: &who.name, key: None };
-            let written = self.on_pool(statement(&self.db, actor, self.notifier.mode())).await?;
-            match written {
-                Some(unit) => {
-                    self.notifier.committed(&who.fleet);
-                    Ok(unit)
-                }
-                // A conflict in the read that explains is retried as well:
-                // it explained nothing.
-                None => {
-                    let (caller, refusal) = (who.clone(), refusal.clone());
-                    let users = Some(&*self.metrics.pool_users);
-                    db::in_fleet_counted(&self.db, users, &who.fleet, |tx| {
-                        Box::pin(async move { Err(refusal(tx, caller).await) })
-                    })
-                    .await
-                }
-            }
-        })
-        .await
+        function: &'static str,
+        keyed: Option<Keyed<'_>>,
+        args: Vec<Value>,
+        action: &str,
+    ) -> Result<(String, UnitModel), LedgerError> {
+        let row = self.call(who, function, keyed, args).await?.pop();
+        let row = row.ok_or_else(|| LedgerError::internal(format!("{function} answered no row")))?;
+        answer(row, who, action)
     }
 
     /// Runs `statement`, one autocommit statement on the request pool (a
     /// SQL function that scopes itself to the caller's fleet), counted as a
     /// pool user while it waits for and holds its connection.
     pub(super) async fn on_pool<T>(&self, statement: impl Future<Output = Result<T, DbErr>>) -> Result<T, DbErr> {
-        let _in_flight = db::InFlight::new(&self.metrics.pool_users);
+        let _in_flight = crate::db::InFlight::new(&self.metrics.pool_users);
         statement.await
     }
 }
 
+/// The unit as a refusal reports it to `who`.
+pub fn facts(unit: &UnitModel, who: &Principal) -> UnitFacts {
+    UnitFacts { unit_id: unit.id, state: unit.state, legal_actions: legal_actions(unit, who, Utc::now()) }
+}
+
+/// ILLEGAL_TRANSITION from the unit's state to `to`, with what is legal instead.
+pub fn illegal(unit: &UnitModel, who: &Principal, to: &str) -> LedgerError {
+    LedgerError::IllegalTransition {
+        unit_id: unit.id,
+        from: unit.state,
+        to: to.to_owned(),
+        legal: legal_actions(unit, who, Utc::now()),
+    }
+    .about(facts(unit, who))
+}
+
+/// The refusal of any write on a disposed unit, which comes before anything
+/// else about the request (SPEC §5): DISPOSITION_IMMUTABLE for a dispose,
+/// ILLEGAL_TRANSITION for the rest. `None` while the unit is not terminal.
+pub fn disposed(unit: &UnitModel, who: &Principal, action: &str, dispose: bool) -> Option<LedgerError> {
+    if !unit.state.is_terminal() {
+        return None;
+    }
+    Some(match (dispose, unit.disposition, unit.disposed_at) {
+        (true, Some(disposition), Some(disposed_at)) => {
+            LedgerError::DispositionImmutable { unit_id: unit.id, disposition, disposed_at }.about(facts(unit, who))
+        }
+        _ => illegal(unit, who, action),
+    })
+}
+
+/// A write's answer row as the domain's result: the outcome (`ok`,
+/// `claimed`, `reclaimed`, `renewed`, `held`, `replayed`) and the unit, or
+/// the refusal the function decided, with the unit's facts for `who`.
+pub fn answer(row: Written, who: &Principal, action: &str) -> Result<(String, UnitModel), LedgerError> {
+    let uuid = |key: &str| row.info_str(key).and_then(|s| s.parse::<Uuid>().ok());
+    let refusal = match row.result.as_str() {
+        "ok" | "claimed" | "reclaimed" | "renewed" | "held" | "replayed" => {
+            let unit = row.unit.ok_or_else(|| LedgerError::internal(format!("{action}: answered without a unit")))?;
+            return Ok((row.result, unit));
+        }
+        "NOT_FOUND" => {
+            let what = if row.info_str("what") == Some("attempt") { "attempt" } else { "unit" };
+            return Err(LedgerError::not_found(what, row.info_str("id").unwrap_or_default()));
+        }
+        "IDEMPOTENCY_KEY_REUSED" => {
+            return Err(LedgerError::IdempotencyKeyReused { key: row.info_str("key").unwrap_or_default().to_owned() });
+        }
+        "RETRY" => return Err(LedgerError::Retry),
+        code => code.to_owned(),
+    };
+    let Some(unit) = &row.unit else {
+        return Err(LedgerError::internal(format!("{action}: refusal {refusal} without a unit")));
+    };
+    let reason = match refusal.as_str() {
+        "ILLEGAL_TRANSITION" => return Err(illegal(unit, who, action)),
+        "DISPOSITION_IMMUTABLE" => {
+            return Err(disposed(unit, who, action, true).unwrap_or_else(|| illegal(unit, who, action)));
+        }
+        "LEASE_LOST" => LedgerError::LeaseLost { attempt_id: uuid("attempt_id").unwrap_or_default(), unit_id: unit.id },
+        "NOT_CLAIM_HOLDER" => {
+            LedgerError::NotClaimHolder { unit_id: unit.id, holder: row.info_str("holder").map(str::to_owned) }
+        }
+        "UNIT_ALREADY_CLAIMED" => LedgerError::UnitAlreadyClaimed {
+            unit_id: unit.id,
+            holder: row.info_str("holder").unwrap_or_default().to_owned(),
+            lease_expires_at: unit.lease_expires_at,
+        },
+        "AGENT_BUSY" => LedgerError::AgentBusy {
+            held: uuid("held_id").unwrap_or_default(),
+            held_ref: row.info_str("held_ref").unwrap_or_default().to_owned(),
+        },
+        other => return Err(LedgerError::internal(format!("{action}: unknown answer {other:?}"))),
+    };
+    Err(reason.about(facts(unit, who)))
+}
+
 /// Runs `run` again while it ends in a race that a second run resolves
-/// (`LedgerError::Retry`: a deadlock or serialization failure), at most
-/// [`RETRIES`] times.
+/// (`LedgerError::Retry`: a deadlock or serialization failure, a key used
+/// twice at once), at most [`RETRIES`] times.
 pub(super) async fn retrying<T, Fut>(operation: &str, mut run: impl FnMut() -> Fut) -> Result<T, LedgerError>
 where
     Fut: Future<Output = Result<T, LedgerError>>,

@@ -11,7 +11,7 @@
 //! each of them sees stays within its fleet.
 //!
 //! Every server process runs one; the database reports each attempt once
-//! (see `db::events::report_stalls`), so replicas need no coordination.
+//! (see `db::writes::report_stalls`), so replicas need no coordination.
 
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ use sea_orm::{DatabaseConnection, DbErr};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::db::events;
+use crate::db::writes;
 
 #[derive(Debug, Clone)]
 pub struct SweeperConfig {
@@ -55,10 +55,10 @@ impl Sweeper {
     pub async fn run_once(&self) -> Result<u64, DbErr> {
         let mut reported = 0;
         loop {
-            let sweep = events::report_stalls(&self.db, self.config.batch_size).await?;
-            reported += sweep.reported;
-            self.stalls.inc_by(sweep.reported);
-            if sweep.found < u64::from(self.config.batch_size) {
+            let (found, reported_now) = writes::report_stalls(&self.db, self.config.batch_size).await?;
+            reported += reported_now;
+            self.stalls.inc_by(reported_now);
+            if found < u64::from(self.config.batch_size) {
                 return Ok(reported);
             }
         }

@@ -16,7 +16,9 @@ use crate::cli::AnyError;
 use crate::db::{self, stmt};
 use crate::embedded_pg::client_tool;
 
-/// The roles migrations 0001, 0002 and 0013 create, idempotently.
+/// The roles migrations 0001, 0002, 0012 and 0013 create, idempotently,
+/// with the restoring login a member of the writer role (the dump hands the
+/// write functions to it).
 const ROLES: &str = "DO $$
 BEGIN
     CREATE ROLE work_ledger_app NOLOGIN NOSUPERUSER NOBYPASSRLS;
@@ -26,6 +28,16 @@ DO $$
 BEGIN
     CREATE ROLE work_ledger_reader NOLOGIN NOSUPERUSER NOBYPASSRLS;
 EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+END $$;
+DO $$
+BEGIN
+    CREATE ROLE work_ledger_writer NOLOGIN NOSUPERUSER NOBYPASSRLS NOINHERIT;
+EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+END $$;
+DO $$
+BEGIN
+    EXECUTE format('GRANT work_ledger_writer TO %I', current_user);
+EXCEPTION WHEN OTHERS THEN NULL;
 END $$;
 DO $$
 BEGIN

@@ -158,6 +158,9 @@ pub async fn spawn_app_with(config: ServerConfig) -> TestApp {
     let cluster = Cluster::get();
     let name = format!("wlt_{}_{}", std::process::id(), NEXT_DB.fetch_add(1, Ordering::SeqCst));
     admin(cluster, &format!("CREATE DATABASE {name} TEMPLATE {}", cluster.template)).await;
+    // As `serve` does at start: a clone is up to date, but database-wide
+    // privileges are not copied from the template and are set again.
+    db::migrate(&cluster.url(&name)).await.expect("migrate the test database");
     start_server(cluster.url(&name), config).await
 }
 
@@ -314,6 +317,7 @@ impl TestApp {
         self.sql(
             "ALTER TABLE work_units DISABLE TRIGGER work_units_holder_guard;
              ALTER TABLE work_units DISABLE TRIGGER work_units_change_recorded;
+             ALTER TABLE work_units DISABLE TRIGGER work_units_claim_recorded;
              ALTER TABLE work_unit_attempts DISABLE TRIGGER work_unit_attempts_history_guard;
              ALTER TABLE blocking_questions DISABLE TRIGGER blocking_questions_guard;",
         )
@@ -376,9 +380,13 @@ impl TestApp {
     /// Opens a transaction as the application role, with the fleet setting
     /// when given, as the server's own transaction helper does.
     async fn app_role_tx(&self, fleet: Option<&str>) -> sea_orm::DatabaseTransaction {
+        self.role_tx("work_ledger_app", fleet).await
+    }
+
+    async fn role_tx(&self, role: &str, fleet: Option<&str>) -> sea_orm::DatabaseTransaction {
         use sea_orm::TransactionTrait;
         let tx = self.owner.begin().await.expect("begin");
-        tx.execute_unprepared("SET LOCAL ROLE work_ledger_app").await.expect("set role");
+        tx.execute_unprepared(&format!("SET LOCAL ROLE {role}")).await.expect("set role");
         if let Some(fleet) = fleet {
             tx.execute_unprepared(&format!("SELECT set_config('work_ledger.fleet', '{fleet}', true)"))
                 .await
@@ -401,16 +409,18 @@ impl TestApp {
         rows.iter().map(|r| r.try_get::<Value>("", "j").expect("json")).collect()
     }
 
-    /// Statements as the application role in one transaction that commits, so
-    /// that deferred constraint triggers run too: the error text of the first
-    /// refusal (statement or commit), if any.
-    pub async fn app_role_commit(&self, fleet: &str, sqls: &[&str]) -> Result<(), String> {
+    /// Statements as the write functions' role (`work_ledger_writer`: table
+    /// writes under row-level security; the application role has none) in
+    /// one transaction that commits, so that deferred constraint triggers run
+    /// too: the error text of the first refusal (statement or commit), if any.
+    /// What the triggers refuse here they refuse for any hand-written SQL.
+    pub async fn writer_role_commit(&self, fleet: &str, sqls: &[&str]) -> Result<(), String> {
         // The message, then the SQLSTATE and the constraint the refusal names.
         let text = |e: sea_orm::DbErr| match db::violation(&e) {
             Some((code, constraint)) => format!("{e} [SQLSTATE {code}, constraint {constraint}]"),
             None => e.to_string(),
         };
-        let tx = self.app_role_tx(Some(fleet)).await;
+        let tx = self.role_tx("work_ledger_writer", Some(fleet)).await;
         for sql in sqls {
             if let Err(e) = tx.execute_unprepared(sql).await {
                 let _ = tx.rollback().await;

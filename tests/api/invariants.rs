@@ -171,11 +171,12 @@ async fn the_application_role_cannot_rewrite_history() {
     assert_eq!(app.sql_i64("SELECT count(*) FROM work_unit_events").await, 1);
 }
 
-/// The refusal of SQL run as the application role (with the fleet setting)
-/// in a transaction that commits: deferred checks run too.
+/// The refusal of SQL run with table write privileges (as the write
+/// functions' role, with the fleet setting) in a transaction that commits:
+/// deferred checks run too.
 async fn app_refused(app: &crate::helpers::TestApp, sqls: &[&str]) -> String {
-    match app.app_role_commit("f", sqls).await {
-        Ok(()) => panic!("PostgreSQL accepted as work_ledger_app: {sqls:?}"),
+    match app.writer_role_commit("f", sqls).await {
+        Ok(()) => panic!("PostgreSQL accepted as work_ledger_writer: {sqls:?}"),
         Err(e) => e,
     }
 }
@@ -201,7 +202,7 @@ async fn the_holder_is_always_the_agent_of_the_current_attempt() {
     let other = app.raw_unit("f", "other").await;
     let foreign = app.raw_claim(&other, "agent-x").await;
     let err = app
-        .app_role_commit(
+        .writer_role_commit(
             "f",
             &[&format!(
                 "UPDATE work_units SET claimed_by = 'agent-x', current_attempt_id = '{foreign}' WHERE id = '{unit}'"
@@ -227,7 +228,7 @@ async fn verified_needs_evidence_and_an_ended_attempt() {
     );
     // No evidence: refused at once.
     let err = app
-        .app_role_commit(
+        .writer_role_commit(
             "f",
             &[
                 &format!("UPDATE work_units SET state = 'verified', lease_expires_at = NULL WHERE id = '{unit}'"),
@@ -257,7 +258,7 @@ async fn verified_needs_evidence_and_an_ended_attempt() {
     .await;
     assert!(err.contains("work_unit_attempts_verified_has_evidence"), "{err}");
     // All of it together is the legal way.
-    app.app_role_commit(
+    app.writer_role_commit(
         "f",
         &[
             &format!(
@@ -301,7 +302,7 @@ async fn every_state_change_is_logged_and_a_settled_unit_has_evidence() {
         "INSERT INTO work_unit_events (fleet, unit_id, event_type, from_state, to_state)
          VALUES ('f', '{unit}', 'disposed', 'ready', 'abandoned')"
     );
-    app.app_role_commit("f", &[&drop_with_evidence, &event]).await.expect("a logged, evidenced drop");
+    app.writer_role_commit("f", &[&drop_with_evidence, &event]).await.expect("a logged, evidenced drop");
 }
 
 #[tokio::test]
@@ -323,7 +324,7 @@ async fn an_ended_attempt_is_history() {
         app_refused(&app, &[&format!("UPDATE work_unit_attempts SET started_at = now() WHERE id = '{running}'")]).await;
     assert!(err.contains("work_unit_attempts_identity_immutable"), "{err}");
     // Late cost still rolls up onto an ended attempt.
-    app.app_role_commit(
+    app.writer_role_commit(
         "f",
         &[&format!("UPDATE work_unit_attempts SET cost_cents = cost_cents + 5 WHERE id = '{attempt}'")],
     )

@@ -46,12 +46,21 @@ async fn the_application_role_sees_no_rows_without_the_fleet_setting() {
     }
     assert_eq!(app.app_role_query(Some("fleet-a"), "SELECT * FROM work_units").await.len(), 2);
 
-    // Writes are fenced too: no insert into another fleet, no update of its rows.
+    // The application role writes no table at all (every write is a SQL
+    // function: tests/api/write_path.rs); the functions' own role writes
+    // under the same row-level security.
+    for sql in [
+        "INSERT INTO work_units (fleet, external_ref) VALUES ('fleet-a', 'smuggled')",
+        "UPDATE work_units SET domain = 'stolen'",
+    ] {
+        let err = app.app_role_exec(Some("fleet-b"), sql).await.expect_err(sql);
+        assert!(err.contains("permission denied"), "{err}");
+    }
     let err = app
-        .app_role_exec(Some("fleet-b"), "INSERT INTO work_units (fleet, external_ref) VALUES ('fleet-a', 'smuggled')")
+        .writer_role_commit("fleet-b", &["INSERT INTO work_units (fleet, external_ref) VALUES ('fleet-a', 'smuggled')"])
         .await
         .expect_err("cross-fleet insert");
     assert!(err.contains("row-level security"), "{err}");
-    let updated = app.app_role_exec(Some("fleet-b"), "UPDATE work_units SET domain = 'stolen'").await;
-    assert_eq!(updated, Ok(0));
+    app.writer_role_commit("fleet-b", &["UPDATE work_units SET domain = 'stolen'"]).await.expect("matches nothing");
+    assert_eq!(app.sql_i64("SELECT count(*) FROM work_units WHERE domain = 'stolen'").await, 0);
 }

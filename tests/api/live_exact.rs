@@ -253,7 +253,9 @@ async fn a_stream_resumes_exactly_after_the_ledger_is_restored_into_a_fresh_clus
     let fresh = db::connect(cluster.url(), 1).await.expect("connect");
     // Roles are cluster-wide and not part of a database's dump.
     fresh
-        .execute_unprepared("CREATE ROLE work_ledger_app NOLOGIN; CREATE ROLE work_ledger_reader NOLOGIN;")
+        .execute_unprepared(
+            "CREATE ROLE work_ledger_app NOLOGIN; CREATE ROLE work_ledger_reader NOLOGIN; CREATE ROLE work_ledger_writer NOLOGIN;",
+        )
         .await
         .expect("roles");
     fresh.close().await.expect("close");

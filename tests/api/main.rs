@@ -42,3 +42,4 @@ mod surface;
 mod traces;
 mod views;
 mod write_limits;
+mod write_path;

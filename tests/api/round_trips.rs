@@ -1,11 +1,10 @@
-//! Round trips per write are part of the design (issue 13), kept by counting
-//! what the server sends, not by timing it: `claimNext` without a domain or
-//! an idempotency key is one autocommit statement (`ledger_claim_next`, which
-//! sets role and fleet itself), and so are `heartbeat`, `transition` and
-//! `dispose` without a key or an attemptId fence (migration 0011), after the
-//! token's lookup (every request asks: issue 23). A request transaction would show as its
-//! `set_config('role', ...)` statement, which `db::in_fleet` always sends
-//! first; BEGIN and COMMIT come with it.
+//! Round trips per write are part of the design (issues 13 and 22), kept by
+//! counting what the server sends, not by timing it: every write is one
+//! autocommit call of its SQL function, with or without an idempotency key,
+//! an attemptId fence or a domain, and a refusal comes back from that same
+//! call, after the token's lookup (every request asks: issue 23). A request
+//! transaction would show as its `set_config('role', ...)` statement, which
+//! `db::in_fleet` always sends first.
 
 use serde_json::json;
 use work_ledger::auth::Role;
@@ -22,7 +21,7 @@ async fn sent<F: std::future::Future<Output = ()>>(app: &TestApp, run: F) -> Vec
 }
 
 fn assert_one_claim_statement(statements: &[String]) {
-    assert!(statements.last().is_some_and(|s| s.contains("ledger_claim_next(")), "{statements:#?}");
+    assert!(statements.last().is_some_and(|s| s.contains("ledger_claim(")), "{statements:#?}");
     assert!(!statements.iter().any(|s| s.contains("set_config('role'")), "no request transaction: {statements:#?}");
 }
 
@@ -57,16 +56,18 @@ async fn claim_next_is_one_statement_after_the_token_lookup() {
         .await;
     assert_eq!(events, vec![json!({ "t": "claimed" }), json!({ "t": "heartbeat" })]);
 
-    // With a domain (or an idempotency key) claimNext is the request
-    // transaction: set_config, the claim (BEGIN and COMMIT besides).
+    // With a domain and an idempotency key, as the project's own clients
+    // send it, claimNext is still the one statement.
     let other = app.token("rt", "agent-2", Role::Agent).await;
-    let _ = app.gql(&other, "{ me { name } }", json!({})).await;
-    let by_domain = sent(&app, async {
-        let resp = app.gql(&other, "mutation { claimNext(domain: \"default\") { state } }", json!({})).await;
-        assert_eq!(resp.data()["claimNext"]["state"], "CLAIMED");
-    })
+    let (resp, by_domain) = sent_with_known_token(
+        &app,
+        &other,
+        "mutation { claimNext(domain: \"default\", idempotencyKey: \"k-claim\") { state } }",
+    )
     .await;
-    assert!(by_domain.iter().any(|s| s.contains("set_config('role'")), "{by_domain:#?}");
+    assert_eq!(resp.data()["claimNext"]["state"], "CLAIMED");
+    assert_eq!(by_domain.len(), 1, "{by_domain:#?}");
+    assert_one_claim_statement(&by_domain);
 }
 
 /// One request and the statements it sent for the write: the token's
@@ -86,75 +87,107 @@ fn assert_one_statement(statements: &[String], function: &str) {
 }
 
 #[tokio::test]
-async fn the_agents_hot_writes_are_one_statement_each_and_keyed_or_fenced_ones_a_transaction() {
+async fn every_write_is_one_statement_with_or_without_keys_fences_and_refusals() {
     let app = spawn_app().await;
     app.sql("INSERT INTO work_units (fleet, external_ref) SELECT 'rt2', 'u' || g FROM generate_series(1, 3) g").await;
     let token = app.token("rt2", "agent-1", Role::Agent).await;
+    let triage = app.token("rt2", "triage", Role::Triage).await;
     let (claimed, _) = sent_with_known_token(&app, &token, "mutation { claimNext { id currentAttemptId } }").await;
     let unit = claimed.data()["claimNext"]["id"].as_str().expect("claimed").to_owned();
     let attempt = claimed.data()["claimNext"]["currentAttemptId"].as_str().expect("attempt").to_owned();
 
-    // (mutation, field, what it leaves, the one function it calls)
+    // (token, mutation, field, what it leaves, the one function it calls):
+    // plain, keyed and fenced shapes alike.
     let writes = [
-        (format!("transition(unitId: \"{unit}\", to: IN_PROGRESS)"), "transition", "IN_PROGRESS", "ledger_start"),
-        (format!("heartbeat(attemptId: \"{attempt}\")"), "heartbeat", "IN_PROGRESS", "ledger_heartbeat"),
         (
-            format!("transition(unitId: \"{unit}\", to: VERIFIED, evidenceUrl: \"https://ci.example/1\")"),
+            &token,
+            format!("transition(unitId: \"{unit}\", to: IN_PROGRESS)"),
+            "transition",
+            "IN_PROGRESS",
+            "ledger_transition",
+        ),
+        (&token, format!("heartbeat(attemptId: \"{attempt}\")"), "heartbeat", "IN_PROGRESS", "ledger_heartbeat"),
+        (
+            &token,
+            format!(
+                "block(unitId: \"{unit}\", question: \"Which?\", idempotencyKey: \"k1\", attemptId: \"{attempt}\")"
+            ),
+            "block",
+            "BLOCKED",
+            "ledger_block",
+        ),
+        (
+            &triage,
+            format!("unblock(unitId: \"{unit}\", answer: \"That one\", idempotencyKey: \"k2\")"),
+            "unblock",
+            "IN_PROGRESS",
+            "ledger_unblock",
+        ),
+        (
+            &token,
+            format!("recordCost(unitId: \"{unit}\", cents: 12, idempotencyKey: \"k3\")"),
+            "recordCost",
+            "IN_PROGRESS",
+            "ledger_record_cost",
+        ),
+        (
+            &token,
+            format!(
+                "transition(unitId: \"{unit}\", to: VERIFIED, evidenceUrl: \"https://ci.example/1\", idempotencyKey: \"k4\", attemptId: \"{attempt}\")"
+            ),
             "transition",
             "VERIFIED",
-            "ledger_verify",
+            "ledger_transition",
         ),
-        (format!("dispose(unitId: \"{unit}\", disposition: MIGRATED)"), "dispose", "DONE", "ledger_dispose"),
+        (
+            &token,
+            format!(
+                "dispose(unitId: \"{unit}\", disposition: MIGRATED, idempotencyKey: \"k5\", attemptId: \"{attempt}\")"
+            ),
+            "dispose",
+            "DONE",
+            "ledger_dispose",
+        ),
+        // A replay of the same key and request: the same one statement, nothing written.
+        (
+            &token,
+            format!(
+                "dispose(unitId: \"{unit}\", disposition: MIGRATED, idempotencyKey: \"k5\", attemptId: \"{attempt}\")"
+            ),
+            "dispose",
+            "DONE",
+            "ledger_dispose",
+        ),
     ];
-    for (call, field, state, function) in writes {
+    for (who, call, field, state, function) in writes {
         let (answer, statements) =
-            sent_with_known_token(&app, &token, &format!("mutation {{ {call} {{ state }} }}")).await;
-        assert_eq!(answer.data()[field]["state"], state, "{call}");
+            sent_with_known_token(&app, who, &format!("mutation {{ {call} {{ state }} }}")).await;
+        assert_eq!(answer.data()[field]["state"], state, "{call}: {:#}", answer.body);
         assert_one_statement(&statements, function);
     }
     let disposition = app.sql_json(&format!("SELECT disposition::text AS d FROM work_units WHERE id = '{unit}'")).await;
     assert_eq!(disposition, vec![json!({ "d": "MIGRATED" })]);
 
-    // Each wrote its event in that one statement.
+    // Each wrote its event in that one statement, and the replay none.
     let events = app
-        .sql_json(&format!(
-            "SELECT event_type::text AS t, to_state::text AS s FROM work_unit_events WHERE unit_id = '{unit}' ORDER BY seq"
-        ))
+        .sql_json(&format!("SELECT event_type::text AS t FROM work_unit_events WHERE unit_id = '{unit}' ORDER BY seq"))
         .await;
+    let types: Vec<&str> = events.iter().filter_map(|e| e["t"].as_str()).collect();
     assert_eq!(
-        events,
-        vec![
-            json!({ "t": "claimed", "s": "claimed" }),
-            json!({ "t": "transitioned", "s": "in_progress" }),
-            json!({ "t": "heartbeat", "s": "in_progress" }),
-            json!({ "t": "transitioned", "s": "verified" }),
-            json!({ "t": "disposed", "s": "done" }),
-        ]
+        types,
+        ["claimed", "transitioned", "heartbeat", "blocked", "unblocked", "cost_recorded", "transitioned", "disposed"]
     );
 
-    // A refused write is still one statement, then a read that explains it.
-    let (refused, statements) = sent_with_known_token(
-        &app,
-        &token,
-        &format!("mutation {{ transition(unitId: \"{unit}\", to: IN_PROGRESS) {{ state }} }}"),
-    )
-    .await;
-    assert_eq!(refused.body["errors"][0]["extensions"]["code"], "ILLEGAL_TRANSITION", "{:#}", refused.body);
-    assert!(statements[0].contains("ledger_start("), "{statements:#?}");
-    assert!(statements.iter().skip(1).any(|s| s.contains("set_config('role'")), "{statements:#?}");
-
-    // An attemptId fence (or an idempotency key) keeps the request
-    // transaction: the lock and the fence check, then the same function.
-    let (claimed, _) = sent_with_known_token(&app, &token, "mutation { claimNext { id currentAttempt { id } } }").await;
-    let data = claimed.data();
-    let (unit, attempt) = (data["claimNext"]["id"].as_str().expect("id"), &data["claimNext"]["currentAttempt"]["id"]);
-    let (started, fenced) = sent_with_known_token(
-        &app,
-        &token,
-        &format!("mutation {{ transition(unitId: \"{unit}\", to: IN_PROGRESS, attemptId: {attempt}) {{ state }} }}"),
-    )
-    .await;
-    assert_eq!(started.data()["transition"]["state"], "IN_PROGRESS");
-    assert!(fenced.iter().any(|s| s.contains("set_config('role'")), "{fenced:#?}");
-    assert!(fenced.last().is_some_and(|s| s.contains("ledger_start(")), "{fenced:#?}");
+    // A refused write is one statement too: the call says why.
+    for call in [
+        format!("transition(unitId: \"{unit}\", to: IN_PROGRESS)"),
+        format!("release(unitId: \"{unit}\", idempotencyKey: \"k6\", attemptId: \"{attempt}\")"),
+    ] {
+        let (refused, statements) =
+            sent_with_known_token(&app, &token, &format!("mutation {{ {call} {{ state }} }}")).await;
+        assert_eq!(refused.body["errors"][0]["extensions"]["code"], "ILLEGAL_TRANSITION", "{:#}", refused.body);
+        assert_eq!(refused.body["errors"][0]["extensions"]["state"], "DONE", "{:#}", refused.body);
+        assert_eq!(statements.len(), 1, "{statements:#?}");
+        assert!(!statements.iter().any(|s| s.contains("set_config('role'")), "{statements:#?}");
+    }
 }

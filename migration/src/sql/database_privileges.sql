@@ -1,5 +1,6 @@
 -- Privileges that a dump does not carry, applied by every `migrate` (and so
--- by `serve`, and after `restore`) rather than once by a migration: a
+-- by `serve`, and after `restore`) rather than once by a migration, after the
+-- REVOKE TEMPORARY of DATABASE_PRIVILEGES (migration/src/lib.rs): a
 -- database's own privileges are neither in a dump nor copied by
 -- CREATE DATABASE ... TEMPLATE, and a restore without owners leaves the
 -- reader warden's function to the restoring login.

@@ -1,0 +1,720 @@
+-- Every write of the ledger (SPEC §2, §3), once. The service calls each as
+-- one autocommit statement; nothing else may write the ledger's tables
+-- (work_ledger_app has no INSERT, UPDATE or DELETE on them).
+--
+-- A repeatable file: `migrate` applies it again whenever its text changed
+-- (CREATE OR REPLACE); the schema itself stays in the versioned migrations.
+-- A change of a function's arguments or result must DROP the old signature
+-- here first.
+--
+-- The writes run as work_ledger_writer (SECURITY DEFINER), which does not
+-- own the tables: row-level security applies inside them, scoped to the
+-- fleet each call is given (ledger_begin), so another fleet's unit,
+-- attempt or question is NOT_FOUND. Names resolve in a pinned path with
+-- pg_temp last.
+--
+-- Every write returns one row (result, unit, info):
+--   result  'ok' | 'claimed' | 'reclaimed' | 'renewed' | 'held' | 'replayed'
+--           or the refusal's code (NOT_FOUND, LEASE_LOST, NOT_CLAIM_HOLDER,
+--           ILLEGAL_TRANSITION, DISPOSITION_IMMUTABLE, UNIT_ALREADY_CLAIMED,
+--           AGENT_BUSY, IDEMPOTENCY_KEY_REUSED, RETRY)
+--   unit    the unit as the call leaves it (NULL when not found)
+--   info    what the refusal needs beyond the unit (holder, attempt, ...)
+-- so a refusal is explained by the same call that refused it. Every write
+-- that changes something appends its event(s) in the same transaction.
+--
+-- The common arguments: p_fleet, p_agent (the caller's token name),
+-- p_notify ('after-commit' when the service notifies after its commit, else
+-- NULL), and for keyed writes p_key and p_hash (the idempotency key and the
+-- request's fingerprint, NULL without a key).
+--
+-- Lock order, for every write: the unit's row first (its UPDATE, or FOR NO
+-- KEY UPDATE), then its attempt, its question, then the events. Two writes
+-- on one unit queue on the unit's row and never deadlock.
+
+-- ---------------------------------------------------------------------------
+-- Helpers (run inside the write functions; no EXECUTE for anyone else).
+-- ---------------------------------------------------------------------------
+
+-- Scopes the transaction to the fleet (row-level security reads it) and
+-- says how its events are announced.
+CREATE OR REPLACE FUNCTION ledger_begin(p_fleet text, p_notify text) RETURNS void
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, public, pg_temp AS $$
+    SELECT set_config('work_ledger.fleet', coalesce(p_fleet, ''), true),
+           set_config('work_ledger.notify', coalesce(p_notify, ''), true);
+$$;
+
+-- The answer row: the result with the unit as it is now.
+CREATE OR REPLACE FUNCTION ledger_answer(p_result text, p_unit uuid, p_info jsonb DEFAULT '{}')
+RETURNS TABLE (result text, unit work_units, info jsonb)
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, public, pg_temp AS $$
+    SELECT p_result, (SELECT w FROM work_units w WHERE w.id = p_unit), coalesce(p_info, '{}'::jsonb);
+$$;
+
+-- Appends one event: the event column list, once.
+CREATE OR REPLACE FUNCTION ledger_log(p_fleet text, p_unit uuid, p_attempt uuid, p_type event_type, p_from work_state,
+                                      p_to work_state, p_agent text, p_detail jsonb, p_key text DEFAULT NULL,
+                                      p_hash text DEFAULT NULL, p_cost bigint DEFAULT 0)
+RETURNS void LANGUAGE sql VOLATILE SET search_path = pg_catalog, public, pg_temp AS $$
+    INSERT INTO work_unit_events (fleet, unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail,
+                                  source_event_id, request_hash, cost_delta_cents)
+    VALUES (p_fleet, p_unit, p_attempt, p_type, p_from, p_to, p_agent, coalesce(p_detail, '{}'::jsonb), p_key, p_hash,
+            coalesce(p_cost, 0));
+$$;
+
+-- The idempotency check (SPEC §3): a key the agent used before answers
+-- 'replayed' with the unit as it is now when the request is the same, and
+-- IDEMPOTENCY_KEY_REUSED when it is not; no row for a new key. Two
+-- concurrent uses of one new key both pass here; the unique index on
+-- (fleet, agent_id, source_event_id) refuses the second's event, and the
+-- service runs that call again, which then replays.
+CREATE OR REPLACE FUNCTION ledger_replay(p_fleet text, p_agent text, p_key text, p_hash text)
+RETURNS TABLE (result text, unit work_units, info jsonb)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, public, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_unit uuid;
+    v_hash text;
+BEGIN
+    IF p_key IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT e.unit_id, e.request_hash INTO v_unit, v_hash FROM work_unit_events e
+     WHERE e.fleet = p_fleet AND e.agent_id = p_agent AND e.source_event_id = p_key;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF v_hash = p_hash THEN
+        RETURN QUERY SELECT * FROM ledger_answer('replayed', v_unit);
+    ELSE
+        RETURN QUERY SELECT 'IDEMPOTENCY_KEY_REUSED'::text, NULL::work_units, jsonb_build_object('key', p_key);
+    END IF;
+END
+$$;
+
+-- Why a write on unit p_unit matched nothing, most important first (SPEC
+-- §5): not there; disposed (DISPOSITION_IMMUTABLE for a dispose, else
+-- ILLEGAL_TRANSITION); the fence p_attempt is not the current attempt
+-- (LEASE_LOST); the caller may act on the unit (its holder, or p_any: an
+-- operator's write or one that is not holder-only) but not from this state
+-- (ILLEGAL_TRANSITION); the caller's own attempt was superseded
+-- (LEASE_LOST); someone else holds it (NOT_CLAIM_HOLDER).
+CREATE OR REPLACE FUNCTION ledger_refusal(p_agent text, p_unit uuid, p_attempt uuid, p_dispose boolean, p_any boolean)
+RETURNS TABLE (result text, unit work_units, info jsonb)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, public, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    w work_units;
+    mine work_unit_attempts;
+BEGIN
+    SELECT * INTO w FROM work_units u WHERE u.id = p_unit;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'NOT_FOUND'::text, NULL::work_units, jsonb_build_object('what', 'unit', 'id', p_unit);
+        RETURN;
+    END IF;
+    IF w.state IN ('done', 'abandoned') THEN
+        RETURN QUERY SELECT CASE WHEN p_dispose THEN 'DISPOSITION_IMMUTABLE' ELSE 'ILLEGAL_TRANSITION' END, w, '{}'::jsonb;
+        RETURN;
+    END IF;
+    IF p_attempt IS NOT NULL AND w.current_attempt_id IS DISTINCT FROM p_attempt THEN
+        RETURN QUERY SELECT 'LEASE_LOST'::text, w, jsonb_build_object('attempt_id', p_attempt);
+        RETURN;
+    END IF;
+    IF w.claimed_by = p_agent OR p_any THEN
+        RETURN QUERY SELECT 'ILLEGAL_TRANSITION'::text, w, '{}'::jsonb;
+        RETURN;
+    END IF;
+    SELECT * INTO mine FROM work_unit_attempts a WHERE a.unit_id = p_unit AND a.agent_id = p_agent
+     ORDER BY a.attempt_no DESC LIMIT 1;
+    IF FOUND AND mine.outcome = 'superseded' THEN
+        RETURN QUERY SELECT 'LEASE_LOST'::text, w, jsonb_build_object('attempt_id', mine.id);
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT 'NOT_CLAIM_HOLDER'::text, w, jsonb_build_object('holder', w.claimed_by);
+END
+$$;
+
+-- Why a write on attempt p_attempt (heartbeat, recordCost) matched nothing.
+CREATE OR REPLACE FUNCTION ledger_attempt_refusal(p_agent text, p_attempt uuid)
+RETURNS TABLE (result text, unit work_units, info jsonb)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, public, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    a work_unit_attempts;
+    w work_units;
+BEGIN
+    SELECT * INTO a FROM work_unit_attempts x WHERE x.id = p_attempt;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'NOT_FOUND'::text, NULL::work_units, jsonb_build_object('what', 'attempt', 'id', p_attempt);
+        RETURN;
+    END IF;
+    SELECT * INTO w FROM work_units u WHERE u.id = a.unit_id;
+    IF a.agent_id <> p_agent THEN
+        RETURN QUERY SELECT 'NOT_CLAIM_HOLDER'::text, w, jsonb_build_object('holder', coalesce(w.claimed_by, a.agent_id));
+    ELSIF a.outcome = 'superseded' THEN
+        RETURN QUERY SELECT 'LEASE_LOST'::text, w, jsonb_build_object('attempt_id', p_attempt);
+    ELSE
+        RETURN QUERY SELECT 'ILLEGAL_TRANSITION'::text, w, '{}'::jsonb;
+    END IF;
+END
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Claims and leases.
+-- ---------------------------------------------------------------------------
+
+-- claimNext (p_unit NULL) and claimUnit (p_unit given). One statement picks
+-- and locks the unit; the claim then supersedes a stale attempt, opens
+-- attempt N+1, takes the unit and appends `stale_reclaimed` (when stale)
+-- and `claimed`, all in this call's transaction.
+--
+-- claimNext takes stale units (expired lease) first, longest expired
+-- first, then the oldest READY unit, optionally of one domain, with FOR NO
+-- KEY UPDATE SKIP LOCKED so that 64 agents claim at once without queueing
+-- on each other's rows. NO KEY UPDATE is the lock the claim's own UPDATE
+-- takes: FOR UPDATE would also conflict with the KEY SHARE lock any insert
+-- referencing the unit holds (an event, a stall report), and SKIP LOCKED
+-- would pass over a free unit. claimUnit waits for the named unit's lock
+-- instead, re-checks, and finds it taken.
+--
+-- When nothing was claimed: an agent that holds a CLAIMED or IN_PROGRESS
+-- unit gets it back with its lease renewed ('renewed', a heartbeat event),
+-- one that holds a BLOCKED unit gets it as it is ('held'); claimNext with
+-- nothing claimable answers no row; claimUnit says why not.
+--
+-- plan_cache_mode: the domain and unit are NULL or not per call; a generic
+-- plan would filter a fleet's READY units by domain instead of reading the
+-- domain's index.
+CREATE OR REPLACE FUNCTION ledger_claim(p_fleet text, p_agent text, p_notify text, p_key text, p_hash text,
+                                        p_lease integer, p_domain text, p_unit uuid)
+RETURNS TABLE (result text, unit work_units, info jsonb)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, public, pg_temp SET plan_cache_mode = force_custom_plan AS $$
+#variable_conflict use_column
+DECLARE
+    held work_units;
+    pick work_units;
+    v_attempt uuid;
+    w work_units;
+BEGIN
+    PERFORM ledger_begin(p_fleet, p_notify);
+    RETURN QUERY SELECT * FROM ledger_replay(p_fleet, p_agent, p_key, p_hash);
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    SELECT * INTO held FROM work_units u
+     WHERE u.fleet = p_fleet AND u.claimed_by = p_agent AND u.state IN ('claimed', 'in_progress', 'blocked');
+    IF held.id IS NULL THEN
+        IF p_unit IS NOT NULL THEN
+            SELECT * INTO pick FROM work_units u
+             WHERE u.fleet = p_fleet AND u.id = p_unit
+               AND (u.state = 'ready' OR (u.state IN ('claimed', 'in_progress') AND u.lease_expires_at < now()))
+               FOR NO KEY UPDATE;
+        ELSE
+            SELECT * INTO pick FROM work_units u
+             WHERE u.fleet = p_fleet AND u.state IN ('claimed', 'in_progress') AND u.lease_expires_at < now()
+               AND (p_domain IS NULL OR u.domain = p_domain)
+             ORDER BY u.lease_expires_at, u.id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
+            IF pick.id IS NULL THEN
+                SELECT * INTO pick FROM work_units u
+                 WHERE u.fleet = p_fleet AND u.state = 'ready' AND (p_domain IS NULL OR u.domain = p_domain)
+                 ORDER BY u.created_at, u.id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
+            END IF;
+        END IF;
+    END IF;
+
+    IF pick.id IS NOT NULL THEN
+        IF pick.state <> 'ready' THEN
+            UPDATE work_unit_attempts a SET outcome = 'superseded', ended_at = now() WHERE a.id = pick.current_attempt_id;
+        END IF;
+        INSERT INTO work_unit_attempts AS a (fleet, unit_id, attempt_no, agent_id)
+        VALUES (p_fleet, pick.id, pick.attempt_count + 1, p_agent) RETURNING a.id INTO v_attempt;
+        UPDATE work_units u
+           SET state = 'claimed', claimed_by = p_agent, current_attempt_id = v_attempt,
+               attempt_count = pick.attempt_count + 1, lease_expires_at = now() + p_lease * interval '1 second',
+               last_heartbeat_at = now()
+         WHERE u.id = pick.id
+        RETURNING u.* INTO w;
+        IF pick.state <> 'ready' THEN
+            PERFORM ledger_log(p_fleet, pick.id, pick.current_attempt_id, 'stale_reclaimed', pick.state, 'claimed',
+                               p_agent, jsonb_build_object('previous_agent', pick.claimed_by,
+                                                           'previous_attempt_id', pick.current_attempt_id));
+        END IF;
+        PERFORM ledger_log(p_fleet, w.id, v_attempt, 'claimed', pick.state, 'claimed', p_agent,
+                           jsonb_build_object('attempt_no', w.attempt_count, 'lease_seconds', p_lease), p_key, p_hash);
+        RETURN QUERY SELECT CASE WHEN pick.state <> 'ready' THEN 'reclaimed' ELSE 'claimed' END, w, '{}'::jsonb;
+        RETURN;
+    END IF;
+
+    IF held.id IS NOT NULL AND (p_unit IS NULL OR p_unit = held.id) THEN
+        IF held.state = 'blocked' THEN
+            RETURN QUERY SELECT 'held'::text, held, '{}'::jsonb;
+            RETURN;
+        END IF;
+        UPDATE work_units u SET lease_expires_at = now() + p_lease * interval '1 second', last_heartbeat_at = now()
+         WHERE u.id = held.id AND u.claimed_by = p_agent AND u.state IN ('claimed', 'in_progress')
+        RETURNING u.* INTO w;
+        IF w.id IS NULL THEN
+            -- A reclaim committed while this call waited for the row: the
+            -- caller's attempt is gone (LEASE_LOST); anything else, run again.
+            IF EXISTS (SELECT 1 FROM work_unit_attempts a WHERE a.id = held.current_attempt_id AND a.outcome = 'superseded') THEN
+                RETURN QUERY SELECT * FROM ledger_answer('LEASE_LOST', held.id,
+                                                         jsonb_build_object('attempt_id', held.current_attempt_id));
+            ELSE
+                RETURN QUERY SELECT 'RETRY'::text, NULL::work_units, '{}'::jsonb;
+            END IF;
+            RETURN;
+        END IF;
+        PERFORM ledger_log(p_fleet, w.id, w.current_attempt_id, 'heartbeat', w.state, w.state, p_agent,
+                           jsonb_build_object('lease_seconds', p_lease,
+                                              'via', CASE WHEN p_unit IS NULL THEN 'claimNext' ELSE 'claimUnit' END),
+                           p_key, p_hash);
+        RETURN QUERY SELECT 'renewed'::text, w, '{}'::jsonb;
+        RETURN;
+    END IF;
+
+    IF p_unit IS NULL THEN
+        RETURN; -- nothing claimable
+    END IF;
+    -- Why the named unit could not be claimed.
+    SELECT * INTO w FROM work_units u WHERE u.id = p_unit;
+    IF w.id IS NULL THEN
+        RETURN QUERY SELECT 'NOT_FOUND'::text, NULL::work_units, jsonb_build_object('what', 'unit', 'id', p_unit);
+    ELSIF (w.state = 'blocked' AND w.claimed_by IS NOT NULL)
+       OR (w.state IN ('claimed', 'in_progress') AND w.lease_expires_at >= now()) THEN
+        RETURN QUERY SELECT 'UNIT_ALREADY_CLAIMED'::text, w, jsonb_build_object('holder', w.claimed_by);
+    ELSIF w.state IN ('ready', 'claimed', 'in_progress') AND held.id IS NOT NULL THEN
+        RETURN QUERY SELECT 'AGENT_BUSY'::text, w, jsonb_build_object('held_id', held.id, 'held_ref', held.external_ref);
+    ELSIF w.state IN ('ready', 'claimed', 'in_progress') THEN
+        -- It became claimable after this call's pick: the service runs it again.
+        RETURN QUERY SELECT 'RETRY'::text, w, '{}'::jsonb;
+    ELSE
+        RETURN QUERY SELECT 'ILLEGAL_TRANSITION'::text, w, '{}'::jsonb;
+    END IF;
+END
+$$;
+
+-- heartbeat: extends the lease of the caller's current attempt p_attempt.
+-- Allowed after expiry as long as nobody reclaimed the unit; a superseded
+-- attempt matches nothing (LEASE_LOST).
+CREATE OR REPLACE FUNCTION ledger_heartbeat(p_fleet text, p_agent text, p_notify text, p_attempt uuid,
+                                            p_lease integer)
+RETURNS TABLE (result text, unit work_units, info jsonb)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    w work_units;
+BEGIN
+    PERFORM ledger_begin(p_fleet, p_notify);
+    UPDATE work_units u SET lease_expires_at = now() + p_lease * interval '1 second', last_heartbeat_at = now()
+     WHERE u.fleet = p_fleet AND u.claimed_by = p_agent AND u.state IN ('claimed', 'in_progress')
+       AND u.current_attempt_id = p_attempt
+    RETURNING u.* INTO w;
+    IF w.id IS NULL THEN
+        RETURN QUERY SELECT * FROM ledger_attempt_refusal(p_agent, p_attempt);
+        RETURN;
+    END IF;
+    PERFORM ledger_log(p_fleet, w.id, w.current_attempt_id, 'heartbeat', w.state, w.state, p_agent,
+                       jsonb_build_object('lease_seconds', p_lease, 'via', 'heartbeat'));
+    RETURN QUERY SELECT 'ok'::text, w, '{}'::jsonb;
+END
+$$;
+
+-- ---------------------------------------------------------------------------
+-- The unit's life after the claim. p_attempt, when given, fences the write
+-- to that attempt (in the WHERE: a superseded holder's write matches
+-- nothing and is LEASE_LOST).
+-- ---------------------------------------------------------------------------
+
+-- transition: CLAIMED -> IN_PROGRESS, or IN_PROGRESS -> VERIFIED with
+-- evidence (ends the attempt as verified and clears the lease: done work
+-- cannot be reclaimed; the holder stays recorded until dispose).
+CREATE OR REPLACE FUNCTION ledger_transition(p_fleet text, p_agent text, p_notify text, p_key text, p_hash text,
+                                             p_unit uuid, p_attempt uuid, p_to text, p_evidence text)
+RETURNS TABLE (result text, unit work_units, info jsonb)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    w work_units;
+BEGIN
+    PERFORM ledger_begin(p_fleet, p_notify);
+    RETURN QUERY SELECT * FROM ledger_replay(p_fleet, p_agent, p_key, p_hash);
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    IF p_to = 'in_progress' THEN
+        UPDATE work_units u SET state = 'in_progress'
+         WHERE u.fleet = p_fleet AND u.id = p_unit AND u.claimed_by = p_agent AND u.state = 'claimed'
+           AND (p_attempt IS NULL OR u.current_attempt_id = p_attempt)
+        RETURNING u.* INTO w;
+        IF w.id IS NOT NULL THEN
+            PERFORM ledger_log(p_fleet, w.id, w.current_attempt_id, 'transitioned', 'claimed', 'in_progress', p_agent,
+                               '{}'::jsonb, p_key, p_hash);
+        END IF;
+    ELSIF p_to = 'verified' AND p_evidence IS NOT NULL THEN
+        UPDATE work_units u
+           SET state = 'verified', lease_expires_at = NULL, evidence_urls = array_append(u.evidence_urls, p_evidence)
+         WHERE u.fleet = p_fleet AND u.id = p_unit AND u.claimed_by = p_agent AND u.state = 'in_progress'
+           AND (p_attempt IS NULL OR u.current_attempt_id = p_attempt)
+        RETURNING u.* INTO w;
+        IF w.id IS NOT NULL THEN
+            UPDATE work_unit_attempts a SET outcome = 'verified', evidence_url = p_evidence, ended_at = now()
+             WHERE a.id = w.current_attempt_id;
+            PERFORM ledger_log(p_fleet, w.id, w.current_attempt_id, 'transitioned', 'in_progress', 'verified', p_agent,
+                               jsonb_build_object('evidence_url', p_evidence), p_key, p_hash);
+        END IF;
+    END IF;
+    IF w.id IS NULL THEN
+        RETURN QUERY SELECT * FROM ledger_refusal(p_agent, p_unit, p_attempt, false, false);
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT 'ok'::text, w, '{}'::jsonb;
+END
+$$;
+
+-- block: IN_PROGRESS -> BLOCKED by the holder, opening a question; the
+-- lease is suspended so a blocked unit never stalls.
+CREATE OR REPLACE FUNCTION ledger_block(p_fleet text, p_agent text, p_notify text, p_key text, p_hash text,
+                                        p_unit uuid, p_attempt uuid, p_question text, p_group text)
+RETURNS TABLE (result text, unit work_units, info jsonb)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    w work_units;
+    v_question uuid;
+BEGIN
+    PERFORM ledger_begin(p_fleet, p_notify);
+    RETURN QUERY SELECT * FROM ledger_replay(p_fleet, p_agent, p_key, p_hash);
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    UPDATE work_units u SET state = 'blocked', lease_expires_at = NULL
+     WHERE u.fleet = p_fleet AND u.id = p_unit AND u.claimed_by = p_agent AND u.state = 'in_progress'
+       AND (p_attempt IS NULL OR u.current_attempt_id = p_attempt)
+    RETURNING u.* INTO w;
+    IF w.id IS NULL THEN
+        RETURN QUERY SELECT * FROM ledger_refusal(p_agent, p_unit, p_attempt, false, false);
+        RETURN;
+    END IF;
+    INSERT INTO blocking_questions AS q (fleet, unit_id, attempt_id, question, assignee_group, asked_by)
+    VALUES (p_fleet, w.id, w.current_attempt_id, p_question, p_group, p_agent) RETURNING q.id INTO v_question;
+    PERFORM ledger_log(p_fleet, w.id, w.current_attempt_id, 'blocked', 'in_progress', 'blocked', p_agent,
+                       jsonb_build_object('question_id', v_question, 'assignee_group', p_group), p_key, p_hash);
+    RETURN QUERY SELECT 'ok'::text, w, '{}'::jsonb;
+END
+$$;
+
+-- unblock: answers the open question of a BLOCKED unit; back to
+-- IN_PROGRESS with a fresh lease of p_lease seconds when it still has its
+-- holder, to READY when the holder released it meanwhile.
+CREATE OR REPLACE FUNCTION ledger_unblock(p_fleet text, p_agent text, p_notify text, p_key text, p_hash text,
+                                          p_unit uuid, p_answer text, p_lease integer)
+RETURNS TABLE (result text, unit work_units, info jsonb)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    w work_units;
+    v_question uuid;
+BEGIN
+    PERFORM ledger_begin(p_fleet, p_notify);
+    RETURN QUERY SELECT * FROM ledger_replay(p_fleet, p_agent, p_key, p_hash);
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    UPDATE work_units u
+       SET state = CASE WHEN u.claimed_by IS NULL THEN 'ready' ELSE 'in_progress' END::work_state,
+           lease_expires_at = CASE WHEN u.claimed_by IS NULL THEN NULL ELSE now() + p_lease * interval '1 second' END
+     WHERE u.fleet = p_fleet AND u.id = p_unit AND u.state = 'blocked'
+    RETURNING u.* INTO w;
+    IF w.id IS NULL THEN
+        RETURN QUERY SELECT * FROM ledger_refusal(p_agent, p_unit, NULL, false, true);
+        RETURN;
+    END IF;
+    UPDATE blocking_questions q SET status = 'answered', answer = p_answer, answered_by = p_agent, answered_at = now()
+     WHERE q.unit_id = w.id AND q.status = 'open'
+    RETURNING q.id INTO v_question;
+    PERFORM ledger_log(p_fleet, w.id, w.current_attempt_id, 'unblocked', 'blocked', w.state, p_agent,
+                       jsonb_build_object('question_id', v_question), p_key, p_hash);
+    RETURN QUERY SELECT 'ok'::text, w, '{}'::jsonb;
+END
+$$;
+
+-- release: the holder gives the unit up. CLAIMED|IN_PROGRESS -> READY,
+-- ending the attempt as p_outcome (abandoned or failed); on a BLOCKED unit
+-- the attempt ends as blocked, the holder is cleared and the unit waits for
+-- its answer.
+CREATE OR REPLACE FUNCTION ledger_release(p_fleet text, p_agent text, p_notify text, p_key text, p_hash text,
+                                          p_unit uuid, p_attempt uuid, p_outcome text, p_reason text)
+RETURNS TABLE (result text, unit work_units, info jsonb)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    prev work_units;
+    w work_units;
+    ended attempt_outcome;
+BEGIN
+    PERFORM ledger_begin(p_fleet, p_notify);
+    RETURN QUERY SELECT * FROM ledger_replay(p_fleet, p_agent, p_key, p_hash);
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    SELECT * INTO prev FROM work_units u
+     WHERE u.fleet = p_fleet AND u.id = p_unit AND u.claimed_by = p_agent
+       AND u.state IN ('claimed', 'in_progress', 'blocked') AND (p_attempt IS NULL OR u.current_attempt_id = p_attempt)
+       FOR NO KEY UPDATE;
+    IF prev.id IS NULL THEN
+        RETURN QUERY SELECT * FROM ledger_refusal(p_agent, p_unit, p_attempt, false, false);
+        RETURN;
+    END IF;
+    UPDATE work_units u
+       SET state = CASE WHEN prev.state = 'blocked' THEN 'blocked' ELSE 'ready' END::work_state,
+           claimed_by = NULL, lease_expires_at = NULL
+     WHERE u.id = prev.id
+    RETURNING u.* INTO w;
+    UPDATE work_unit_attempts a
+       SET outcome = CASE WHEN prev.state = 'blocked' THEN 'blocked' ELSE p_outcome END::attempt_outcome,
+           ended_at = now()
+     WHERE a.id = prev.current_attempt_id
+    RETURNING a.outcome INTO ended;
+    PERFORM ledger_log(p_fleet, prev.id, prev.current_attempt_id, 'released', prev.state, w.state, p_agent,
+                       jsonb_build_object('outcome', ended, 'reason', p_reason), p_key, p_hash);
+    RETURN QUERY SELECT 'ok'::text, w, '{}'::jsonb;
+END
+$$;
+
+-- recordCost: adds p_cents to attempt p_attempt, or (p_attempt NULL) to
+-- the caller's latest attempt of unit p_unit (for an operator without one:
+-- the unit's current attempt). The attempt's agent, or an operator
+-- (p_operator), may bill at any time, also after the attempt ended or the
+-- unit was disposed. The attempts trigger rolls the cost up to the unit.
+-- The unit's row is locked before the attempt's, as every write does.
+CREATE OR REPLACE FUNCTION ledger_record_cost(p_fleet text, p_agent text, p_notify text, p_key text, p_hash text,
+                                              p_attempt uuid, p_unit uuid, p_cents bigint, p_operator boolean)
+RETURNS TABLE (result text, unit work_units, info jsonb)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    target uuid := p_attempt;
+    w work_units;
+    billed work_unit_attempts;
+BEGIN
+    PERFORM ledger_begin(p_fleet, p_notify);
+    RETURN QUERY SELECT * FROM ledger_replay(p_fleet, p_agent, p_key, p_hash);
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    IF target IS NULL THEN
+        target := coalesce(
+            (SELECT a.id FROM work_unit_attempts a WHERE a.unit_id = p_unit AND a.agent_id = p_agent
+              ORDER BY a.attempt_no DESC LIMIT 1),
+            (SELECT u.current_attempt_id FROM work_units u WHERE u.id = p_unit AND p_operator));
+        IF target IS NULL THEN
+            SELECT * INTO w FROM work_units u WHERE u.id = p_unit;
+            IF w.id IS NULL THEN
+                RETURN QUERY SELECT 'NOT_FOUND'::text, NULL::work_units, jsonb_build_object('what', 'unit', 'id', p_unit);
+            ELSE
+                RETURN QUERY SELECT 'NOT_CLAIM_HOLDER'::text, w, jsonb_build_object('holder', w.claimed_by);
+            END IF;
+            RETURN;
+        END IF;
+    END IF;
+    SELECT * INTO w FROM work_units u
+     WHERE u.id = (SELECT a.unit_id FROM work_unit_attempts a WHERE a.fleet = p_fleet AND a.id = target)
+       FOR NO KEY UPDATE;
+    UPDATE work_unit_attempts a SET cost_cents = a.cost_cents + p_cents
+     WHERE a.fleet = p_fleet AND a.id = target AND (a.agent_id = p_agent OR p_operator) AND w.id IS NOT NULL
+    RETURNING a.* INTO billed;
+    IF billed.id IS NULL THEN
+        RETURN QUERY SELECT * FROM ledger_attempt_refusal(p_agent, target);
+        RETURN;
+    END IF;
+    PERFORM ledger_log(p_fleet, billed.unit_id, billed.id, 'cost_recorded', NULL, NULL, p_agent, '{}'::jsonb,
+                       p_key, p_hash, p_cents);
+    RETURN QUERY SELECT * FROM ledger_answer('ok', billed.unit_id);
+END
+$$;
+
+-- dispose: the permanent disposition. p_terminal is the state it leaves
+-- the unit in, p_evidence the link (NULL: keep the verification evidence),
+-- p_holder_states the states in which the holder may dispose and
+-- p_operator_states those in which the caller may as an operator (empty for
+-- an agent). Ends an open attempt as abandoned and cancels an open question.
+CREATE OR REPLACE FUNCTION ledger_dispose(p_fleet text, p_agent text, p_notify text, p_key text, p_hash text,
+                                          p_unit uuid, p_attempt uuid, p_disposition text, p_terminal text,
+                                          p_evidence text, p_reason text, p_holder_states text[],
+                                          p_operator_states text[])
+RETURNS TABLE (result text, unit work_units, info jsonb)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    prev work_units;
+    w work_units;
+BEGIN
+    PERFORM ledger_begin(p_fleet, p_notify);
+    RETURN QUERY SELECT * FROM ledger_replay(p_fleet, p_agent, p_key, p_hash);
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    SELECT * INTO prev FROM work_units u
+     WHERE u.fleet = p_fleet AND u.id = p_unit
+       AND ((u.claimed_by = p_agent AND u.state::text = ANY(p_holder_states)) OR u.state::text = ANY(p_operator_states))
+       AND (p_evidence IS NOT NULL OR cardinality(u.evidence_urls) > 0)
+       AND (p_attempt IS NULL OR u.current_attempt_id = p_attempt)
+       FOR NO KEY UPDATE;
+    IF prev.id IS NULL THEN
+        RETURN QUERY SELECT * FROM ledger_refusal(p_agent, p_unit, p_attempt, true, cardinality(p_operator_states) > 0);
+        RETURN;
+    END IF;
+    UPDATE work_units u
+       SET state = p_terminal::work_state, disposition = p_disposition::disposition, disposed_at = now(),
+           lease_expires_at = NULL,
+           evidence_urls = CASE WHEN p_evidence IS NULL OR p_evidence = ANY(u.evidence_urls) THEN u.evidence_urls
+                                ELSE array_append(u.evidence_urls, p_evidence) END
+     WHERE u.id = prev.id
+    RETURNING u.* INTO w;
+    UPDATE work_unit_attempts a SET outcome = 'abandoned', ended_at = now()
+     WHERE a.id = prev.current_attempt_id AND a.outcome IS NULL;
+    UPDATE blocking_questions q SET status = 'cancelled', cancelled_at = now()
+     WHERE q.unit_id = prev.id AND q.status = 'open';
+    PERFORM ledger_log(p_fleet, prev.id, prev.current_attempt_id, 'disposed', prev.state, w.state, p_agent,
+                       jsonb_build_object('disposition', p_disposition,
+                                          'evidence_url', coalesce(p_evidence, w.evidence_urls[cardinality(w.evidence_urls)]),
+                                          'reason', p_reason),
+                       p_key, p_hash);
+    RETURN QUERY SELECT 'ok'::text, w, '{}'::jsonb;
+END
+$$;
+
+-- registerUnits (and import): inserts the units that do not exist yet, one
+-- `registered` event each, and answers every requested unit in input
+-- order. Existing units come back untouched (idempotent by (fleet,
+-- external_ref)); ON CONFLICT DO NOTHING waits for a concurrent
+-- registration of the same ref and then skips it.
+CREATE OR REPLACE FUNCTION ledger_register(p_fleet text, p_agent text, p_notify text, p_refs text[], p_domains text[],
+                                           p_workflows text[])
+RETURNS TABLE (result text, unit work_units, info jsonb)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM ledger_begin(p_fleet, p_notify);
+    WITH input AS (
+         SELECT DISTINCT ON (i.external_ref) i.external_ref, i.domain, nullif(i.workflow_id, '') AS workflow_id
+           FROM unnest(p_refs, p_domains, p_workflows) WITH ORDINALITY AS i(external_ref, domain, workflow_id, ord)
+          ORDER BY i.external_ref, i.ord
+     ), ins AS (
+         INSERT INTO work_units AS u (fleet, external_ref, domain, workflow_id)
+         SELECT p_fleet, input.external_ref, input.domain, input.workflow_id FROM input ORDER BY input.external_ref
+         ON CONFLICT (fleet, external_ref) DO NOTHING
+         RETURNING u.id, u.external_ref
+     )
+    -- Set-based (one INSERT for the batch): the same columns as ledger_log.
+    INSERT INTO work_unit_events (fleet, unit_id, event_type, to_state, agent_id, detail)
+    SELECT p_fleet, ins.id, 'registered', 'ready', p_agent, jsonb_build_object('external_ref', ins.external_ref)
+      FROM ins;
+    -- A new statement: it sees units committed by concurrent registrations too.
+    RETURN QUERY SELECT 'ok'::text, u, '{}'::jsonb
+                   FROM unnest(p_refs) WITH ORDINALITY AS i(external_ref, ord)
+                   JOIN work_units u ON u.fleet = p_fleet AND u.external_ref = i.external_ref
+                  ORDER BY i.ord;
+END
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Writes of the service itself, across fleets (owned by the tables' owner;
+-- the sweeper and the token commands run as the service's own login).
+-- ---------------------------------------------------------------------------
+
+-- The sweeper: one `stalled` event per expired CLAIMED/IN_PROGRESS attempt
+-- that has none yet, at most p_batch, for every fleet. The unit is locked
+-- (FOR SHARE SKIP LOCKED) and re-checked in this statement, so a report can
+-- never follow a disposition, a release or a reclaim that commits first;
+-- a unit some write holds right now is left for the next pass. The partial
+-- unique index work_unit_events_one_stall_per_attempt de-duplicates across
+-- replicas.
+CREATE OR REPLACE FUNCTION ledger_report_stalls(p_batch integer)
+RETURNS TABLE (found bigint, reported bigint)
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+    WITH expired AS (
+         SELECT u.id, u.fleet, u.domain, u.state, u.claimed_by, u.current_attempt_id, u.lease_expires_at,
+                u.last_heartbeat_at
+           FROM work_units u
+          WHERE u.state IN ('claimed', 'in_progress') AND u.lease_expires_at < now()
+            AND NOT EXISTS (SELECT 1 FROM work_unit_events e
+                             WHERE e.attempt_id = u.current_attempt_id AND e.event_type = 'stalled')
+          ORDER BY u.lease_expires_at
+          LIMIT p_batch
+          FOR SHARE OF u SKIP LOCKED
+     ), reported AS (
+         INSERT INTO work_unit_events (fleet, unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail)
+         SELECT fleet, id, current_attempt_id, 'stalled', state, state, claimed_by,
+                jsonb_build_object('domain', domain, 'lease_expired_at', lease_expires_at,
+                                   'last_heartbeat_at', last_heartbeat_at)
+           FROM expired
+         ON CONFLICT (attempt_id) WHERE event_type = 'stalled' DO NOTHING
+         RETURNING 1
+     )
+    SELECT (SELECT count(*) FROM expired), (SELECT count(*) FROM reported);
+$$;
+
+-- Tokens: created with their hash (never the secret), revoked once.
+CREATE OR REPLACE FUNCTION ledger_token_create(p_fleet text, p_name text, p_permissions text[], p_hash bytea)
+RETURNS uuid LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+    INSERT INTO api_tokens (fleet, name, permissions, token_hash) VALUES (p_fleet, p_name, p_permissions, p_hash)
+    RETURNING id;
+$$;
+
+CREATE OR REPLACE FUNCTION ledger_token_revoke(p_id uuid)
+RETURNS boolean LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+    WITH r AS (UPDATE api_tokens SET revoked_at = clock_timestamp() WHERE id = p_id AND revoked_at IS NULL RETURNING 1)
+    SELECT EXISTS (SELECT 1 FROM r);
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Who owns and may call what.
+-- ---------------------------------------------------------------------------
+DO $$
+DECLARE
+    f text;
+BEGIN
+    -- The helpers and the fleet-scoped writes belong to the writer role; the
+    -- service's role may call the writes, nobody may call the helpers alone.
+    FOREACH f IN ARRAY ARRAY[
+        'ledger_begin(text, text)',
+        'ledger_answer(text, uuid, jsonb)',
+        'ledger_log(text, uuid, uuid, event_type, work_state, work_state, text, jsonb, text, text, bigint)',
+        'ledger_replay(text, text, text, text)',
+        'ledger_refusal(text, uuid, uuid, boolean, boolean)',
+        'ledger_attempt_refusal(text, uuid)',
+        'ledger_claim(text, text, text, text, text, integer, text, uuid)',
+        'ledger_heartbeat(text, text, text, uuid, integer)',
+        'ledger_transition(text, text, text, text, text, uuid, uuid, text, text)',
+        'ledger_block(text, text, text, text, text, uuid, uuid, text, text)',
+        'ledger_unblock(text, text, text, text, text, uuid, text, integer)',
+        'ledger_release(text, text, text, text, text, uuid, uuid, text, text)',
+        'ledger_record_cost(text, text, text, text, text, uuid, uuid, bigint, boolean)',
+        'ledger_dispose(text, text, text, text, text, uuid, uuid, text, text, text, text, text[], text[])',
+        'ledger_register(text, text, text, text[], text[], text[])'
+    ] LOOP
+        EXECUTE format('ALTER FUNCTION %s OWNER TO work_ledger_writer', f);
+        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f);
+    END LOOP;
+    FOREACH f IN ARRAY ARRAY[
+        'ledger_claim(text, text, text, text, text, integer, text, uuid)',
+        'ledger_heartbeat(text, text, text, uuid, integer)',
+        'ledger_transition(text, text, text, text, text, uuid, uuid, text, text)',
+        'ledger_block(text, text, text, text, text, uuid, uuid, text, text)',
+        'ledger_unblock(text, text, text, text, text, uuid, text, integer)',
+        'ledger_release(text, text, text, text, text, uuid, uuid, text, text)',
+        'ledger_record_cost(text, text, text, text, text, uuid, uuid, bigint, boolean)',
+        'ledger_dispose(text, text, text, text, text, uuid, uuid, text, text, text, text, text[], text[])',
+        'ledger_register(text, text, text, text[], text[], text[])',
+        'ledger_report_stalls(integer)'
+    ] LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO work_ledger_app', f);
+    END LOOP;
+    -- Token writes are the operator CLI's, as the owner: nobody else.
+    REVOKE ALL ON FUNCTION ledger_token_create(text, text, text[], bytea) FROM PUBLIC;
+    REVOKE ALL ON FUNCTION ledger_token_revoke(uuid) FROM PUBLIC;
+    REVOKE ALL ON FUNCTION ledger_report_stalls(integer) FROM PUBLIC;
+END
+$$;

@@ -1,0 +1,81 @@
+//! The ledger's writes: each is one call of its SQL function
+//! (`migration/src/sql/repeatable/writes.sql`), one autocommit statement
+//! whatever the call carries (an idempotency key, an attempt fence, a
+//! domain). The SQL lives there and only there; this module names the
+//! functions and decodes their answer rows.
+
+use sea_orm::{ConnectionTrait, DbErr, FromQueryResult, Value};
+
+use super::entities::work_unit;
+use super::stmt;
+use super::units::UNIT_COLUMNS;
+
+/// The write functions, by name.
+pub mod function {
+    pub const CLAIM: &str = "ledger_claim";
+    pub const HEARTBEAT: &str = "ledger_heartbeat";
+    pub const TRANSITION: &str = "ledger_transition";
+    pub const BLOCK: &str = "ledger_block";
+    pub const UNBLOCK: &str = "ledger_unblock";
+    pub const RELEASE: &str = "ledger_release";
+    pub const RECORD_COST: &str = "ledger_record_cost";
+    pub const DISPOSE: &str = "ledger_dispose";
+    pub const REGISTER: &str = "ledger_register";
+}
+
+/// One answer row of a write: `result` is `ok`, `claimed`, `reclaimed`,
+/// `renewed`, `held`, `replayed`, or the code of the refusal; `unit` the
+/// unit as the call left it (None when there is none in the fleet);
+/// `info` what the refusal needs beyond the unit (holder, attempt, ...).
+#[derive(Debug, Clone)]
+pub struct Written {
+    pub result: String,
+    pub unit: Option<work_unit::Model>,
+    pub info: serde_json::Value,
+}
+
+impl Written {
+    /// A text field of `info`.
+    pub fn info_str(&self, key: &str) -> Option<&str> {
+        self.info.get(key).and_then(serde_json::Value::as_str)
+    }
+}
+
+/// Calls write `function` with `values` (its arguments in order) as one
+/// statement on `db` and returns its answer rows.
+pub async fn call(db: &impl ConnectionTrait, function: &str, values: Vec<Value>) -> Result<Vec<Written>, DbErr> {
+    let params = (1..=values.len()).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
+    let sql = format!(
+        "SELECT w.result, w.info, (w.unit).id IS NOT NULL AS found, {UNIT_COLUMNS}
+           FROM {function}({params}) w CROSS JOIN LATERAL (SELECT (w.unit).*) u"
+    );
+    let rows = db.query_all_raw(stmt(&sql, values)).await?;
+    rows.iter()
+        .map(|row| {
+            let found: bool = row.try_get("", "found")?;
+            Ok(Written {
+                result: row.try_get("", "result")?,
+                unit: if found { Some(work_unit::Model::from_query_result(row, "")?) } else { None },
+                info: row.try_get("", "info")?,
+            })
+        })
+        .collect()
+}
+
+/// Appends one `stalled` event per expired CLAIMED/IN_PROGRESS attempt that
+/// has none yet, at most `batch_size`, for every fleet
+/// (`ledger_report_stalls`). Returns (found, reported): the expired
+/// attempts it saw and the events it appended (another replica may have
+/// taken the rest).
+pub async fn report_stalls(db: &impl ConnectionTrait, batch_size: u32) -> Result<(u64, u64), DbErr> {
+    let row = db
+        .query_one_raw(stmt(
+            "SELECT found, reported FROM ledger_report_stalls($1)",
+            [i32::try_from(batch_size).unwrap_or(i32::MAX).into()],
+        ))
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound("ledger_report_stalls".into()))?;
+    let found: i64 = row.try_get("", "found")?;
+    let reported: i64 = row.try_get("", "reported")?;
+    Ok((found.max(0) as u64, reported.max(0) as u64))
+}
