@@ -76,9 +76,9 @@ pub enum LedgerError {
     Unavailable,
 
     #[error(
-        "this token already runs {limit} fleet-wide reads (queueDepth, costSummary, throughput, weeklyMetrics, \
-         claimingAgents, dispositionSummary, stalls, totalCount) and this one waited too long for its turn; \
-         retry when they have finished"
+        "a token runs {limit} fleet-wide read(s) at a time (queueDepth, costSummary, throughput, weeklyMetrics, \
+         claimingAgents, dispositionSummary, stalls, totalCount) and this one waited too long for its turn \
+         behind this token's others; retry when they have finished"
     )]
     ReadsBusy { limit: usize },
 
