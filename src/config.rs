@@ -199,7 +199,7 @@ pub enum ReaderCommand {
         #[arg(long, value_parser = fleet_name)]
         fleet: String,
         /// Role name (default `grafana_<fleet>`).
-        #[arg(long)]
+        #[arg(long, value_parser = identifier)]
         name: Option<String>,
         /// Password (default: a random one, printed on stdout).
         #[arg(long, env = "WORK_LEDGER_READER_PASSWORD", hide_env_values = true)]
@@ -368,6 +368,13 @@ pub fn fleet_name(text: &str) -> Result<String, String> {
     }
 }
 
+/// A name the ledger shows (a token's subject, a reader login): the rule of
+/// every identifier (1 to 256 printable characters, none of them an
+/// invisible formatting character).
+fn identifier(text: &str) -> Result<String, String> {
+    crate::ledger::validate::label("name", text).map(|()| text.to_owned()).map_err(|e| e.to_string())
+}
+
 /// A positive duration: `250ms`, `5s`, `2m`, or a number of seconds.
 fn duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
@@ -395,7 +402,7 @@ pub enum TokenCommand {
         #[arg(long, value_parser = fleet_name)]
         fleet: String,
         /// The subject: the agent id recorded on claims and events.
-        #[arg(long)]
+        #[arg(long, value_parser = identifier)]
         name: String,
         #[arg(long, value_enum)]
         role: Role,
@@ -417,6 +424,14 @@ mod tests {
         }
         for bad in ["", "-a", ".a", "a b", "a\"b", "a\nb", "a\u{202E}b", "é", &"x".repeat(64), &"x".repeat(5000)] {
             assert!(fleet_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn names_follow_the_identifier_rule() {
+        assert!(identifier("agent-7").is_ok());
+        for bad in ["", "a\u{202E}b", "a\u{FEFF}", "a\nb", &"n".repeat(257)] {
+            assert!(identifier(bad).is_err(), "{bad:?}");
         }
     }
 

@@ -332,8 +332,18 @@ async fn every_cli_fleet_follows_the_one_fleet_name_rule() {
             assert!(text(&out.stderr).contains("a fleet name is 1 to 63 ASCII letters"), "{}", text(&out.stderr));
         }
     }
+    // Names are identifiers: no invisible formatting characters either.
+    for args in [
+        vec!["token", "create", "--fleet", "f", "--name", "agent\u{202E}1", "--role", "agent"],
+        vec!["reader", "create", "--fleet", "f", "--name", "r\u{2060}x", "--password", "pw"],
+    ] {
+        let out = work_ledger(&app, &args, None);
+        assert!(!out.status.success(), "{args:?} accepted");
+        assert!(text(&out.stderr).contains("invisible formatting"), "{}", text(&out.stderr));
+    }
     assert_eq!(app.sql_i64("SELECT count(*) FROM work_units").await, 0);
     assert_eq!(app.sql_i64("SELECT count(*) FROM api_tokens").await, 0);
+    assert_eq!(app.sql_i64("SELECT count(*) FROM fleet_readers").await, 0);
 }
 
 /// Item 10: `restore` hands its file to pg_restore after `--`, so a file
