@@ -279,7 +279,9 @@ const TOOLS: &[ToolSpec] = &[
     ToolSpec {
         name: "claim_next",
         description: "Claim the oldest claimable unit (stale ones first) with a lease. If you already hold a unit you get \
-            that one back, lease renewed. Returns null when nothing is claimable.",
+            that one back, lease renewed. `outcome` says which: `claimed` (a new attempt), `renewed` (the unit you \
+            already hold, lease extended) or `held` (your BLOCKED unit, nothing written). Returns a null unit when \
+            nothing is claimable.",
         needs: AGENT,
         tool: tool::<ClaimNextArgs>,
     },
@@ -469,9 +471,9 @@ impl LedgerTools {
         let unit = match tool {
             "claim_next" => {
                 let a: ClaimNextArgs = parse(args)?;
-                let claimed = ledger.claim_next(who, a.domain, a.lease_seconds, a.idempotency_key).await?;
+                let claimed = ledger.claim_next_outcome(who, a.domain, a.lease_seconds, a.idempotency_key).await?;
                 return Ok(match claimed {
-                    Some(unit) => json!({ "unit": unit_json(&unit, who) }),
+                    Some((outcome, unit)) => json!({ "outcome": outcome.name(), "unit": unit_json(&unit, who) }),
                     None => json!({ "unit": null, "hint": "nothing is claimable right now; try again later" }),
                 });
             }

@@ -69,6 +69,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261130_000012_one_write_path", "0012_one_write_path"),
             // Reader logins cannot hold a transaction past 60 s: the function the reader warden calls.
             sql_migration!("m20261130_000013_reader_warden", "0013_reader_warden"),
+            // Foreign sessions: writer markers out of other logins' reach, notifications that name no fleet.
+            sql_migration!("m20261130_000014_foreign_sessions", "0014_foreign_sessions"),
         ]
     }
 }

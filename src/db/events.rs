@@ -230,14 +230,15 @@ pub async fn start(db: &impl ConnectionTrait) -> Result<Start, DbErr> {
 }
 
 /// Announces that `fleets` have new events: one `pg_notify` per fleet on the
-/// events channel, with the fleet's opaque tag as payload (migration 0004),
+/// events channel, with a fresh signal of the fleet as payload (a nonce and
+/// its MAC under the fleet's tag, migration 0014: [`signal_matches`]),
 /// in one autocommit statement. Its commit carries nothing worth a WAL flush,
 /// so it does not wait for one (`synchronous_commit` off for it alone): a
 /// notification lost to a crash is made up for by the listeners' periodic
 /// re-read of the table.
 pub async fn notify_fleets(db: &impl ConnectionTrait, fleets: Vec<String>) -> Result<(), DbErr> {
     db.execute_raw(stmt(
-        "SELECT pg_notify('work_ledger_events', live_fleet_tag(f)), set_config('synchronous_commit', 'off', true)
+        "SELECT pg_notify('work_ledger_events', live_fleet_signal(f)), set_config('synchronous_commit', 'off', true)
            FROM unnest($1::text[]) AS f",
         [fleets.into()],
     ))
@@ -245,9 +246,38 @@ pub async fn notify_fleets(db: &impl ConnectionTrait, fleets: Vec<String>) -> Re
     .map(|_| ())
 }
 
+/// True when `payload` (an event notification: 32 hex digits of nonce, then
+/// 32 of MAC) was signalled for the fleet whose tag is `tag`: the MAC is the
+/// first 16 bytes of SHA-256(tag || nonce), as `live_fleet_signal` computes
+/// it. Payloads of other fleets, forgeries and garbage do not match.
+pub fn signal_matches(tag: &str, payload: &str) -> bool {
+    use sha2::{Digest, Sha256};
+    let (Some(nonce), Some(mac)) = (payload.get(..32), payload.get(32..)) else { return false };
+    if mac.len() != 32 {
+        return false;
+    }
+    let mut hasher = Sha256::new();
+    hasher.update(tag.as_bytes());
+    hasher.update(nonce.as_bytes());
+    hex::encode(&hasher.finalize()[..16]) == mac
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_signal_matches_only_its_fleets_tag() {
+        let tag = "0123456789abcdef0123456789abcdef";
+        let nonce = "fedcba9876543210fedcba9876543210";
+        let mac = hex::encode(&<sha2::Sha256 as sha2::Digest>::digest(format!("{tag}{nonce}").as_bytes())[..16]);
+        assert!(signal_matches(tag, &format!("{nonce}{mac}")));
+        assert!(!signal_matches("ffffffffffffffffffffffffffffffff", &format!("{nonce}{mac}")));
+        assert!(!signal_matches(tag, &format!("{nonce}{}", &mac[..31])));
+        assert!(!signal_matches(tag, tag));
+        assert!(!signal_matches(tag, ""));
+        assert!(!signal_matches(tag, &format!("{nonce}{mac}é")));
+    }
 
     #[test]
     fn parses_snapshots() {

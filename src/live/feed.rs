@@ -139,13 +139,16 @@ impl Feeds {
         feed
     }
 
-    /// The fleet tagged `tag` committed events (a tag no feed has is
-    /// ignored). Feeds whose events wait for an older event writer are woken
-    /// too: any commit may be the one they wait for.
-    pub fn wake_tagged(&self, tag: &str) {
+    /// A fleet committed events: `signal` is a nonce and its MAC under that
+    /// fleet's tag, so only the feed that knows the tag recognises it (a
+    /// signal no feed recognises is ignored). Feeds whose events wait for an
+    /// older event writer are woken too: any commit may be the one they
+    /// wait for.
+    pub fn wake_signalled(&self, signal: &str) {
         let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         for entry in entries.values() {
-            if entry.tag.get().is_some_and(|t| t == tag) || entry.held.load(Ordering::Relaxed) {
+            if entry.held.load(Ordering::Relaxed) || entry.tag.get().is_some_and(|t| events::signal_matches(t, signal))
+            {
                 entry.wake.notify_one();
             }
         }

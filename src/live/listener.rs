@@ -144,10 +144,10 @@ async fn listen(live: &Live, mut listener: PgListener) -> Ended {
             _ = live.stopping() => return Ended::Stopped,
             received = rx.recv() => match received {
                 Some(Ok(n)) => match n.channel() {
-                    // Payloads are opaque and anyone may forge them: a tag
-                    // wakes at most one re-read, a revocation notice only
+                    // Payloads are opaque and anyone may forge them: a
+                    // signal wakes at most one re-read, a revocation notice only
                     // makes the open connections' tokens be checked again.
-                    EVENTS_CHANNEL => live.feeds().wake_tagged(n.payload()),
+                    EVENTS_CHANNEL => live.feeds().wake_signalled(n.payload()),
                     TOKENS_CHANNEL => live.recheck_tokens(),
                     PING_CHANNEL if awaiting.as_ref().is_some_and(|(payload, _)| payload == n.payload()) => {
                         awaiting = None;

@@ -197,3 +197,29 @@ async fn claim_next_by_domain_uses_the_index_under_a_generic_plan() {
     tx.rollback().await.expect("rollback");
     assert!(scans >= claims, "{claims} claims by domain read the domain's index {scans} times");
 }
+
+/// Rework goes to fresh eyes (SPEC §3): an agent whose attempt on a unit
+/// just ended FAILED gets another claimable unit, and the failed one goes
+/// to someone else; with nothing else free it may have it back.
+#[tokio::test]
+async fn a_unit_an_agent_failed_goes_to_someone_else_while_other_work_is_free() {
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    // Registered in ref order: "a-oldest" first.
+    let units = app.register(&op, &["a-oldest", "b-newer"]).await;
+    let (oldest, newer) = (units[0]["id"].as_str().expect("id"), units[1]["id"].as_str().expect("id"));
+    let first = Agent::new(&app, "f", "first", Role::Agent).await;
+    assert_eq!(first.claim_next(json!({})).await.unit()["id"], oldest);
+    first.release(oldest, json!({ "outcome": "FAILED", "reason": "tests fail" })).await.data();
+
+    assert_eq!(first.claim_next(json!({})).await.unit()["id"], newer, "the failed unit came straight back");
+    let second = Agent::new(&app, "f", "second", Role::Agent).await;
+    assert_eq!(second.claim_next(json!({})).await.unit()["id"], oldest, "fresh eyes take the failed unit");
+
+    // Nothing else free: the agent may retry what it failed.
+    second.release(oldest, json!({})).await.data();
+    first.release(newer, json!({ "outcome": "FAILED" })).await.data();
+    let third = Agent::new(&app, "f", "third", Role::Agent).await;
+    assert_eq!(third.claim_next(json!({})).await.unit()["id"], oldest);
+    assert_eq!(first.claim_next(json!({})).await.unit()["id"], newer, "the only free unit, failed before");
+}

@@ -11,6 +11,7 @@ mod dashboards;
 mod embedded;
 mod failover;
 mod fencing;
+mod foreign_sessions;
 mod graphiql;
 mod hostile;
 mod http_spec;

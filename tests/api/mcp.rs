@@ -122,7 +122,20 @@ async fn a_tool_call_by_hand_needs_no_session() {
     let agent = app.token("f", "curl-agent", Role::Agent).await;
     let result = tool(&app, &agent, "claim_next", json!({})).await;
     assert_eq!(result["structuredContent"]["unit"]["externalRef"], "by-hand", "{result:#}");
+    assert_eq!(result["structuredContent"]["outcome"], "claimed", "{result:#}");
     assert_eq!(app.sql_i64("SELECT count(*) FROM work_unit_events WHERE event_type = 'claimed'").await, 1);
+
+    // Again: the unit it holds, renewed; blocked: held, nothing written.
+    let again = tool(&app, &agent, "claim_next", json!({})).await;
+    assert_eq!(again["structuredContent"]["outcome"], "renewed", "{again:#}");
+    let unit = again["structuredContent"]["unit"]["id"].as_str().expect("unit").to_owned();
+    tool(&app, &agent, "start_work", json!({ "unitId": unit })).await;
+    tool(&app, &agent, "block", json!({ "unitId": unit, "question": "Which one?" })).await;
+    let events = app.sql_i64("SELECT count(*) FROM work_unit_events").await;
+    let held = tool(&app, &agent, "claim_next", json!({})).await;
+    assert_eq!(held["structuredContent"]["outcome"], "held", "{held:#}");
+    assert_eq!(held["structuredContent"]["unit"]["state"], "BLOCKED", "{held:#}");
+    assert_eq!(app.sql_i64("SELECT count(*) FROM work_unit_events").await, events, "held writes nothing");
 }
 
 /// One `tools/call` by hand, without a session (a plain POST, 200 with a

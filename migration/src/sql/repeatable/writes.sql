@@ -215,6 +215,16 @@ BEGIN
              WHERE u.fleet = p_fleet AND u.state IN ('claimed', 'in_progress') AND u.lease_expires_at < now()
                AND (p_domain IS NULL OR u.domain = p_domain)
              ORDER BY u.lease_expires_at, u.id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
+            -- Rework goes to fresh eyes (SPEC §3): not the unit whose last
+            -- attempt this agent just ended FAILED, while another is free.
+            IF pick.id IS NULL THEN
+                SELECT * INTO pick FROM work_units u
+                 WHERE u.fleet = p_fleet AND u.state = 'ready' AND (p_domain IS NULL OR u.domain = p_domain)
+                   AND NOT (u.attempt_count > 0 AND EXISTS (
+                           SELECT 1 FROM work_unit_attempts a
+                            WHERE a.id = u.current_attempt_id AND a.agent_id = p_agent AND a.outcome = 'failed'))
+                 ORDER BY u.created_at, u.id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
+            END IF;
             IF pick.id IS NULL THEN
                 SELECT * INTO pick FROM work_units u
                  WHERE u.fleet = p_fleet AND u.state = 'ready' AND (p_domain IS NULL OR u.domain = p_domain)
