@@ -171,8 +171,6 @@ struct Session {
     token: Option<(Uuid, TokenHash)>,
     _tracked: Option<crate::live::TrackedToken>,
     max_subscriptions: usize,
-    /// Where each `subscribe` checks the token again.
-    ledger: Ledger,
 }
 
 /// Runs one connection: client frames go through [`Session::client_frame`] to
@@ -201,7 +199,6 @@ async fn serve(conn: Connection, socket: WebSocket) {
         token: None,
         _tracked: None,
         max_subscriptions: config.max_subscriptions,
-        ledger: conn.ledger.clone(),
     };
     let mut revocations = conn.live.revocations();
     let init_deadline = tokio::time::sleep(config.init_timeout);
@@ -282,14 +279,6 @@ impl Session {
             Inbound::Subscribe(id) => {
                 if self.phase != Phase::Ready {
                     return Next::Close(Some((close::UNAUTHORIZED, "Unauthorized".into())));
-                }
-                // Revocation takes effect on the next request (SPEC §8), not
-                // when the notice arrives: every subscription asks the
-                // database, as every HTTP request does.
-                if let Some((_, hash)) = self.token
-                    && matches!(auth::principal_of(self.ledger.db(), &hash).await, Ok(None))
-                {
-                    return Next::Close(Some((close::FORBIDDEN, "Forbidden: the token was revoked".into())));
                 }
                 if self.active.contains(&id) {
                     return Next::Close(Some((close::DUPLICATE_ID, format!("Subscriber for {id} already exists"))));

@@ -306,6 +306,14 @@ impl Live {
         }
     }
 
+    /// Whether `token` is still live, asked now: a subscription asks once
+    /// its tail has its starting point, before it sends anything, so that a
+    /// revocation takes effect on the next request (SPEC §8) and not only
+    /// when its notice arrives.
+    pub async fn token_is_live(&self, token: Uuid) -> Result<bool, DbErr> {
+        Ok(db::tokens::revoked_among(&self.0.db, vec![token]).await?.is_empty())
+    }
+
     /// Closes the connections of every tracked token that was revoked or deleted.
     async fn check_tokens(&self) {
         let tokens: Vec<Uuid> = self.0.tokens.lock().unwrap_or_else(|e| e.into_inner()).keys().copied().collect();

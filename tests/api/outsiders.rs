@@ -116,6 +116,13 @@ const ME: &str = "{ me { name } }";
 async fn a_revoked_token_is_refused_at_once_on_every_surface_and_replica() {
     let app = spawn_app().await;
     let replica = app.spawn_replica().await;
+    // An open question, which blockingQuestionOpened sends as soon as it runs.
+    let op = app.token("f", "op", Role::Operator).await;
+    let unit = app.register(&op, &["q-1"]).await[0]["id"].as_str().expect("id").to_owned();
+    let asker = Agent::new(&app, "f", "asker", Role::Agent).await;
+    asker.claim_unit(&unit, json!({})).await.data();
+    asker.transition(&unit, "IN_PROGRESS", json!({})).await.data();
+    asker.block(&unit, "which copybook?", json!({})).await.data();
     for trial in 0..15 {
         let name = format!("agent-{trial}");
         let token = app.token("f", &name, Role::Agent).await;
@@ -129,6 +136,21 @@ async fn a_revoked_token_is_refused_at_once_on_every_surface_and_replica() {
             assert!(out.status.success(), "{}", text(&out.stderr));
         } else {
             assert!(work_ledger::db::tokens::revoke(&app.owner, id.parse().expect("uuid")).await.expect("revoke"));
+        }
+        // First, a subscription on a connection opened before the revocation
+        // (one that would send the open question at once): refused, or the
+        // connection closed when the notice came first, never run.
+        open.subscribe("1", "subscription { blockingQuestionOpened { id } }", json!({})).await;
+        match open.frame().await {
+            Frame::Close(code, _) => assert_eq!(code, 4403, "trial {trial}: subscribe"),
+            Frame::Json(message) => {
+                let errors = match message["type"].as_str() {
+                    Some("error") => &message["payload"],
+                    _ => &message["payload"]["errors"],
+                };
+                assert_eq!(errors[0]["extensions"]["code"], "UNAUTHENTICATED", "trial {trial}: {message:#}");
+            }
+            Frame::Ping => panic!("trial {trial}: a ping instead of the refusal"),
         }
         for server in [&app, &replica] {
             let post = server.gql(&token, ME, json!({})).await;
@@ -157,12 +179,6 @@ async fn a_revoked_token_is_refused_at_once_on_every_surface_and_replica() {
         let mut ws = Ws::connect(&replica).await;
         ws.send(json!({ "type": "connection_init", "payload": { "Authorization": format!("Bearer {token}") } })).await;
         assert_eq!(ws.closed().await.0, 4403, "trial {trial}: connection_init");
-        // A subscription on a connection opened before the revocation.
-        open.subscribe("1", "subscription { ledgerEvents { id } }", json!({})).await;
-        match open.frame().await {
-            Frame::Close(code, _) => assert_eq!(code, 4403, "trial {trial}: subscribe"),
-            other => panic!("trial {trial}: a subscribe after the revocation got {other:?}"),
-        }
     }
 }
 
