@@ -239,6 +239,9 @@ struct QuestionsArgs {
 struct AnswerArgs {
     /// The blocked unit whose open question you answer.
     unit_id: Uuid,
+    /// The question you answer (the unit's `openQuestion.id`): when it is no longer the unit's open question,
+    /// the answer is QUESTION_NOT_OPEN and changes nothing.
+    question_id: Option<Uuid>,
     answer: String,
     idempotency_key: Option<String>,
 }
@@ -549,7 +552,7 @@ impl LedgerTools {
             }
             "answer_question" => {
                 let a: AnswerArgs = parse(args)?;
-                ledger.unblock(who, a.unit_id, a.answer, a.idempotency_key).await?
+                ledger.unblock(who, a.unit_id, a.question_id, a.answer, a.idempotency_key).await?
             }
             "get_unit" => {
                 let a: GetUnitArgs = parse(args)?;

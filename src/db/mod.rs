@@ -164,10 +164,11 @@ where
     E: From<DbErr>,
     F: for<'t> FnOnce(&'t DatabaseTransaction) -> BoxFuture<'t, Result<T, E>> + Send,
 {
-    in_fleet_with(db, None, fleet, Notify::InTransaction, work).await
+    in_fleet_counted(db, None, fleet, work).await
 }
 
-/// How the events a transaction appends are announced (SPEC §6, migration 0010).
+/// How the events a write appends are announced (SPEC §6, migration 0010):
+/// the write functions take it as `p_notify`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Notify {
     /// The events trigger issues `pg_notify` inside the transaction.
@@ -190,6 +191,8 @@ impl Notify {
 /// [`in_fleet`], counting the task in `users` while it waits for or holds
 /// its connection ([`InFlight`]): the pool's users beyond its size are its
 /// waiters, which sqlx does not report (the `db_pool_waiting` metric).
+/// (Request transactions only read: every write is one call of its SQL
+/// function, [`writes`].)
 pub async fn in_fleet_counted<T, E, F>(
     db: &DatabaseConnection,
     users: Option<&AtomicI64>,
@@ -201,28 +204,11 @@ where
     E: From<DbErr>,
     F: for<'t> FnOnce(&'t DatabaseTransaction) -> BoxFuture<'t, Result<T, E>> + Send,
 {
-    in_fleet_with(db, users, fleet, Notify::InTransaction, work).await
-}
-
-/// [`in_fleet`] with both a pool users gauge and a notification mode.
-pub async fn in_fleet_with<T, E, F>(
-    db: &DatabaseConnection,
-    users: Option<&AtomicI64>,
-    fleet: &str,
-    notify: Notify,
-    work: F,
-) -> Result<T, E>
-where
-    T: Send,
-    E: From<DbErr>,
-    F: for<'t> FnOnce(&'t DatabaseTransaction) -> BoxFuture<'t, Result<T, E>> + Send,
-{
     let _in_flight = users.map(InFlight::new);
     let tx = db.begin().await?;
     tx.execute_raw(stmt(
-        "SELECT set_config('role', $1, true), set_config('work_ledger.fleet', $2, true),
-                set_config('work_ledger.notify', $3, true)",
-        [APP_ROLE.into(), fleet.into(), notify.setting().into()],
+        "SELECT set_config('role', $1, true), set_config('work_ledger.fleet', $2, true)",
+        [APP_ROLE.into(), fleet.into()],
     ))
     .await?;
     match work(&tx).await {

@@ -33,6 +33,10 @@ impl From<LedgerError> for Error {
                     ext.set("attemptId", attempt_id.to_string());
                 }
                 LedgerError::AgentBusy { held, .. } => ext.set("heldUnitId", held.to_string()),
+                LedgerError::QuestionNotOpen { question_id, open_question, .. } => {
+                    ext.set("questionId", question_id.to_string());
+                    ext.set("openQuestionId", open_question.map(|q| q.to_string()));
+                }
                 LedgerError::Forbidden(permission) => ext.set("permission", permission.as_str()),
                 LedgerError::InvalidInput { argument, .. } => ext.set("argument", argument.clone()),
                 LedgerError::Internal { correlation_id } => ext.set("correlationId", correlation_id.as_str()),

@@ -99,13 +99,17 @@ impl WorkMutation {
         &self,
         ctx: &Context<'_>,
         unit_id: Uuid,
+        #[graphql(
+            desc = "The question you answer (`openQuestion.id`, or the id `blockingQuestionOpened` delivered): when given and it is not the unit's open question (answered, cancelled or replaced meanwhile), the answer is QUESTION_NOT_OPEN, naming the open one, and changes nothing. Always send it."
+        )]
+        question_id: Option<Uuid>,
         answer: String,
         #[graphql(
             desc = "Your idempotency key, scoped to you (fleet and token name): resending it with the same arguments returns the current unit and writes nothing; with other arguments it is IDEMPOTENCY_KEY_REUSED. Another agent's identical key is unrelated."
         )]
         idempotency_key: Option<String>,
     ) -> Result<WorkUnit> {
-        Ok(WorkUnit(ledger(ctx).unblock(principal(ctx)?, unit_id, answer, idempotency_key).await?))
+        Ok(WorkUnit(ledger(ctx).unblock(principal(ctx)?, unit_id, question_id, answer, idempotency_key).await?))
     }
 
     /// Gives the unit up: the attempt ends (ABANDONED, or FAILED when asked) and the unit is READY again;

@@ -63,6 +63,9 @@ pub enum LedgerError {
     )]
     DispositionImmutable { unit_id: Uuid, disposition: Disposition, disposed_at: DateTime<Utc> },
 
+    #[error("{}", question_not_open_message(*unit_id, *question_id, *open_question))]
+    QuestionNotOpen { unit_id: Uuid, question_id: Uuid, open_question: Option<Uuid> },
+
     #[error(
         "idempotency key `{key}` was already used for another operation or other arguments; use a fresh key \
          for a new request, or resend exactly the original one"
@@ -130,6 +133,19 @@ fn already_claimed_message(unit_id: Uuid, holder: &str, lease_expires_at: Option
     )
 }
 
+fn question_not_open_message(unit_id: Uuid, question_id: Uuid, open: Option<Uuid>) -> String {
+    match open {
+        Some(open) => format!(
+            "question {question_id} is not the open question of unit {unit_id} (it was answered, cancelled or replaced); \
+             its open question is {open}: read it (`unit {{ openQuestion {{ id question }} }}`) and answer that one"
+        ),
+        None => format!(
+            "question {question_id} is not open and unit {unit_id} has no open question now (it was answered, \
+             cancelled, or the unit moved on); nothing to answer"
+        ),
+    }
+}
+
 fn illegal_transition_message(unit_id: Uuid, from: WorkState, to: &str, legal: &[String]) -> String {
     let next = if legal.is_empty() { "nothing: the unit is terminal".to_owned() } else { legal.join(", ") };
     format!("unit {unit_id} is {} and cannot go to {to}; legal next actions for you: {next}", from.api_name())
@@ -151,6 +167,7 @@ impl LedgerError {
             Self::EvidenceRequired { .. } => "EVIDENCE_REQUIRED",
             Self::DispositionImmutable { .. } => "DISPOSITION_IMMUTABLE",
             Self::IdempotencyKeyReused { .. } => "IDEMPOTENCY_KEY_REUSED",
+            Self::QuestionNotOpen { .. } => "QUESTION_NOT_OPEN",
             Self::AboutUnit { reason, .. } => reason.code(),
             Self::Unavailable | Self::TimedOut | Self::ReadsBusy { .. } => "UNAVAILABLE",
             Self::Internal { .. } | Self::Retry => "INTERNAL",

@@ -101,19 +101,25 @@ impl Ledger {
         Ok(self.call_one(who, function::BLOCK, Some(keyed), values, "BLOCKED").await?.1)
     }
 
+    /// `question`, when given, must be the unit's open question
+    /// (QUESTION_NOT_OPEN otherwise).
     pub async fn unblock(
         &self,
         who: &Principal,
         unit_id: Uuid,
+        question: Option<Uuid>,
         answer: String,
         key: Option<String>,
     ) -> Result<UnitModel, LedgerError> {
         who.require(Permission::QuestionsAnswer)?;
         let checks = validate::idempotency_key(key.as_deref()).and_then(|()| validate::long_text("answer", &answer));
         self.check_args(who, unit_id, "IN_PROGRESS (unblock)", false, checks).await?;
-        let args = json!({ "unitId": unit_id, "answer": answer });
+        let mut args = json!({ "unitId": unit_id, "answer": answer });
+        if let (Some(question), Some(map)) = (question, args.as_object_mut()) {
+            map.insert("questionId".to_owned(), json!(question));
+        }
         let keyed = Keyed { operation: "unblock", key, args: &args };
-        let values = vec![unit_id.into(), answer.into(), validate::DEFAULT_LEASE_SECONDS.into()];
+        let values = vec![unit_id.into(), question.into(), answer.into(), validate::DEFAULT_LEASE_SECONDS.into()];
         Ok(self.call_one(who, function::UNBLOCK, Some(keyed), values, "IN_PROGRESS (unblock)").await?.1)
     }
 

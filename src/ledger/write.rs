@@ -160,6 +160,11 @@ pub fn answer(row: Written, who: &Principal, action: &str) -> Result<(String, Un
             holder: row.info_str("holder").unwrap_or_default().to_owned(),
             lease_expires_at: unit.lease_expires_at,
         },
+        "QUESTION_NOT_OPEN" => LedgerError::QuestionNotOpen {
+            unit_id: unit.id,
+            question_id: uuid("question_id").unwrap_or_default(),
+            open_question: uuid("open_question_id"),
+        },
         "AGENT_BUSY" => LedgerError::AgentBusy {
             held: uuid("held_id").unwrap_or_default(),
             held_ref: row.info_str("held_ref").unwrap_or_default().to_owned(),

@@ -28,7 +28,8 @@ use work_ledger::db;
 use work_ledger::http::ServerConfig;
 use work_ledger::live::{ListenerConfig, LiveConfig, SweeperConfig};
 
-use crate::helpers::{TestApp, serve};
+use crate::helpers::{TestApp, loopback_ports, serve};
+use crate::skip::skip;
 
 const AGENTS: usize = 16;
 const UNITS: usize = 3000;
@@ -53,7 +54,7 @@ impl Formation {
         let dir = std::env::temp_dir().join(format!("wl-ha-{}", std::process::id()));
         let formation = Formation { script, dir };
         formation.run(&["stop"]);
-        let port = free_port_range(4).to_string();
+        let port = loopback_ports(4).to_string();
         let url = formation.run(&["start", "--base-port", &port, "--nodes", "2", "--fast-failover"]);
         (formation, url.trim().to_owned())
     }
@@ -110,15 +111,6 @@ impl Drop for Formation {
     }
 }
 
-/// The first of `n` consecutive loopback ports that are free now.
-fn free_port_range(n: u16) -> u16 {
-    let seed = std::process::id() as u16;
-    (0..200u16)
-        .map(|i| 20000 + (seed.wrapping_mul(7) % 20000 + i * 37) % 30000)
-        .find(|&base| (0..n).all(|k| std::net::TcpListener::bind(("127.0.0.1", base + k)).is_ok()))
-        .expect("free ports")
-}
-
 fn has_pg_autoctl() -> bool {
     std::process::Command::new("pg_autoctl").arg("--version").output().is_ok_and(|o| o.status.success())
 }
@@ -172,9 +164,15 @@ impl Load {
             {
                 let mut record = self.record.lock().unwrap_or_else(|e| e.into_inner());
                 match answer {
+                    // A claimNext that found nothing claimable wrote nothing:
+                    // not an acknowledged write (the event log has no row for
+                    // its key), and no sign that writes work again.
+                    Some(body) if body["errors"].is_null() && body["data"]["r"].is_null() => {
+                        return Some(Value::Null);
+                    }
                     Some(body) if body["errors"].is_null() => {
                         let unit = body["data"]["r"].clone();
-                        let id = unit["id"].as_str().unwrap_or("none").to_owned();
+                        let id = unit["id"].as_str().unwrap_or_default().to_owned();
                         record.acks.push((agent.to_owned(), key, op, id));
                         record.ack_times.push(Instant::now());
                         return Some(unit);
@@ -465,11 +463,7 @@ async fn register_units(app: &TestApp, token: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_service_survives_losing_the_primary_and_a_switchover() {
     if !has_pg_autoctl() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "pg_autoctl is missing and CI is set: .ci/run installs postgresql-15-auto-failover and pg-auto-failover-cli"
-        );
-        eprintln!("skipped: pg_autoctl not found (apt-get install postgresql-15-auto-failover pg-auto-failover-cli)");
+        skip("pg_autoctl not found (apt-get install postgresql-15-auto-failover pg-auto-failover-cli)");
         return;
     }
     let (formation, url) = Formation::start();
@@ -586,7 +580,7 @@ async fn the_service_survives_losing_the_primary_and_a_switchover() {
     assert!(twice.is_empty(), "units claimed twice: {twice:?}");
     let mut claimed: HashMap<&str, &str> = HashMap::new();
     for (agent, _, op, unit) in &record.acks {
-        if *op == "claim" && unit != "none" {
+        if *op == "claim" {
             let holder = claimed.entry(unit).or_insert(agent);
             assert_eq!(holder, agent, "unit {unit} acknowledged as claimed by two agents");
         }

@@ -30,7 +30,7 @@ async fn a_stale_attempt_id_is_lease_lost_and_writes_nothing() {
     let current = second.str("currentAttemptId");
     assert_ne!(current, old);
 
-    let before = app.event_count().await;
+    let before = app.snapshot(&unit).await;
     for (name, query) in [("transition", TRANSITION), ("block", BLOCK), ("release", RELEASE), ("dispose", DISPOSE)] {
         let r = agent.run(query, json!({ "u": unit, "a": old })).await;
         assert_eq!(r.code(), "LEASE_LOST", "{name}: {:#}", r.body);
@@ -39,7 +39,7 @@ async fn a_stale_attempt_id_is_lease_lost_and_writes_nothing() {
         let r = agent.run(query, json!({ "u": unit, "a": uuid::Uuid::new_v4() })).await;
         assert_eq!(r.code(), "LEASE_LOST", "{name}: {:#}", r.body);
     }
-    assert_eq!(app.event_count().await, before, "nothing written");
+    app.assert_unchanged(&unit, &before, "the stale attempt's writes").await;
     let state = app
         .sql_json(&format!("SELECT state::text, current_attempt_id::text FROM work_units WHERE id = '{unit}'"))
         .await;

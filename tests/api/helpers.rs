@@ -496,7 +496,7 @@ impl<'a> Agent<'a> {
 
     pub async fn unblock(&self, unit: &str, answer: &str, vars: Value) -> Gql {
         let q = format!(
-            "mutation($u: UUID!, $a: String!, $key: String) {{ r: unblock(unitId: $u, answer: $a, idempotencyKey: $key) {{ {UNIT} }} }}"
+            "mutation($u: UUID!, $q: UUID, $a: String!, $key: String) {{ r: unblock(unitId: $u, questionId: $q, answer: $a, idempotencyKey: $key) {{ {UNIT} }} }}"
         );
         self.run(&q, merge(json!({ "u": unit, "a": answer }), vars)).await
     }
@@ -561,6 +561,63 @@ impl TestApp {
         }
     }
 
+    /// Every row a write on `unit` could touch, read as the owner (past
+    /// row-level security): the unit's row with all its columns (the lease,
+    /// `updated_at` and the cost too), its attempts, its questions, its
+    /// events, and how many units, attempts, questions and events the whole
+    /// database holds. Equal snapshots before and after a refusal are what
+    /// "nothing written" means; "no new event" misses a refusal that moves
+    /// the lease or the cost without logging it.
+    pub async fn snapshot(&self, unit: &str) -> Value {
+        let rows = |table: &str, column: &str, order: &str| {
+            format!(
+                "SELECT coalesce(jsonb_agg(to_jsonb(t) ORDER BY {order}), '[]') FROM {table} t WHERE {column} = '{unit}'"
+            )
+        };
+        let snapshot = self
+            .sql_json(&format!(
+                "SELECT (SELECT to_jsonb(u) FROM work_units u WHERE id = '{unit}') AS unit,
+                        ({}) AS attempts, ({}) AS questions, ({}) AS events,
+                        (SELECT count(*) FROM work_units) AS all_units,
+                        (SELECT count(*) FROM work_unit_attempts) AS all_attempts,
+                        (SELECT count(*) FROM blocking_questions) AS all_questions,
+                        (SELECT count(*) FROM work_unit_events) AS all_events",
+                rows("work_unit_attempts", "unit_id", "attempt_no"),
+                rows("blocking_questions", "unit_id", "created_at, id"),
+                rows("work_unit_events", "unit_id", "seq"),
+            ))
+            .await;
+        let snapshot = snapshot.into_iter().next().expect("one row");
+        assert!(!snapshot["unit"].is_null(), "no unit {unit} to snapshot");
+        snapshot
+    }
+
+    /// Asserts that `unit`'s snapshot is still `before`, naming what differs.
+    pub async fn assert_unchanged(&self, unit: &str, before: &Value, what: &str) {
+        let after = self.snapshot(unit).await;
+        let mut differs = Vec::new();
+        diff("", before, &after, &mut differs);
+        assert!(differs.is_empty(), "{what} wrote: {}", differs.join("; "));
+    }
+
+    /// Where the statement log stands now, for [`Self::request_statements_since`].
+    pub fn statement_mark(&self) -> usize {
+        self.statement_log.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// The statements sent since `mark` on behalf of requests' work, without
+    /// the token lookups: whether a request looks its token up depends on the
+    /// clock (a cache entry lives a second, `auth::TokenCache`), not on what
+    /// the request asks, so a count that includes them is flaky.
+    pub fn request_statements_since(&self, mark: usize) -> Vec<String> {
+        let log = self.statement_log.lock().unwrap_or_else(|e| e.into_inner());
+        log[mark..]
+            .iter()
+            .filter(|sql| !sql.contains("authenticate_token") && !sql.contains("api_tokens"))
+            .cloned()
+            .collect()
+    }
+
     pub async fn event_count(&self) -> i64 {
         self.sql_i64("SELECT count(*) FROM work_unit_events").await
     }
@@ -573,6 +630,53 @@ impl TestApp {
         .into_iter()
         .map(|row| row["t"].as_str().unwrap_or_default().to_owned())
         .collect()
+    }
+}
+
+/// The first of `n` consecutive loopback ports, free now, for a server that
+/// cannot listen on port 0 and say where it did (Prometheus, a PostgreSQL
+/// formation). They lie below the kernel's ephemeral range, which every
+/// port-0 listener of the suite (each test's server) and every outgoing
+/// connection draws from, so none of those can take them between this check
+/// and the server's own bind; within this process no two calls share a port,
+/// and the process id spreads concurrent test processes apart.
+pub fn loopback_ports(n: u16) -> u16 {
+    static HANDED_OUT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    let (low, span) = (10_000u32, ephemeral_start.saturating_sub(10_000 + u32::from(n)).max(1));
+    let seed = std::process::id().wrapping_mul(7919);
+    (0..500)
+        .map(|_| {
+            let offset = seed.wrapping_add(HANDED_OUT.fetch_add(u32::from(n), Ordering::SeqCst)) % span;
+            u16::try_from(low + offset).expect("a port")
+        })
+        .find(|&base| (0..n).all(|k| std::net::TcpListener::bind(("127.0.0.1", base + k)).is_ok()))
+        .expect("free loopback ports below the ephemeral range")
+}
+
+/// The paths at which two JSON values differ, with both sides.
+fn diff(path: &str, before: &Value, after: &Value, out: &mut Vec<String>) {
+    match (before, after) {
+        (Value::Object(b), Value::Object(a)) => {
+            for key in b.keys().chain(a.keys().filter(|k| !b.contains_key(*k))) {
+                diff(
+                    &format!("{path}.{key}"),
+                    b.get(key).unwrap_or(&Value::Null),
+                    a.get(key).unwrap_or(&Value::Null),
+                    out,
+                );
+            }
+        }
+        (Value::Array(b), Value::Array(a)) if b.len() == a.len() => {
+            for (i, (b, a)) in b.iter().zip(a).enumerate() {
+                diff(&format!("{path}[{i}]"), b, a, out);
+            }
+        }
+        _ if before != after => out.push(format!("{path}: {before} -> {after}")),
+        _ => {}
     }
 }
 

@@ -18,19 +18,22 @@ async fn replaying_every_mutation_writes_no_second_event() {
     let claim = agent.claim_next(json!({ "key": "k-claim" })).await;
     let unit = claim.str("id");
     let attempt = claim.str("currentAttemptId");
-    let n = app.event_count().await;
+    // "Writes nothing" is every row the write could touch as it was (the
+    // lease and `updated_at` too), not only "no new event".
+    let before = app.snapshot(&unit).await;
     assert_eq!(agent.claim_next(json!({ "key": "k-claim" })).await.str("id"), unit);
-    assert_eq!(app.event_count().await, n);
+    app.assert_unchanged(&unit, &before, "the claim replay (a renewed lease?)").await;
 
-    // Runs the step, then replays it: same unit back, no new event.
+    // Runs the step, then replays it: same unit back, nothing written.
     macro_rules! twice {
         ($name:literal, $step:expr) => {{
             let first = $step.await;
             first.data();
-            let n = app.event_count().await;
+            let before = app.snapshot(&unit).await;
             let replay = $step.await;
             assert_eq!(replay.unit()["id"], first.unit()["id"], $name);
-            assert_eq!(app.event_count().await, n, "{} replay wrote an event", $name);
+            assert_eq!(replay.unit(), first.unit(), "{} replay returned another unit", $name);
+            app.assert_unchanged(&unit, &before, &format!("the {} replay", $name)).await;
         }};
     }
     twice!("start", agent.transition(&unit, "IN_PROGRESS", json!({ "key": "k-start" })));
@@ -40,21 +43,26 @@ async fn replaying_every_mutation_writes_no_second_event() {
     twice!("verify", agent.transition(&unit, "VERIFIED", json!({ "evidence": "https://ci/9", "key": "k-verify" })));
     twice!("dispose", agent.dispose(&unit, "MIGRATED", json!({ "key": "k-dispose" })));
     // Replays return the *current* unit: the start replayed after dispose shows DONE.
+    let before = app.snapshot(&unit).await;
     let late = agent.transition(&unit, "IN_PROGRESS", json!({ "key": "k-start" })).await;
     assert_eq!(late.str("state"), "DONE");
+    app.assert_unchanged(&unit, &before, "a late replay").await;
     assert_eq!(app.sql_i64(&format!("SELECT cost_cents FROM work_units WHERE id = '{unit}'")).await, 100);
 
     // release and claimUnit replays.
     let other = agent.claim_next(json!({})).await.str("id");
     let released = agent.release(&other, json!({ "key": "k-release" })).await;
     assert_eq!(released.str("state"), "READY");
-    let n = app.event_count().await;
+    let before = app.snapshot(&other).await;
     agent.release(&other, json!({ "key": "k-release" })).await.data();
+    app.assert_unchanged(&other, &before, "the release replay").await;
+    let n = app.event_count().await;
     let claimed = agent.claim_unit(&other, json!({ "key": "k-claim-unit" })).await;
     claimed.data();
     assert_eq!(app.event_count().await, n + 1);
+    let before = app.snapshot(&other).await;
     agent.claim_unit(&other, json!({ "key": "k-claim-unit" })).await.data();
-    assert_eq!(app.event_count().await, n + 1);
+    app.assert_unchanged(&other, &before, "the claimUnit replay").await;
 }
 
 #[tokio::test]
@@ -65,14 +73,16 @@ async fn a_key_reused_for_another_request_is_refused() {
     app.register(&op.token, &["a"]).await;
     let claim = agent.claim_next(json!({ "key": "shared" })).await;
     let (unit, attempt) = (claim.str("id"), claim.str("currentAttemptId"));
-    let n = app.event_count().await;
 
+    let before = app.snapshot(&unit).await;
     let r = agent.transition(&unit, "IN_PROGRESS", json!({ "key": "shared" })).await;
     r.assert_code("IDEMPOTENCY_KEY_REUSED");
     assert!(r.message().contains("fresh key"), "{}", r.message());
+    app.assert_unchanged(&unit, &before, "a refused key").await;
     agent.record_cost(&attempt, 5, "c").await.data();
+    let before = app.snapshot(&unit).await;
     agent.record_cost(&attempt, 6, "c").await.assert_code("IDEMPOTENCY_KEY_REUSED");
-    assert_eq!(app.event_count().await, n + 1);
+    app.assert_unchanged(&unit, &before, "a refused cost key").await;
     assert_eq!(app.sql_i64(&format!("SELECT cost_cents FROM work_units WHERE id = '{unit}'")).await, 5);
 
     // Keys are scoped to the fleet: another fleet may use the same key.

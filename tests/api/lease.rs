@@ -50,14 +50,14 @@ async fn an_expired_lease_is_reclaimed_and_the_old_holder_loses_it() {
         vec!["registered", "claimed", "transitioned", "heartbeat", "stale_reclaimed", "claimed"]
     );
 
-    let before = app.event_count().await;
+    let before = app.snapshot(&unit).await;
     let lost = old.heartbeat(&old_attempt, json!({})).await;
     lost.assert_code("LEASE_LOST");
     assert!(lost.message().contains("claimNext"), "{}", lost.message());
     old.transition(&unit, "VERIFIED", json!({ "evidence": "https://ci/1" })).await.assert_code("LEASE_LOST");
     old.release(&unit, json!({})).await.assert_code("LEASE_LOST");
     old.block(&unit, "still mine?", json!({})).await.assert_code("LEASE_LOST");
-    assert_eq!(app.event_count().await, before, "the old holder changed nothing");
+    app.assert_unchanged(&unit, &before, "the old holder's writes").await;
 
     // The old holder's unit is gone, so it is free to claim other work.
     assert!(old.claim_next(json!({})).await.unit().is_null());

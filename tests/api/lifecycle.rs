@@ -167,7 +167,7 @@ async fn every_write_path_error_code_names_the_next_step_and_changes_nothing() {
     let app = spawn_app().await;
     let w = world(&app).await;
     let (unit, attempt) = w.claimed("errors", false).await;
-    let before = app.event_count().await;
+    let before = app.snapshot(&unit).await;
 
     let r = w.agent.transition(&unit, "VERIFIED", json!({ "evidence": "https://ci/1" })).await;
     r.assert_code("ILLEGAL_TRANSITION");
@@ -211,5 +211,46 @@ async fn every_write_path_error_code_names_the_next_step_and_changes_nothing() {
     stranger.dispose(&unit, "DEAD", json!({ "evidence": "https://x" })).await.assert_code("NOT_FOUND");
     stranger.record_cost(&attempt, 1, "k").await.assert_code("NOT_FOUND");
 
-    assert_eq!(app.event_count().await, before, "no refusal wrote anything");
+    app.assert_unchanged(&unit, &before, "the refusals").await;
+}
+
+/// `unblock(questionId:)` answers only the question it names (SPEC §5,
+/// QUESTION_NOT_OPEN): a late or repeated delivery of an old question
+/// cannot answer the newer one on the same unit, and changes nothing.
+#[tokio::test]
+async fn an_answer_to_a_question_no_longer_open_is_question_not_open() {
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    let unit = app.register(&op, &["asks-twice"]).await[0]["id"].as_str().expect("id").to_owned();
+    let agent = Agent::new(&app, "f", "agent-1", Role::Agent).await;
+    let triage = Agent::new(&app, "f", "triage", Role::Triage).await;
+    agent.claim_next(json!({})).await.unit();
+    agent.transition(&unit, "IN_PROGRESS", json!({})).await.data();
+    let first = agent.block(&unit, "Which calendar?", json!({})).await.data()["r"]["openQuestion"]["id"]
+        .as_str()
+        .expect("question")
+        .to_owned();
+    let answered = triage.unblock(&unit, "Gregorian", json!({ "q": first })).await;
+    assert_eq!(answered.data()["r"]["state"], "IN_PROGRESS", "{:#}", answered.body);
+    let second = agent.block(&unit, "Which time zone?", json!({})).await.data()["r"]["openQuestion"]["id"]
+        .as_str()
+        .expect("question")
+        .to_owned();
+    let before = app.sql_json(&format!("SELECT state::text, (SELECT count(*) FROM work_unit_events e WHERE e.unit_id = u.id) AS events FROM work_units u WHERE id = '{unit}'")).await;
+
+    // The first question's answer delivered again: refused, naming the open one.
+    let late = triage.unblock(&unit, "Gregorian", json!({ "q": first })).await;
+    let ext = &late.body["errors"][0]["extensions"];
+    assert_eq!(ext["code"], "QUESTION_NOT_OPEN", "{:#}", late.body);
+    assert_eq!(ext["questionId"], first.as_str());
+    assert_eq!(ext["openQuestionId"], second.as_str());
+    assert_eq!(ext["state"], "BLOCKED");
+    let after = app.sql_json(&format!("SELECT state::text, (SELECT count(*) FROM work_unit_events e WHERE e.unit_id = u.id) AS events FROM work_units u WHERE id = '{unit}'")).await;
+    assert_eq!(after, before, "the refused answer changed nothing");
+    let open = app.sql_json(&format!("SELECT status::text AS s FROM blocking_questions WHERE id = '{second}'")).await;
+    assert_eq!(open, vec![json!({ "s": "open" })]);
+
+    // The right question is answered.
+    let answered = triage.unblock(&unit, "UTC", json!({ "q": second })).await;
+    assert_eq!(answered.data()["r"]["state"], "IN_PROGRESS", "{:#}", answered.body);
 }

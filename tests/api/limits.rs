@@ -12,24 +12,45 @@ async fn oversized_bodies_and_batches_are_refused() {
     let op = app.token("f", "op", Role::Operator).await;
     let auth = format!("Bearer {op}");
 
-    let padding = "x".repeat(256 * 1024);
-    let big = json!({ "query": "{ me { name } }", "variables": { "pad": padding } }).to_string();
-    let resp = app.post_raw(Some(&auth), big).await;
+    // A write that would register a unit, over the limit by its padding:
+    // refused whole, nothing registered; the same write without the padding
+    // goes through (so the refusal, not the document, kept the ledger empty).
+    let register = "mutation($u: [RegisterUnitInput!]!) { registerUnits(units: $u) { id } }";
+    let write = |pad: usize| {
+        json!({ "query": register, "variables": { "u": [{ "externalRef": "big" }], "pad": "x".repeat(pad) } })
+            .to_string()
+    };
+    let resp = app.post_raw(Some(&auth), write(256 * 1024)).await;
     assert_eq!(resp.status, 413);
     resp.assert_code("INVALID_INPUT");
+    assert_eq!(app.sql_i64("SELECT count(*) FROM work_units").await, 0, "an oversized request wrote");
+    let resp = app.post_raw(Some(&auth), write(1024)).await;
+    assert_eq!(resp.status, 200, "{:#}", resp.body);
+    assert_eq!(app.sql_i64("SELECT count(*) FROM work_units WHERE external_ref = 'big'").await, 1);
 
-    let op_json = json!({ "query": "mutation { registerUnits(units: [{externalRef: \"b\"}]) { id } }" });
-    let eleven = serde_json::Value::Array(vec![op_json.clone(); 11]).to_string();
-    let resp = app.post_raw(Some(&auth), eleven).await;
+    // Each operation of a batch registers its own unit.
+    let batch = |n: usize| {
+        let ops = (0..n)
+            .map(|i| json!({ "query": format!("mutation {{ registerUnits(units: [{{externalRef: \"batch-{i}\"}}]) {{ id }} }}") }))
+            .collect();
+        serde_json::Value::Array(ops).to_string()
+    };
+    let resp = app.post_raw(Some(&auth), batch(11)).await;
     assert_eq!(resp.status, 400);
     resp.assert_code("INVALID_INPUT");
     assert!(resp.message().contains("1 to 10"), "{}", resp.message());
-    assert_eq!(app.sql_i64("SELECT count(*) FROM work_units").await, 0);
+    assert_eq!(app.sql_i64("SELECT count(*) FROM work_units WHERE external_ref LIKE 'batch-%'").await, 0);
 
-    let ten = serde_json::Value::Array(vec![op_json; 10]).to_string();
-    let resp = app.post_raw(Some(&auth), ten).await;
+    let resp = app.post_raw(Some(&auth), batch(10)).await;
     assert_eq!(resp.status, 200);
-    assert_eq!(resp.body.as_array().map(Vec::len), Some(10));
+    let results = resp.body.as_array().cloned().unwrap_or_default();
+    assert_eq!(results.len(), 10, "{:#}", resp.body);
+    for result in &results {
+        assert!(result.get("errors").is_none(), "{result:#}");
+        assert_eq!(result["data"]["registerUnits"].as_array().map(Vec::len), Some(1), "{result:#}");
+    }
+    // Ten operations ran: ten units, each registered once.
+    assert_eq!(app.sql_i64("SELECT count(*) FROM work_units WHERE external_ref LIKE 'batch-%'").await, 10);
 
     let resp = app.post_raw(Some(&auth), "not json".to_owned()).await;
     assert_eq!(resp.status, 400);

@@ -16,6 +16,7 @@ use work_ledger::ledger::Ledger;
 use work_ledger::live::tail::Tail;
 
 use crate::helpers::{Agent, TestApp, spawn_app, spawn_app_with, test_config};
+use crate::skip::skip;
 use crate::ws_client::{GUARD, Ws};
 
 const QUESTIONS: &str = "subscription($group: String) { blockingQuestionOpened(assigneeGroup: $group) { id unitId question status assigneeGroup } }";
@@ -53,10 +54,15 @@ async fn a_triage_on_one_replica_receives_every_question_raised_through_two_othe
     let b = a.spawn_replica().await;
     let c = a.spawn_replica().await;
     let op = a.token("f", "op", Role::Operator).await;
-    let refs: Vec<String> = (0..8).map(|i| format!("unit-{i}")).collect();
+    let refs: Vec<String> = (0..9).map(|i| format!("unit-{i}")).collect();
     a.register(&op, &refs.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    // A question open before the subscription: the snapshot of open
+    // questions delivers it first, which proves the subscription runs; the
+    // eight raised after it can only come by the live path across replicas.
+    let sentinel = raise_question(&Agent::new(&a, "f", "sentinel", Role::Agent).await, "sentinel", None).await;
     let triage = a.token("f", "triage", Role::Triage).await;
     let mut ws = Ws::subscription(&a, &triage, QUESTIONS, json!({})).await;
+    assert_eq!(ws.next_data().await["blockingQuestionOpened"]["id"], sentinel.as_str(), "the open question first");
 
     let raised: HashSet<String> = join_all((0..8).map(|i| {
         let (b, c) = (&b, &c);
@@ -85,7 +91,7 @@ async fn a_triage_on_one_replica_receives_every_question_raised_through_two_othe
         .iter()
         .map(|r| r["id"].as_str().unwrap_or_default().to_owned())
         .collect();
-    assert_eq!(recorded, raised);
+    assert_eq!(recorded, raised.iter().cloned().chain([sentinel]).collect());
 }
 
 #[tokio::test]
@@ -162,6 +168,7 @@ async fn every_subscriber_gets_every_event_once_although_the_listen_connection_i
     let op = a.token("f", "op", Role::Operator).await;
     a.register(&op, &["origin"]).await;
     let origin = newest_cursor(&a, &op).await;
+    a.register(&op, &["sentinel"]).await;
     let vars = json!({ "after": origin, "types": ["REGISTERED"] });
     let reader = a.token("f", "reader", Role::Reader).await;
     let mut subscribers = [
@@ -169,37 +176,71 @@ async fn every_subscriber_gets_every_event_once_although_the_listen_connection_i
         Ws::subscription(&a, &reader, EVENTS, vars.clone()).await,
         Ws::subscription(&b, &reader, EVENTS, vars).await,
     ];
+    // Every subscription runs before anything it waits for is produced.
+    for ws in &mut subscribers {
+        assert_eq!(registered_unit(ws).await, "sentinel");
+    }
 
     const N: usize = 40;
-    let produce = async {
-        for i in 0..N {
-            let server = if i % 2 == 0 { &a } else { &b };
-            server.register(&op, &[&format!("e{i:02}")]).await;
+    let produce = |from: usize, to: usize| {
+        let (a, b, op) = (&a, &b, &op);
+        async move {
+            for i in from..to {
+                let server = if i % 2 == 0 { a } else { b };
+                server.register(op, &[&format!("e{i:02}")]).await;
+            }
         }
     };
-    let killed = async {
-        // Once the first subscriber has seen a quarter of the events, kill
-        // every LISTEN backend of the database while the rest are produced.
-        let mut first = Vec::new();
-        for _ in 0..N / 4 {
-            first.push(registered_unit(&mut subscribers[0]).await);
+    produce(0, N / 4).await;
+    // The fault window: every LISTEN backend of the database is killed while
+    // a write waits (on a table lock this test holds); once both listeners
+    // have noticed, the write commits, before they come back (after a
+    // backoff of 100 ms). Proved by their connect counters, which move only
+    // once a listener LISTENs again; tried again if the machine was slower.
+    let (mut connects_a, mut connects_b) = (a.live.listener_connects(), b.live.listener_connects());
+    let (mut kills, mut while_down) = (0, 0);
+    for i in N / 4..N {
+        if while_down > 0 {
+            produce(i, i + 1).await;
+            continue;
         }
-        let killed = a
-            .sql_json(
-                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) AS n FROM pg_stat_activity
-                  WHERE datname = current_database() AND application_name = 'work-ledger-listener'",
-            )
-            .await;
-        assert_eq!(killed[0]["n"], 2, "both replicas' listeners");
-        first
-    };
-    let ((), first) = tokio::join!(produce, killed);
+        let mut status = [a.live.listener_status(), b.live.listener_status()];
+        for up in &mut status {
+            tokio::time::timeout(GUARD, up.wait_for(|up| *up)).await.expect("listening").expect("status");
+            up.borrow_and_update();
+        }
+        let opened = (*connects_a.borrow_and_update(), *connects_b.borrow_and_update());
+        let gate = a.owner.begin().await.expect("begin");
+        gate.execute_unprepared("LOCK TABLE work_units IN SHARE MODE").await.expect("lock");
+        let kill = async {
+            a.wait_for_lock_waiters(1).await;
+            let killed = a
+                .sql_json(
+                    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) AS n FROM pg_stat_activity
+                      WHERE datname = current_database() AND application_name = 'work-ledger-listener'",
+                )
+                .await;
+            assert_eq!(killed[0]["n"], 2, "both replicas' listeners");
+            for down in &mut status {
+                tokio::time::timeout(GUARD, down.changed()).await.expect("the loss noticed").expect("status");
+            }
+            gate.rollback().await.expect("release the write");
+        };
+        tokio::join!(produce(i, i + 1), kill);
+        kills += 1;
+        if (*connects_a.borrow(), *connects_b.borrow()) == opened {
+            while_down += 1;
+        }
+    }
+    eprintln!("{kills} kill(s) of the listeners until a write fell in the window");
+    assert!(while_down > 0, "no event committed while the listeners were down: the fault never happened");
     a.register(&op, &["marker"]).await;
 
     let expected: Vec<String> = a
         .sql_json(
             "SELECT u.external_ref AS r FROM work_unit_events e JOIN work_units u ON u.id = e.unit_id
-              WHERE e.event_type = 'registered' AND u.external_ref <> 'origin' ORDER BY e.tx_id, e.seq",
+              WHERE e.event_type = 'registered' AND u.external_ref NOT IN ('origin', 'sentinel')
+              ORDER BY e.tx_id, e.seq",
         )
         .await
         .iter()
@@ -208,7 +249,7 @@ async fn every_subscriber_gets_every_event_once_although_the_listen_connection_i
     assert_eq!(expected.len(), N + 1);
     assert_eq!(expected.last().map(String::as_str), Some("marker"));
     for (i, ws) in subscribers.iter_mut().enumerate() {
-        let mut got = if i == 0 { first.clone() } else { Vec::new() };
+        let mut got = Vec::new();
         while got.len() < expected.len() {
             got.push(registered_unit(ws).await);
         }
@@ -244,7 +285,7 @@ async fn a_silent_listen_connection_is_replaced_and_nothing_is_lost() {
         )
         .await;
     if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-        eprintln!("SKIPPED: PostgreSQL runs on another host; its backend cannot be frozen from here");
+        skip("PostgreSQL runs on another host (DATABASE_URL); its backend cannot be frozen from here");
         return;
     }
     let op = app.token("f", "op", Role::Operator).await;
@@ -259,10 +300,26 @@ async fn a_silent_listen_connection_is_replaced_and_nothing_is_lost() {
     // end of a half-open TCP connection: no error ever reaches the listener.
     let mut connects = app.live.listener_connects();
     let opened = *connects.borrow();
-    let frozen = std::process::Command::new("kill").args(["-STOP", &pid.to_string()]).status().expect("kill");
-    assert!(frozen.success());
-    let _thaw = Thaw(pid);
-    app.register(&op, &["while-deaf"]).await;
+    // Frozen only while it waits for its client (wait_event ClientRead). A
+    // backend stopped while it reads the notification queue (here every
+    // 200 ms, for the health pings) holds the queue's lock, and every NOTIFY
+    // of the cluster, this test's next write included, waits for it until
+    // the test ends: the stall this test showed once.
+    let waiting = format!("SELECT wait_event FROM pg_stat_activity WHERE pid = {pid}");
+    let mut tries = 0;
+    let _thaw = loop {
+        let frozen = std::process::Command::new("kill").args(["-STOP", &pid.to_string()]).status().expect("kill");
+        assert!(frozen.success());
+        let thaw = Thaw(pid);
+        if app.sql_json(&waiting).await[0]["wait_event"] == "ClientRead" {
+            break thaw;
+        }
+        drop(thaw);
+        tries += 1;
+        assert!(tries < 1000, "the listener's backend never waited for its client");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    tokio::time::timeout(GUARD, app.register(&op, &["while-deaf"])).await.expect("a write while the backend is frozen");
     tokio::time::timeout(GUARD, connects.wait_for(|n| *n > opened))
         .await
         .expect("the silent connection replaced within the guard")
@@ -325,6 +382,10 @@ async fn transactions_committing_in_reverse_order_leave_no_gap() {
              VALUES ('f', '{unit}', 'heartbeat', 'writer', '{{\"tx\": \"{tag}\"}}')"
         )
     };
+    // A sentinel event committed before A and B begin: a subscriber that has
+    // delivered it is running, so what it delivers next it read afterwards.
+    app.sql(&insert("S")).await;
+    assert_eq!(next_event(&mut early).await["detail"]["tx"], "S");
     // A writes first (the lower seq) but commits last.
     let tx_a = app.owner.begin().await.expect("begin A");
     tx_a.execute_unprepared(&insert("A")).await.expect("insert A");
@@ -337,17 +398,23 @@ async fn transactions_committing_in_reverse_order_leave_no_gap() {
         batch.events.iter().filter_map(|e| e.event.detail["tx"].as_str().map(str::to_owned)).collect()
     };
     let now = events::events_after(&app.owner, "f", Position::before_batch(0), 100).await.expect("read");
-    assert_eq!(tags(&now), Vec::<String>::new(), "B is not deliverable before A ends");
+    assert_eq!(tags(&now), ["S"], "B is not deliverable before A ends");
     assert!(now.held, "B is committed and held back");
-    // A subscriber that starts while B is committed and A is not.
+    // A subscriber that starts while B is committed and A is not: its
+    // sentinel proves it started before A commits.
     let mut late = Ws::subscription(&app, &reader, EVENTS, vars).await;
+    assert_eq!(next_event(&mut late).await["detail"]["tx"], "S");
     // Once A commits, both become deliverable, A first (as soon as every
     // older transaction of the cluster has ended: other tests share it).
     tx_a.commit().await.expect("commit A");
     let seqs = app
         .sql_json(&format!("SELECT detail->>'tx' AS tx FROM work_unit_events WHERE unit_id = '{unit}' ORDER BY seq"))
         .await;
-    assert_eq!(seqs, vec![json!({ "tx": null }), json!({ "tx": "A" }), json!({ "tx": "B" })], "A holds the lower seq");
+    assert_eq!(
+        seqs,
+        vec![json!({ "tx": null }), json!({ "tx": "S" }), json!({ "tx": "A" }), json!({ "tx": "B" })],
+        "A holds the lower seq"
+    );
 
     let mut cursors = Vec::new();
     for ws in [&mut early, &mut late] {

@@ -1,6 +1,7 @@
 //! Integration tests: real PostgreSQL, the real server, over HTTP.
 
 mod helpers;
+mod skip;
 mod ws_client;
 
 mod agent_cli;

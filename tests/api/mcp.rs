@@ -176,8 +176,7 @@ async fn tool_writes_are_fenced_by_the_callers_attempt() {
     assert_eq!(reclaimed["structuredContent"]["unit"]["id"], unit.as_str(), "{reclaimed:#}");
     let new_attempt = reclaimed["structuredContent"]["unit"]["currentAttemptId"].as_str().expect("attempt").to_owned();
 
-    let count = format!("SELECT count(*) FROM work_unit_events WHERE unit_id = '{unit}'");
-    let before = app.sql_i64(&count).await;
+    let before = app.snapshot(&unit).await;
     for (name, args) in [
         ("start_work", json!({ "unitId": unit, "attemptId": old_attempt })),
         ("release", json!({ "unitId": unit, "attemptId": old_attempt })),
@@ -190,10 +189,77 @@ async fn tool_writes_are_fenced_by_the_callers_attempt() {
         assert_eq!(refused["isError"], true, "{name}: {refused:#}");
         assert_eq!(refused["structuredContent"]["code"], "LEASE_LOST", "{name}: {refused:#}");
     }
-    assert_eq!(app.sql_i64(&count).await, before, "the refused writes changed nothing");
+    app.assert_unchanged(&unit, &before, "the refused writes").await;
 
     // The new holder's own attempt passes the fence.
     let started = tool(&app, &second, "start_work", json!({ "unitId": unit, "attemptId": new_attempt })).await;
     assert_eq!(started["isError"], false, "{started:#}");
     assert_eq!(started["structuredContent"]["unit"]["state"], "IN_PROGRESS", "{started:#}");
+}
+
+/// Fleet isolation through `/mcp` (SPEC §8): every tool that takes an id,
+/// handed another fleet's unit, attempt or question by a token of fleet
+/// `b` with every permission a tool needs, answers NOT_FOUND (not
+/// FORBIDDEN, not the unit's state: nothing says the id exists), and no row
+/// of the other fleet changes; the lists show nothing of it.
+#[tokio::test]
+async fn another_fleets_ids_are_not_found_through_every_tool_and_change_nothing() {
+    let app = spawn_app().await;
+    let op_a = app.token("a", "op", Role::Operator).await;
+    app.register(&op_a, &["a-working", "a-blocked"]).await;
+    let worker = app.token("a", "agent-a", Role::Agent).await;
+    let working = tool(&app, &worker, "claim_next", json!({})).await;
+    let unit = working["structuredContent"]["unit"]["id"].as_str().expect("unit").to_owned();
+    let attempt = working["structuredContent"]["unit"]["currentAttemptId"].as_str().expect("attempt").to_owned();
+    tool(&app, &worker, "start_work", json!({ "unitId": unit })).await;
+    let asker = app.token("a", "agent-a2", Role::Agent).await;
+    let blocked = tool(&app, &asker, "claim_next", json!({})).await;
+    let blocked = blocked["structuredContent"]["unit"]["id"].as_str().expect("unit").to_owned();
+    tool(&app, &asker, "start_work", json!({ "unitId": blocked })).await;
+    let asked = tool(&app, &asker, "block", json!({ "unitId": blocked, "question": "which codepage?" })).await;
+    assert_eq!(asked["structuredContent"]["unit"]["state"], "BLOCKED", "{asked:#}");
+    // The ids are right: fleet a's own operator reads the unit by them.
+    let own = tool(&app, &op_a, "get_unit", json!({ "unitId": unit })).await;
+    assert_eq!(own["structuredContent"]["unit"]["state"], "IN_PROGRESS", "{own:#}");
+
+    let stranger = app.token("b", "op", Role::Operator).await;
+    app.register(&stranger, &["b-own"]).await;
+    let before = (app.snapshot(&unit).await, app.snapshot(&blocked).await);
+    let url = "https://ci.example/b";
+    for (name, args) in [
+        ("get_unit", json!({ "unitId": unit })),
+        ("get_unit", json!({ "externalRef": "a-working" })),
+        ("claim_unit", json!({ "unitId": unit })),
+        ("heartbeat", json!({ "attemptId": attempt })),
+        ("start_work", json!({ "unitId": unit, "attemptId": attempt })),
+        ("record_cost", json!({ "unitId": unit, "cents": 5, "idempotencyKey": "b-cost" })),
+        ("verify", json!({ "unitId": unit, "evidenceUrl": url })),
+        ("block", json!({ "unitId": unit, "question": "mine now?" })),
+        ("release", json!({ "unitId": unit, "attemptId": attempt })),
+        ("dispose", json!({ "unitId": unit, "disposition": "DROPPED", "evidenceUrl": url })),
+        ("dispose", json!({ "unitId": blocked, "disposition": "DEAD", "evidenceUrl": url })),
+        ("answer_question", json!({ "unitId": blocked, "answer": "cp037" })),
+    ] {
+        let refused = tool(&app, &stranger, name, args.clone()).await;
+        let body = &refused["structuredContent"];
+        assert_eq!(refused["isError"], true, "{name} {args}: {refused:#}");
+        assert_eq!(body["code"], "NOT_FOUND", "{name} {args}: {refused:#}");
+        let text = body.to_string();
+        for secret in ["agent-a", "IN_PROGRESS", "BLOCKED", "codepage"] {
+            assert!(!text.contains(secret), "{name} tells of the other fleet ({secret}): {refused:#}");
+        }
+    }
+    assert_eq!((app.snapshot(&unit).await, app.snapshot(&blocked).await), before, "a refusal changed fleet a");
+
+    // The lists of fleet b hold nothing of fleet a.
+    let questions = tool(&app, &stranger, "open_questions", json!({})).await;
+    assert!(!questions.to_string().contains("codepage"), "{questions:#}");
+    let mine = tool(&app, &stranger, "my_work", json!({})).await;
+    assert!(!mine.to_string().contains(&unit) && !mine.to_string().contains(&blocked), "{mine:#}");
+    let depth = tool(&app, &stranger, "queue_depth", json!({})).await;
+    let text = depth["structuredContent"].to_string();
+    assert!(!text.contains("\"inProgress\":1") && !text.contains("\"blocked\":1"), "{depth:#}");
+    // claim_next finds fleet b's own unit, never fleet a's.
+    let claimed = tool(&app, &stranger, "claim_next", json!({})).await;
+    assert_eq!(claimed["structuredContent"]["unit"]["externalRef"], "b-own", "{claimed:#}");
 }

@@ -13,24 +13,18 @@ use sea_orm::ConnectionTrait;
 use sea_orm::TransactionTrait;
 use sea_orm::sqlx::Connection;
 
-use crate::helpers::{Agent, TestApp, spawn_app_with, test_config};
-use crate::node_client::in_ci;
+use crate::helpers::{Agent, TestApp, loopback_ports, spawn_app_with, test_config};
 use crate::operator::{text as text_of, work_ledger};
+use crate::skip::skip;
 use crate::ws_client::Ws;
 
 fn prometheus() -> Option<PathBuf> {
     let found = std::env::var_os("PATH")
         .and_then(|path| std::env::split_paths(&path).map(|d| d.join("prometheus")).find(|p| p.is_file()));
     if found.is_none() {
-        assert!(!in_ci(), "prometheus is not installed (CI is set, so this fails instead of skipping); see .ci/run");
-        eprintln!("SKIPPED metrics: the `prometheus` binary is not installed; see .ci/run");
+        skip("the `prometheus` binary is not installed (apt-get install prometheus)");
     }
     found
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr").port()
 }
 
 #[tokio::test]
@@ -70,7 +64,7 @@ async fn a_real_prometheus_scrapes_the_claims_this_test_made() {
         ),
     )
     .expect("config");
-    let port = free_port();
+    let port = loopback_ports(1);
     let mut server = tokio::process::Command::new(prometheus)
         .arg(format!("--config.file={}", config_file.display()))
         .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))

@@ -2,7 +2,6 @@
 //! and bounded SQL for nested lists (no N+1).
 
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
 
 use serde_json::{Value, json};
 use work_ledger::auth::Role;
@@ -163,11 +162,11 @@ async fn nested_lists_issue_a_bounded_number_of_statements() {
         let app = &app;
         let op = op.clone();
         async move {
-            let before = app.statements.load(Ordering::SeqCst);
+            let mark = app.statement_mark();
             let resp = app.gql(&op, NESTED, json!({ "first": first })).await;
             let edges = resp.data()["units"]["edges"].as_array().expect("edges").len();
             assert_eq!(edges, first as usize);
-            app.statements.load(Ordering::SeqCst) - before
+            app.request_statements_since(mark).len()
         }
     };
     let small = count(20).await;

@@ -58,7 +58,10 @@ impl Ws {
         ws
     }
 
-    /// A connection running one subscription, id "1".
+    /// A connection running one subscription, id "1". It returns as soon as
+    /// `subscribe` is sent, not once the server runs the subscription: before
+    /// producing what the test waits for, receive a sentinel (an open
+    /// question, an event after the cursor) that proves it runs.
     pub async fn subscription(app: &TestApp, token: &str, query: &str, variables: Value) -> Ws {
         let mut ws = Self::authenticated(app, token).await;
         ws.subscribe("1", query, variables).await;

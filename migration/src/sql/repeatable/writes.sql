@@ -32,6 +32,9 @@
 -- KEY UPDATE), then its attempt, its question, then the events. Two writes
 -- on one unit queue on the unit's row and never deadlock.
 
+-- Signatures this file no longer defines.
+DROP FUNCTION IF EXISTS ledger_unblock(text, text, text, text, text, uuid, text, integer);
+
 -- ---------------------------------------------------------------------------
 -- Helpers (run inside the write functions; no EXECUTE for anyone else).
 -- ---------------------------------------------------------------------------
@@ -416,35 +419,49 @@ $$;
 
 -- unblock: answers the open question of a BLOCKED unit; back to
 -- IN_PROGRESS with a fresh lease of p_lease seconds when it still has its
--- holder, to READY when the holder released it meanwhile.
+-- holder, to READY when the holder released it meanwhile. p_question, when
+-- given, must be the unit's open question: an answer meant for a question
+-- that was answered, cancelled or replaced meanwhile is QUESTION_NOT_OPEN
+-- (naming the open one, if any) and changes nothing.
 CREATE OR REPLACE FUNCTION ledger_unblock(p_fleet text, p_agent text, p_notify text, p_key text, p_hash text,
-                                          p_unit uuid, p_answer text, p_lease integer)
+                                          p_unit uuid, p_question uuid, p_answer text, p_lease integer)
 RETURNS TABLE (result text, unit work_units, info jsonb)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
+    locked uuid;
+    open_question uuid;
     w work_units;
-    v_question uuid;
 BEGIN
     PERFORM ledger_begin(p_fleet, p_notify);
     RETURN QUERY SELECT * FROM ledger_replay(p_fleet, p_agent, p_key, p_hash);
     IF FOUND THEN
         RETURN;
     END IF;
+    SELECT u.id INTO locked FROM work_units u WHERE u.fleet = p_fleet AND u.id = p_unit AND u.state = 'blocked'
+       FOR NO KEY UPDATE;
+    -- A new statement after the lock: it sees the question as the last
+    -- write on the unit left it.
+    SELECT q.id INTO open_question FROM blocking_questions q WHERE q.unit_id = p_unit AND q.status = 'open';
+    IF p_question IS NOT NULL AND open_question IS DISTINCT FROM p_question
+       AND EXISTS (SELECT 1 FROM work_units u WHERE u.id = p_unit) THEN
+        RETURN QUERY SELECT * FROM ledger_answer('QUESTION_NOT_OPEN', p_unit,
+                                                 jsonb_build_object('question_id', p_question, 'open_question_id', open_question));
+        RETURN;
+    END IF;
     UPDATE work_units u
        SET state = CASE WHEN u.claimed_by IS NULL THEN 'ready' ELSE 'in_progress' END::work_state,
            lease_expires_at = CASE WHEN u.claimed_by IS NULL THEN NULL ELSE now() + p_lease * interval '1 second' END
-     WHERE u.fleet = p_fleet AND u.id = p_unit AND u.state = 'blocked'
+     WHERE u.id = locked
     RETURNING u.* INTO w;
     IF w.id IS NULL THEN
         RETURN QUERY SELECT * FROM ledger_refusal(p_agent, p_unit, NULL, false, true);
         RETURN;
     END IF;
     UPDATE blocking_questions q SET status = 'answered', answer = p_answer, answered_by = p_agent, answered_at = now()
-     WHERE q.unit_id = w.id AND q.status = 'open'
-    RETURNING q.id INTO v_question;
+     WHERE q.id = open_question;
     PERFORM ledger_log(p_fleet, w.id, w.current_attempt_id, 'unblocked', 'blocked', w.state, p_agent,
-                       jsonb_build_object('question_id', v_question), p_key, p_hash);
+                       jsonb_build_object('question_id', open_question), p_key, p_hash);
     RETURN QUERY SELECT 'ok'::text, w, '{}'::jsonb;
 END
 $$;
@@ -699,7 +716,7 @@ BEGIN
         'ledger_heartbeat(text, text, text, uuid, integer)',
         'ledger_transition(text, text, text, text, text, uuid, uuid, text, text)',
         'ledger_block(text, text, text, text, text, uuid, uuid, text, text)',
-        'ledger_unblock(text, text, text, text, text, uuid, text, integer)',
+        'ledger_unblock(text, text, text, text, text, uuid, uuid, text, integer)',
         'ledger_release(text, text, text, text, text, uuid, uuid, text, text)',
         'ledger_record_cost(text, text, text, text, text, uuid, uuid, bigint, boolean)',
         'ledger_dispose(text, text, text, text, text, uuid, uuid, text, text, text, text, text[], text[])',
@@ -713,7 +730,7 @@ BEGIN
         'ledger_heartbeat(text, text, text, uuid, integer)',
         'ledger_transition(text, text, text, text, text, uuid, uuid, text, text)',
         'ledger_block(text, text, text, text, text, uuid, uuid, text, text)',
-        'ledger_unblock(text, text, text, text, text, uuid, text, integer)',
+        'ledger_unblock(text, text, text, text, text, uuid, uuid, text, integer)',
         'ledger_release(text, text, text, text, text, uuid, uuid, text, text)',
         'ledger_record_cost(text, text, text, text, text, uuid, uuid, bigint, boolean)',
         'ledger_dispose(text, text, text, text, text, uuid, uuid, text, text, text, text, text[], text[])',
