@@ -140,7 +140,6 @@ impl Subscription {
     }
 }
 
-/// The subscription's context: it needs `ledger:read` like any read.
 /// The subscription's token is still live: asked after its tail has taken
 /// its starting point (so the check delays nothing it will deliver) and
 /// before anything is sent. Revoked: UNAUTHENTICATED, like any request.
@@ -152,6 +151,7 @@ async fn still_live(live: &Live, who: &Principal) -> std::result::Result<(), Led
     }
 }
 
+/// The subscription's context: it needs `ledger:read` like any read.
 fn parts(ctx: &Context<'_>) -> std::result::Result<(Live, Ledger, Principal), LedgerError> {
     let who = principal(ctx)?;
     who.require(Permission::LedgerRead)?;

@@ -81,6 +81,13 @@ async fn the_reader_warden_ends_reader_transactions_past_the_limit_whatever_thei
         ))
         .await;
     assert_eq!(open, 0, "no reader transaction older than the limit is left");
+    // Two more passes, the idle reader's session older than the limit by then.
+    let mut passes = app.live.warden_passes();
+    let seen = *passes.borrow_and_update();
+    tokio::time::timeout(Duration::from_secs(10), passes.wait_for(|n| *n >= seen + 2))
+        .await
+        .expect("two warden passes within 10 s")
+        .expect("passes");
     assert!(alive(&mut idle).await, "a reader without a transaction keeps its session");
     app.register(&op, &["after-the-warden"]).await;
 }
