@@ -95,6 +95,8 @@ async fn main() -> Result<(), AnyError> {
         .env("DATABASE_URL", &url)
         .env("WORK_LEDGER_LISTEN", format!("127.0.0.1:{port}"))
         .env("WORK_LEDGER_LOG", "warn")
+        // Every subscriber is a connection; the default cap is half the open-files limit.
+        .env("WORK_LEDGER_MAX_CONNECTIONS", (args.subscribers + 64).to_string())
         .env("WORK_LEDGER_SWEEP_INTERVAL", &args.sweep)
         .stdout(std::process::Stdio::null())
         .kill_on_drop(true)

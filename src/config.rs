@@ -10,7 +10,8 @@ use uuid::Uuid;
 use crate::agent_cli;
 use crate::auth::Role;
 use crate::db::{Notify, SessionLimits};
-use crate::http::{HttpConfig, ServerConfig, SurfaceConfig, WsConfig};
+use crate::http::listener::default_max_connections;
+use crate::http::{HttpConfig, METRICS_MAX_CONNECTIONS, ServerConfig, SurfaceConfig, WsConfig};
 use crate::live::{ListenerConfig, LiveConfig, SweeperConfig, WardenConfig};
 
 #[derive(Debug, Parser)]
@@ -269,13 +270,39 @@ pub struct SurfaceArgs {
     /// send no `Origin` are unaffected. `*` allows any.
     #[arg(long, env = "WORK_LEDGER_ALLOWED_ORIGINS", value_delimiter = ',')]
     pub allowed_origins: Vec<String>,
+    /// The URL clients reach the server by, when it is not `http://` and the
+    /// `Host` they send (behind a TLS-terminating proxy:
+    /// `https://ledger.example.com`); the quick start at `GET /` prints it.
+    #[arg(long, env = "WORK_LEDGER_PUBLIC_URL", value_parser = public_url)]
+    pub public_url: Option<String>,
 }
 
 impl SurfaceArgs {
     pub fn config(&self) -> SurfaceConfig {
         let list = |items: &[String]| items.iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect();
-        SurfaceConfig { allowed_hosts: list(&self.allowed_hosts), allowed_origins: list(&self.allowed_origins) }
+        SurfaceConfig {
+            allowed_hosts: list(&self.allowed_hosts),
+            allowed_origins: list(&self.allowed_origins),
+            public_url: self.public_url.clone(),
+        }
     }
+}
+
+/// An absolute http(s) URL with a host and nothing after the path.
+fn public_url(text: &str) -> Result<String, String> {
+    let url = url::Url::parse(text.trim()).map_err(|e| format!("`{text}` is not a URL: {e}"))?;
+    let fits = matches!(url.scheme(), "http" | "https")
+        && url.host_str().is_some()
+        && url.query().is_none()
+        && url.fragment().is_none()
+        && url.username().is_empty()
+        && url.password().is_none();
+    if !fits {
+        return Err(format!(
+            "`{text}` must be an http(s) URL like https://ledger.example.com, without credentials or query"
+        ));
+    }
+    Ok(url.as_str().trim_end_matches('/').to_owned())
 }
 
 /// Live events (the stall sweeper, WebSockets, the LISTEN connection) and
@@ -315,6 +342,15 @@ pub struct LiveArgs {
     /// How long a client may take to send a request's body (then 408).
     #[arg(long, env = "WORK_LEDGER_BODY_READ_TIMEOUT", default_value = "30s", value_parser = duration)]
     pub body_read_timeout: Duration,
+    /// Connections the API listener keeps open at once, WebSockets included
+    /// (at the cap a connection that has sent no request yet gives way, else
+    /// the new one gets 503). Default: half the open-files limit (the soft
+    /// limit, first raised to the hard one), at least 64, at most 16384.
+    #[arg(long, env = "WORK_LEDGER_MAX_CONNECTIONS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: Option<u32>,
+    /// Connections the metrics listener keeps open at once.
+    #[arg(long, env = "WORK_LEDGER_METRICS_MAX_CONNECTIONS", default_value_t = METRICS_MAX_CONNECTIONS as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub metrics_max_connections: u32,
     /// Longest a request's database statement may run (then UNAVAILABLE, nothing written).
     #[arg(long, env = "WORK_LEDGER_STATEMENT_TIMEOUT", default_value = "10s", value_parser = duration)]
     pub statement_timeout: Duration,
@@ -346,6 +382,8 @@ impl LiveArgs {
             http: HttpConfig {
                 header_read_timeout: self.header_read_timeout,
                 body_read_timeout: self.body_read_timeout,
+                max_connections: self.max_connections.map_or_else(default_max_connections, |n| n as usize),
+                metrics_max_connections: self.metrics_max_connections as usize,
             },
             db: SessionLimits { statement_timeout: self.statement_timeout, lock_timeout: self.lock_timeout },
             surface: SurfaceConfig::default(),
@@ -463,6 +501,16 @@ mod tests {
         assert_eq!(flags.http, defaults.http);
         assert_eq!(flags.db, defaults.db);
         assert!(args.config().surface.allowed_hosts.is_empty() && args.config().surface.allowed_origins.is_empty());
+        assert!(args.config().surface.public_url.is_none());
+    }
+
+    #[test]
+    fn public_urls_are_plain_http_urls() {
+        assert_eq!(public_url("https://ledger.example.com/").as_deref(), Ok("https://ledger.example.com"));
+        assert_eq!(public_url("http://10.0.0.1:8080/ledger").as_deref(), Ok("http://10.0.0.1:8080/ledger"));
+        for bad in ["ledger.example.com", "ftp://x.example", "https://u:p@x.example", "https://x.example/?a=1", ""] {
+            assert!(public_url(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -9,10 +9,11 @@
 //! actions (the same error object GraphQL sends). `tools/list` shows only
 //! the tools the token's permissions allow.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -33,9 +34,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::auth::{self, Permission, Principal};
+use crate::auth::{Permission, Principal};
 use crate::db::entities::{AttemptOutcome, Disposition, QuestionStatus, WorkState, question};
 use crate::graphql::error_object;
+use crate::http::HttpConfig;
 use crate::ledger::reads::{PageArgs, QuestionFilter};
 use crate::ledger::state_machine::legal_actions;
 use crate::ledger::{CostTarget, Dispose, Ledger, LedgerError, Release, UnitModel};
@@ -52,27 +54,41 @@ another agent's work. \
 Give every write an `idempotencyKey`; after an UNAVAILABLE error (the database failing over) or a lost \
 answer, call again with the same arguments and the same key: a write that did land is returned, not made twice.";
 
-/// The `/mcp` routes over `ledger`, stopped by `stop`.
-pub fn routes(ledger: Ledger, stop: CancellationToken) -> Router {
+/// The `/mcp` routes over `ledger`, stopped by `stop`. Their layers run
+/// only for `/mcp` (other paths get the server's 404, unauthenticated):
+/// the bearer token, then the body read whole within `http`'s body-read
+/// timeout and SPEC §9's size (rmcp reads bodies with no time limit). The
+/// `Host` and `Origin` checks are the server's ([`crate::http::surface`]).
+pub fn routes(ledger: Ledger, stop: CancellationToken, http: HttpConfig) -> Router {
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
         .with_sse_keep_alive(None)
-        // Requests need a bearer token; Host checks belong to the whole server.
+        // The server's own allow-lists apply (one policy for every route).
         .disable_allowed_hosts()
+        .disable_allowed_origins()
         .with_cancellation_token(stop);
     let tools = LedgerTools { ledger: ledger.clone() };
     let service =
         StreamableHttpService::new(move || Ok(tools.clone()), Arc::new(NeverSessionManager::default()), config);
-    Router::new().nest_service("/mcp", service).layer(middleware::from_fn_with_state(ledger, authenticate))
+    Router::new()
+        .route_service("/mcp", service)
+        .route_layer(middleware::from_fn_with_state(http, read_whole_body))
+        .route_layer(middleware::from_fn_with_state(ledger, authenticate))
 }
 
 /// Bearer authentication in front of the MCP service: 401 without a valid
-/// token, otherwise the principal rides in the request's extensions (rmcp
-/// hands the HTTP request parts to the tools).
+/// token (logged and counted like every surface's), otherwise the principal
+/// rides in the request's extensions (rmcp hands the HTTP request parts to
+/// the tools).
 async fn authenticate(State(ledger): State<Ledger>, mut request: Request, next: Next) -> Response {
     let header = request.headers().get(header::AUTHORIZATION).map(|v| v.to_str().unwrap_or(""));
-    match auth::authenticate(ledger.db(), header).await.map_err(LedgerError::from) {
+    let authenticated = ledger.authenticate(header).await;
+    if let Err(err) = &authenticated {
+        let client = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+        crate::http::auth_failed(&ledger, client, "mcp", err);
+    }
+    match authenticated.map_err(LedgerError::from) {
         Ok((principal, _)) => {
             request.extensions_mut().insert(principal);
             next.run(request).await
@@ -83,15 +99,29 @@ async fn authenticate(State(ledger): State<Ledger>, mut request: Request, next: 
             } else {
                 StatusCode::SERVICE_UNAVAILABLE
             };
-            let body = json!({ "error": error_object(err) });
-            (
-                status,
-                [(header::WWW_AUTHENTICATE, "Bearer"), (header::CONTENT_TYPE, "application/json")],
-                body.to_string(),
-            )
-                .into_response()
+            refusal(status, err)
         }
     }
+}
+
+/// The request with its body read whole: 408 when it does not arrive within
+/// the body-read timeout, 413 past the size limit.
+async fn read_whole_body(State(http): State<HttpConfig>, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    match crate::http::read_body(body, http.body_read_timeout).await {
+        Ok(bytes) => next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await,
+        Err(err) => refusal(err.status(), err.into_ledger_error()),
+    }
+}
+
+/// An HTTP refusal before the MCP service: `{"error": <the GraphQL error object>}`.
+fn refusal(status: StatusCode, err: LedgerError) -> Response {
+    let body = json!({ "error": error_object(err) });
+    let mut response = (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+    }
+    response
 }
 
 #[derive(Clone)]

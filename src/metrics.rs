@@ -49,6 +49,12 @@ pub struct AuditLabel {
     pub rule: String,
 }
 
+/// `http`, `websocket` or `mcp`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SurfaceLabel {
+    pub surface: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ScopeLabel {
     pub scope: String,
@@ -80,6 +86,8 @@ pub struct Metrics {
     pub delivery_latency: Histogram,
     /// Live subscriptions open (one per subscriber tail).
     pub subscriptions: Gauge,
+    /// Requests refused for want of a valid token, by surface.
+    auth_failures: Family<SurfaceLabel, Counter>,
     /// Tasks waiting for a request-pool connection to begin a transaction.
     /// Request tasks using or waiting for a request-pool connection ([`crate::db::InFlight`]).
     pub pool_users: Arc<AtomicI64>,
@@ -157,6 +165,8 @@ impl Default for Metrics {
         );
         let subscriptions = Gauge::default();
         r.register("live_subscriptions", "Live subscriptions open", subscriptions.clone());
+        let auth_failures = Family::<SurfaceLabel, Counter>::default();
+        r.register("auth_failures", "Requests refused for want of a valid token, by surface", auth_failures.clone());
         let pool_connections = Family::<PoolLabel, Gauge>::default();
         r.register("db_pool_connections", "Open connections of a database pool", pool_connections.clone());
         let pool_idle = Family::<PoolLabel, Gauge>::default();
@@ -205,6 +215,7 @@ impl Default for Metrics {
             dispositions,
             delivery_latency,
             subscriptions,
+            auth_failures,
             pool_users: Arc::new(AtomicI64::new(0)),
             pool_connections,
             pool_idle,
@@ -263,6 +274,11 @@ impl Metrics {
             tracing::warn!("cannot encode the metrics");
         }
         text
+    }
+
+    /// A request refused for want of a valid token on `surface`.
+    pub fn auth_failed(&self, surface: &'static str) {
+        self.auth_failures.get_or_create(&SurfaceLabel { surface }).inc();
     }
 
     pub fn disposition(&self, disposition: &str) {

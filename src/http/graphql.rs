@@ -13,14 +13,13 @@
 use std::net::SocketAddr;
 
 use async_graphql::{BatchRequest, BatchResponse, Request, Response as GqlResponse};
-use axum::body::{Body, to_bytes};
+use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use http_body_util::LengthLimitError;
 use serde_json::{Map, Value};
 
-use super::{AppState, MAX_BATCH, MAX_BODY_BYTES, authenticate, error_response};
+use super::{AppState, MAX_BATCH, authenticate, error_response, read_body};
 use crate::auth::Principal;
 use crate::graphql::request_errors::{ExecutionStarted, VALIDATION_FAILED, with_code};
 use crate::ledger::LedgerError;
@@ -120,37 +119,9 @@ pub(super) async fn post(
             ),
         );
     }
-    let limit = state.http.body_read_timeout;
-    let bytes = match tokio::time::timeout(limit, to_bytes(body, MAX_BODY_BYTES)).await {
-        Err(_) => {
-            return error_response(
-                StatusCode::REQUEST_TIMEOUT,
-                media,
-                LedgerError::invalid(
-                    "body",
-                    format!("the request body did not arrive within {} s; send it at once", limit.as_secs_f64()),
-                ),
-            );
-        }
-        Ok(Ok(bytes)) => bytes,
-        Ok(Err(err)) if std::error::Error::source(&err).is_some_and(|e| e.is::<LengthLimitError>()) => {
-            return error_response(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                media,
-                LedgerError::invalid("body", format!("request bodies are limited to {MAX_BODY_BYTES} bytes")),
-            );
-        }
-        // Malformed framing (a bad chunk), or the client went away.
-        Ok(Err(_)) => {
-            return error_response(
-                StatusCode::BAD_REQUEST,
-                media,
-                LedgerError::invalid(
-                    "body",
-                    "the request body could not be read (malformed or cut short); send it again",
-                ),
-            );
-        }
+    let bytes = match read_body(body, state.http.body_read_timeout).await {
+        Ok(bytes) => bytes,
+        Err(err) => return error_response(err.status(), media, err.into_ledger_error()),
     };
     let batch = match parse_body(&bytes) {
         Ok(batch) => batch,

@@ -5,8 +5,10 @@
 //! runs the live subsystem's background tasks (listener, sweeper) beside it,
 //! all stopped by the same signal.
 
+mod body;
 pub mod graphiql;
 mod graphql;
+pub mod listener;
 pub mod quickstart;
 pub mod surface;
 pub mod ws;
@@ -28,6 +30,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 pub use crate::db::SessionLimits;
+pub(crate) use body::read_body;
 pub use graphql::MediaType;
 pub use surface::SurfaceConfig;
 pub use ws::WsConfig;
@@ -56,17 +59,31 @@ pub struct ServerConfig {
     pub db: db::SessionLimits,
 }
 
-/// Slow clients (SPEC §9): how long a client may take to send a request's
-/// headers (then the connection is closed) and its body (then 408).
+/// Slow and greedy clients (SPEC §9, §10), on every listener: how long a
+/// client may take to send a request's headers (then the connection is
+/// closed) and its body (then 408), and how many connections each listener
+/// keeps open at once ([`listener`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HttpConfig {
     pub header_read_timeout: Duration,
     pub body_read_timeout: Duration,
+    /// Open connections of the API listener, WebSockets included.
+    pub max_connections: usize,
+    /// Open connections of the metrics listener.
+    pub metrics_max_connections: usize,
 }
+
+/// The metrics listener's default cap: a scraper or two, and room for a flood to evict itself.
+pub const METRICS_MAX_CONNECTIONS: usize = 64;
 
 impl Default for HttpConfig {
     fn default() -> Self {
-        Self { header_read_timeout: Duration::from_secs(10), body_read_timeout: Duration::from_secs(30) }
+        Self {
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
+            max_connections: listener::default_max_connections(),
+            metrics_max_connections: METRICS_MAX_CONNECTIONS,
+        }
     }
 }
 
@@ -82,6 +99,8 @@ struct AppState {
     /// The schema's own words for the quick start.
     descriptions: Arc<quickstart::Descriptions>,
     local_addr: SocketAddr,
+    /// `--public-url`, without a trailing slash.
+    public_url: Option<String>,
     policy: Arc<surface::Policy>,
 }
 
@@ -105,9 +124,16 @@ impl Application {
     }
 
     pub async fn build_with(ledger: Ledger, listen: &str, config: ServerConfig) -> std::io::Result<Self> {
-        let listener = TcpListener::bind(listen).await?;
+        let listener = bind(listen, "the API", "--listen (WORK_LEDGER_LISTEN)").await?;
         let metrics_listener = match &config.metrics_listen {
-            Some(addr) => Some(TcpListener::bind(addr).await?),
+            Some(addr) => Some(
+                bind(
+                    addr,
+                    "Prometheus metrics",
+                    "--metrics-listen (WORK_LEDGER_METRICS_LISTEN; empty turns metrics off)",
+                )
+                .await?,
+            ),
             None => None,
         };
         let live = Live::new(&ledger, config.live);
@@ -115,6 +141,7 @@ impl Application {
         let schema = build_schema(ledger.clone(), metrics_listener.is_some());
         let descriptions = Arc::new(quickstart::Descriptions::of_schema(&schema).await);
         let policy = surface::Policy::new(&config.surface, listen);
+        let metrics_policy = config.metrics_listen.as_deref().map(|addr| surface::Policy::new(&config.surface, addr));
         let state = AppState {
             schema,
             ledger: ledger.clone(),
@@ -124,9 +151,12 @@ impl Application {
             connections: connections.clone(),
             descriptions,
             local_addr: listener.local_addr()?,
+            public_url: config.surface.public_url.as_deref().map(|url| url.trim_end_matches('/').to_owned()),
             policy: policy.clone(),
         };
-        let mcp = crate::mcp::routes(ledger.clone(), live.stop_token());
+        // Origin first (a foreign page learns nothing), then the token, then the body.
+        let mcp = crate::mcp::routes(ledger.clone(), live.stop_token(), config.http)
+            .route_layer(middleware::from_fn_with_state(policy.clone(), surface::check_mcp_origin));
         let router = Router::new()
             .merge(graphiql::routes())
             .route("/", get(root))
@@ -136,10 +166,12 @@ impl Application {
             .route("/readyz", get(readyz))
             .with_state(state.clone())
             .merge(mcp)
-            .layer(middleware::from_fn_with_state(policy, surface::check_host))
-            .layer(middleware::from_fn(surface::security_headers))
-            .layer(middleware::from_fn(request_span));
-        let metrics = metrics_listener.map(|l| (l, Router::new().route("/metrics", get(metrics)).with_state(state)));
+            .fallback(surface::not_found);
+        let router = surface::guard(router, policy).layer(middleware::from_fn(request_span));
+        let metrics = metrics_listener.zip(metrics_policy).map(|(l, policy)| {
+            let router = Router::new().route("/metrics", get(metrics)).with_state(state).fallback(surface::not_found);
+            (l, surface::guard(router, policy))
+        });
         Ok(Self { listener, router, live, http: config.http, connections, metrics })
     }
 
@@ -162,7 +194,13 @@ impl Application {
     /// others, closes WebSockets and finishes in-flight requests.
     pub async fn run_until(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         let live = self.live;
-        let server = serve_http(self.listener, self.router, self.http.header_read_timeout, live.stopping_owned());
+        let door = listener::Door {
+            name: "API",
+            header_read_timeout: self.http.header_read_timeout,
+            max_connections: self.http.max_connections,
+            upgraded: Some(self.connections.clone()),
+        };
+        let server = listener::serve(self.listener, self.router, door, live.stopping_owned());
         let mut tasks = tokio::task::JoinSet::new();
         tasks.spawn(async move { ("HTTP server", server.await) });
         let listener = live.clone();
@@ -180,8 +218,14 @@ impl Application {
             warden.run_warden().await;
             ("reader warden", Ok(()))
         });
-        if let Some((listener, router)) = self.metrics {
-            let server = axum::serve(listener, router).with_graceful_shutdown(live.stopping_owned());
+        if let Some((metrics, router)) = self.metrics {
+            let door = listener::Door {
+                name: "metrics",
+                header_read_timeout: self.http.header_read_timeout,
+                max_connections: self.http.metrics_max_connections,
+                upgraded: None,
+            };
+            let server = listener::serve(metrics, router, door, live.stopping_owned());
             tasks.spawn(async move { ("metrics listener", server.await) });
         }
 
@@ -219,69 +263,27 @@ async fn root(State(state): State<AppState>, headers: HeaderMap) -> Response {
     if accept.contains("text/html") || accept.contains("application/xhtml+xml") {
         return graphiql::page();
     }
-    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let base = format!("http://{}", host.unwrap_or_else(|| state.local_addr.to_string()));
+    let base = match &state.public_url {
+        Some(url) => url.clone(),
+        // The Host was checked against the allow-list; a proxy in front that
+        // terminates TLS should set --public-url.
+        None => {
+            let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            format!("http://{}", host.unwrap_or_else(|| state.local_addr.to_string()))
+        }
+    };
     let text = quickstart::render(&base, &state.descriptions);
     ([(header::CONTENT_TYPE, "text/plain; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")], text).into_response()
 }
 
-/// Serves `router` over HTTP/1.1 until `shutdown`, then lets in-flight
-/// requests finish (upgraded WebSockets are stopped by the live subsystem).
-/// Unlike `axum::serve`, a client gets `header_read_timeout` to send a
-/// request's headers, then its connection is closed: a slowloris client
-/// cannot hold connections open by trickling headers.
-async fn serve_http(
-    listener: TcpListener,
-    router: Router,
-    header_read_timeout: Duration,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    use hyper::server::conn::http1;
-    use hyper_util::rt::{TokioIo, TokioTimer};
-    use hyper_util::service::TowerToHyperService;
-
-    let mut builder = http1::Builder::new();
-    builder.timer(TokioTimer::new()).header_read_timeout(header_read_timeout);
-    let stop = tokio_util::sync::CancellationToken::new();
-    let connections = TaskTracker::new();
-    tokio::pin!(shutdown);
-    loop {
-        let (stream, peer) = tokio::select! {
-            _ = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(err) => {
-                    // Out of file descriptors and the like: back off rather than spin.
-                    tracing::warn!(error = %err, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        // Handlers learn the client's address (`ConnectInfo`) as with axum::serve.
-        let service = router.clone().layer(axum::Extension(axum::extract::ConnectInfo(peer)));
-        let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service)).with_upgrades();
-        let stopping = stop.clone();
-        connections.spawn(async move {
-            tokio::pin!(conn);
-            let result = tokio::select! {
-                result = conn.as_mut() => result,
-                _ = stopping.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(err) = result {
-                tracing::debug!(error = %err, "HTTP connection ended");
-            }
-        });
-    }
-    drop(listener);
-    stop.cancel();
-    connections.close();
-    connections.wait().await;
-    Ok(())
+/// Binds `addr` for `what`; an error names the address and the setting that moves it.
+async fn bind(addr: &str, what: &str, setting: &str) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await.map_err(|err| {
+        std::io::Error::new(
+            err.kind(),
+            format!("cannot listen on {addr} for {what}: {err}; set another address with {setting}"),
+        )
+    })
 }
 
 /// `GET /metrics` on the metrics listener: Prometheus text, the states
@@ -385,14 +387,25 @@ fn error_response(status: StatusCode, media: MediaType, err: LedgerError) -> Res
 }
 
 /// The request's principal from its `Authorization` header; failures are
-/// logged (at a bounded rate) with the client's address.
+/// logged and counted ([`auth_failed`]).
 async fn authenticate(state: &AppState, headers: &HeaderMap, client: SocketAddr) -> Result<Principal, LedgerError> {
     let value = headers.get(header::AUTHORIZATION).map(|v| v.to_str().unwrap_or(""));
     match state.ledger.authenticate(value).await {
         Ok((principal, _)) => Ok(principal),
         Err(err) => {
-            auth::log_failure(Some(client), "http", &err);
+            auth_failed(&state.ledger, Some(client), "http", &err);
             Err(err.into())
         }
+    }
+}
+
+/// A failed authentication on any surface (`http`, `websocket`, `mcp`):
+/// logged with the client's address at a bounded rate, and counted in
+/// `work_ledger_auth_failures_total{surface}`. A database that could not be
+/// asked is not a failed authentication.
+pub(crate) fn auth_failed(ledger: &Ledger, client: Option<SocketAddr>, surface: &'static str, err: &auth::AuthError) {
+    if matches!(err, auth::AuthError::Unauthenticated(_)) {
+        auth::log_failure(client, surface, err);
+        ledger.metrics().auth_failed(surface);
     }
 }

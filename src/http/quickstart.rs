@@ -19,7 +19,9 @@ pub struct Step {
 
 const UNIT: &str = "id externalRef state currentAttemptId leaseExpiresAt costCents legalActions";
 
-/// The steps of the quick start, in the order an agent takes them.
+/// The steps of the quick start, in the order an agent takes them: run as
+/// shown, one after the other, they take a unit from READY to MIGRATED
+/// (tests/api/listeners.rs runs the served text literally).
 pub const STEPS: &[Step] = &[
     Step {
         field: "me",
@@ -30,8 +32,8 @@ pub const STEPS: &[Step] = &[
     Step {
         field: "claimNext",
         root: "Mutation",
-        document: "mutation { claimNext(leaseSeconds: 900) { UNIT } }",
-        variables: "{}",
+        document: "mutation($domain: String) { claimNext(domain: $domain, leaseSeconds: 900) { UNIT } }",
+        variables: r#"{"domain": "<the domain you work on; null for any>"}"#,
     },
     Step {
         field: "heartbeat",
@@ -42,8 +44,8 @@ pub const STEPS: &[Step] = &[
     Step {
         field: "transition",
         root: "Mutation",
-        document: "mutation($unit: UUID!) { transition(unitId: $unit, to: IN_PROGRESS) { UNIT } }",
-        variables: r#"{"unit": "<id>"}"#,
+        document: "mutation($unit: UUID!, $attempt: UUID) { transition(unitId: $unit, to: IN_PROGRESS, attemptId: $attempt) { UNIT } }",
+        variables: r#"{"unit": "<id>", "attempt": "<currentAttemptId>"}"#,
     },
     Step {
         field: "recordCost",
@@ -52,22 +54,10 @@ pub const STEPS: &[Step] = &[
         variables: r#"{"unit": "<id>", "key": "<any string unique to this bill>"}"#,
     },
     Step {
-        field: "block",
-        root: "Mutation",
-        document: "mutation($unit: UUID!, $q: String!) { block(unitId: $unit, question: $q) { UNIT } }",
-        variables: r#"{"unit": "<id>", "q": "<what you need answered>"}"#,
-    },
-    Step {
-        field: "release",
-        root: "Mutation",
-        document: "mutation($unit: UUID!) { release(unitId: $unit, reason: \"out of scope\") { UNIT } }",
-        variables: r#"{"unit": "<id>"}"#,
-    },
-    Step {
         field: "transition",
         root: "Mutation",
-        document: "mutation($unit: UUID!, $url: String!) { transition(unitId: $unit, to: VERIFIED, evidenceUrl: $url) { UNIT } }",
-        variables: r#"{"unit": "<id>", "url": "<https link to the evidence>"}"#,
+        document: "mutation($unit: UUID!, $attempt: UUID, $url: String!) { transition(unitId: $unit, to: VERIFIED, evidenceUrl: $url, attemptId: $attempt) { UNIT } }",
+        variables: r#"{"unit": "<id>", "attempt": "<currentAttemptId>", "url": "<https link to the evidence>"}"#,
     },
     Step {
         field: "dispose",
@@ -77,9 +67,28 @@ pub const STEPS: &[Step] = &[
     },
 ];
 
-/// The documents of [`STEPS`] as sent (the unit's field list filled in).
+/// The step that [`DETOURS`] replace (the 1-based number of VERIFIED in [`STEPS`]).
+pub const DETOUR_FROM: usize = 6;
+
+/// Instead of verifying: each ends the agent's work on the unit for now.
+pub const DETOURS: &[Step] = &[
+    Step {
+        field: "block",
+        root: "Mutation",
+        document: "mutation($unit: UUID!, $attempt: UUID, $q: String!) { block(unitId: $unit, question: $q, attemptId: $attempt) { UNIT } }",
+        variables: r#"{"unit": "<id>", "attempt": "<currentAttemptId>", "q": "<what you need answered>"}"#,
+    },
+    Step {
+        field: "release",
+        root: "Mutation",
+        document: "mutation($unit: UUID!, $attempt: UUID) { release(unitId: $unit, reason: \"out of scope\", attemptId: $attempt) { UNIT } }",
+        variables: r#"{"unit": "<id>", "attempt": "<currentAttemptId>"}"#,
+    },
+];
+
+/// The documents of [`STEPS`] and [`DETOURS`] as sent (the unit's field list filled in).
 pub fn documents() -> impl Iterator<Item = (String, &'static str)> {
-    STEPS.iter().map(|step| (step.document.replace("UNIT", UNIT), step.variables))
+    STEPS.iter().chain(DETOURS).map(|step| (step.document.replace("UNIT", UNIT), step.variables))
 }
 
 /// The error codes of SPEC §5 and what to do about each.
@@ -111,16 +120,19 @@ pub fn render(base: &str, descriptions: &Descriptions) -> String {
          GRAPHQL  POST {base}/graphql with a JSON body {{\"query\": \"...\", \"variables\": {{...}}}}:\n\
          \x20  curl -s {base}/graphql -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' \\\n\
          \x20       -d '{{\"query\": \"{{ me {{ name heldUnit {{ id state }} }} }}\"}}'\n\n\
-         THE LIFECYCLE  (fill the <...> from earlier answers; every answer's `legalActions` says what you may do next)\n"
+         THE LIFECYCLE  run in order; fill the <...> from earlier answers (`id` and `currentAttemptId` from the\n\
+         \x20 claim); every answer's `legalActions` says what you may do next\n"
     );
-    for (i, (step, (document, variables))) in STEPS.iter().zip(documents()).enumerate() {
-        let about = descriptions.of(step.root, step.field).unwrap_or_default();
-        text.push_str(&format!(
-            "\n{}. {}: {}\n   {document}\n   variables: {variables}\n",
-            i + 1,
-            step.field,
-            one_line(about)
-        ));
+    let shown = |step: &Step| (step.document.replace("UNIT", UNIT), step.variables);
+    for (i, step) in STEPS.iter().enumerate() {
+        push_step(&mut text, &format!("{}.", i + 1), step, shown(step), descriptions);
+    }
+    text.push_str(&format!(
+        "\nINSTEAD OF STEP {DETOUR_FROM}  when stuck (a: the unit stays yours, BLOCKED, until triage answers with\n\
+         \x20 unblock) or to give the unit up (b: it is READY again for anyone):\n"
+    ));
+    for (letter, step) in ["a.", "b."].iter().zip(DETOURS) {
+        push_step(&mut text, letter, step, shown(step), descriptions);
     }
     text.push_str(
         "\nHOLDING  You hold at most one unit: a live claim (CLAIMED, IN_PROGRESS or BLOCKED). After VERIFIED the unit\n\
@@ -138,12 +150,23 @@ pub fn render(base: &str, descriptions: &Descriptions) -> String {
     for (name, description) in crate::mcp::tool_names() {
         text.push_str(&format!("   {name:<16} {}\n", one_line(description)));
     }
+    // `http://` gives `ws://`, `https://` gives `wss://`.
+    let ws_base = format!("ws{}", base.strip_prefix("http").unwrap_or(base));
     text.push_str(&format!(
-        "\nSUBSCRIPTIONS  {base}/graphql/ws, protocol graphql-transport-ws, token in connection_init:\n\
+        "\nSUBSCRIPTIONS  {ws_base}/graphql/ws, protocol graphql-transport-ws, token in connection_init:\n\
          \x20  {{\"Authorization\": \"Bearer <token>\"}}; blockingQuestionOpened, unitStalled, ledgerEvents(after:).\n\
          SCHEMA  {base}/assets/graphiql/schema.graphql\n"
     ));
     text
+}
+
+fn push_step(text: &mut String, label: &str, step: &Step, (document, variables): (String, &str), about: &Descriptions) {
+    let about = about.of(step.root, step.field).unwrap_or_default();
+    text.push_str(&format!(
+        "\n{label} {}: {}\n   {document}\n   variables: {variables}\n",
+        step.field,
+        one_line(about)
+    ));
 }
 
 fn one_line(text: &str) -> String {

@@ -9,14 +9,20 @@
 //!   hostile domain that resolves to 127.0.0.1 (DNS rebinding) then reaches
 //!   nothing: the browser sends that domain as `Host`. An address by number
 //!   is always accepted, since no rebinding can produce one.
-//! - [`origin_allowed`]: a WebSocket upgrade from a page of another origin is
-//!   refused (a cross-site page may open WebSockets freely; CORS does not
-//!   apply to them). Clients that send no `Origin` (agents, services) are
+//!   Two `Host` headers (or none on HTTP/1.1) get 400.
+//! - [`Policy::origin_allowed`]: a WebSocket upgrade or an `/mcp` request
+//!   from a page of another origin is refused (a cross-site page may open
+//!   WebSockets freely, and may send simple POSTs; CORS does not stop
+//!   either). Clients that send no `Origin` (agents, services) are
 //!   unaffected.
+//! - [`not_found`]: 404 for unknown paths, before any authentication.
+//!
+//! [`guard`] applies the `Host` check and the headers to a listener's router.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
@@ -35,6 +41,10 @@ pub struct SurfaceConfig {
     /// Origins (`scheme://host[:port]`) whose pages may open WebSockets,
     /// besides the server's own origin; `*` for any.
     pub allowed_origins: Vec<String>,
+    /// The URL clients reach the server by (`https://ledger.example.com`,
+    /// behind a TLS proxy), for the URLs the quick start prints. `None`:
+    /// `http://` and the request's `Host`.
+    pub public_url: Option<String>,
 }
 
 /// The allow-lists, normalised once at start.
@@ -96,8 +106,40 @@ fn normalise_host(host: &str) -> String {
     host.trim().trim_end_matches('.').to_ascii_lowercase()
 }
 
-/// 421 for a `Host` (or HTTP/2 `:authority`) this server does not answer to.
+/// The checks and headers every listener applies to every route (the API
+/// and the metrics listener alike): the `Host` allow-list, then the
+/// security headers on whatever answers.
+pub fn guard(router: Router, policy: Arc<Policy>) -> Router {
+    router
+        .layer(axum::middleware::from_fn_with_state(policy, check_host))
+        .layer(axum::middleware::from_fn(security_headers))
+}
+
+/// 404 for a path no route serves, before any authentication.
+pub async fn not_found() -> Response {
+    error_response(
+        StatusCode::NOT_FOUND,
+        MediaType::Json,
+        LedgerError::invalid(
+            "path",
+            "no such path: the API is POST /graphql, subscriptions GET /graphql/ws, agents /mcp; GET / describes them",
+        ),
+    )
+}
+
+/// 400 for two `Host` headers (RFC 9112 §3.2: which one is meant cannot be
+/// known), or none on HTTP/1.1; 421 for a `Host` (or HTTP/2 `:authority`)
+/// this server does not answer to.
 pub async fn check_host(State(policy): State<Arc<Policy>>, request: Request, next: Next) -> Response {
+    let hosts = request.headers().get_all(header::HOST).iter().count();
+    let needs_host = request.version() == axum::http::Version::HTTP_11 && request.uri().authority().is_none();
+    if hosts > 1 || (hosts == 0 && needs_host) {
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            MediaType::Json,
+            LedgerError::invalid("Host", "an HTTP/1.1 request carries exactly one Host header"),
+        );
+    }
     let host = request
         .uri()
         .authority()
@@ -136,6 +178,24 @@ pub async fn security_headers(request: Request, next: Next) -> Response {
     response
 }
 
+/// 403 for a request to `/mcp` from a page of another origin (the MCP
+/// specification's streamable HTTP transport requires servers to validate
+/// `Origin`, against DNS rebinding): the same rule as WebSockets.
+pub async fn check_mcp_origin(State(policy): State<Arc<Policy>>, request: Request, next: Next) -> Response {
+    if policy.origin_allowed(request.headers()) {
+        return next.run(request).await;
+    }
+    error_response(
+        StatusCode::FORBIDDEN,
+        MediaType::Json,
+        LedgerError::RequestRefused(
+            "/mcp refuses requests from pages of another origin; an operator can allow an origin with \
+             --allowed-origins (WORK_LEDGER_ALLOWED_ORIGINS). Clients that send no Origin are unaffected"
+                .into(),
+        ),
+    )
+}
+
 /// 403 for a WebSocket upgrade from a foreign page.
 pub fn refuse_origin() -> Response {
     error_response(
@@ -157,6 +217,7 @@ mod tests {
         let config = SurfaceConfig {
             allowed_hosts: hosts.iter().map(|h| h.to_string()).collect(),
             allowed_origins: origins.iter().map(|o| o.to_string()).collect(),
+            public_url: None,
         };
         Policy::new(&config, listen)
     }

@@ -365,7 +365,7 @@ async fn init(
     });
     let authenticated = auth::authenticate(ledger.db(), header).await;
     if let Err(err) = &authenticated {
-        auth::log_failure(Some(client), "websocket", err);
+        super::auth_failed(&ledger, Some(client), "websocket", err);
     }
     match authenticated.map_err(LedgerError::from) {
         Ok((principal, hash)) => {

@@ -22,6 +22,7 @@ mod isolation;
 mod lease;
 mod lifecycle;
 mod limits;
+mod listeners;
 mod live;
 mod live_exact;
 mod live_ws;
