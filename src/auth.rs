@@ -139,6 +139,12 @@ pub type TokenHash = [u8; 32];
 /// Authenticates the value of an `Authorization` header (or of the
 /// `connection_init` payload's `Authorization` field): the principal and
 /// the hash its token is known by.
+///
+/// Every request asks the database (one indexed statement), on every
+/// surface: a revocation is a committed row, so the first request that
+/// starts after `token revoke` returned is refused on every replica. A
+/// cache would need a proof that nothing was revoked since its lookup, and
+/// the only proof is a read of the database, which costs what the lookup does.
 pub async fn authenticate(
     db: &impl ConnectionTrait,
     authorization: Option<&str>,
@@ -146,73 +152,6 @@ pub async fn authenticate(
     let hash = hash_token(parse_bearer(authorization)?);
     let principal = principal_of(db, &hash).await?.ok_or(AuthError::Unauthenticated(UNKNOWN_TOKEN))?;
     Ok((principal, hash))
-}
-
-/// [`authenticate`] through `cache`: a token looked up less than
-/// [`TokenCache::TTL`] ago is not looked up again.
-pub async fn authenticate_cached(
-    db: &impl ConnectionTrait,
-    cache: &TokenCache,
-    authorization: Option<&str>,
-) -> Result<(Principal, TokenHash), AuthError> {
-    let hash = hash_token(parse_bearer(authorization)?);
-    if let Some(principal) = cache.get(&hash) {
-        return Ok((principal, hash));
-    }
-    let (asked_at, generation) = (Instant::now(), cache.generation());
-    let principal = principal_of(db, &hash).await?.ok_or(AuthError::Unauthenticated(UNKNOWN_TOKEN))?;
-    cache.put(hash, principal.clone(), asked_at, generation);
-    Ok((principal, hash))
-}
-
-/// Live tokens recently looked up, so that an agent's every request does not
-/// cost a statement. An entry lives [`TokenCache::TTL`] from the moment its
-/// lookup began; [`TokenCache::forget_all`] (on every revocation notice and
-/// whenever the LISTEN connection comes back) drops them all, and a lookup
-/// that was under way when that happened is not cached. A revoked token is
-/// therefore refused as soon as the notice arrives, and at the latest after
-/// the TTL.
-#[derive(Default)]
-pub struct TokenCache {
-    entries: Mutex<std::collections::HashMap<TokenHash, (Principal, Instant)>>,
-    generation: AtomicU64,
-}
-
-impl TokenCache {
-    pub const TTL: Duration = Duration::from_secs(1);
-    /// Past this many entries the cache starts over (a flood of distinct tokens).
-    const MAX_ENTRIES: usize = 65_536;
-
-    fn get(&self, hash: &TokenHash) -> Option<Principal> {
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries.get(hash).filter(|(_, at)| at.elapsed() < Self::TTL).map(|(principal, _)| principal.clone())
-    }
-
-    fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
-    }
-
-    fn put(&self, hash: TokenHash, principal: Principal, asked_at: Instant, generation: u64) {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        // Checked under the lock that forget_all takes too.
-        if self.generation() != generation {
-            return;
-        }
-        if entries.len() >= Self::MAX_ENTRIES {
-            entries.retain(|_, (_, at)| at.elapsed() < Self::TTL);
-            if entries.len() >= Self::MAX_ENTRIES {
-                entries.clear();
-            }
-        }
-        entries.insert(hash, (principal, asked_at));
-    }
-
-    /// Drops every entry, and the result of every lookup under way.
-    pub fn forget_all(&self) {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        entries.clear();
-    }
 }
 
 /// The principal of a live token, `None` when it is unknown or revoked.
@@ -319,30 +258,6 @@ impl RateLimit {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn principal(name: &str) -> Principal {
-        Principal { token_id: Uuid::nil(), fleet: "f".into(), name: name.into(), permissions: vec![] }
-    }
-
-    #[test]
-    fn token_cache_forgets_on_notice_and_refuses_lookups_that_straddle_one() {
-        let cache = TokenCache::default();
-        let (a, b) = ([1u8; 32], [2u8; 32]);
-        let before = cache.generation();
-        cache.put(a, principal("a"), Instant::now(), before);
-        assert_eq!(cache.get(&a).map(|p| p.name), Some("a".to_owned()));
-        // A lookup of b begins, a revocation notice arrives, the lookup ends.
-        let started = cache.generation();
-        cache.forget_all();
-        cache.put(b, principal("b"), Instant::now(), started);
-        assert!(cache.get(&a).is_none() && cache.get(&b).is_none());
-        // An entry older than the TTL is not used.
-        let old = Instant::now().checked_sub(TokenCache::TTL + Duration::from_millis(1));
-        if let Some(old) = old {
-            cache.put(a, principal("a"), old, cache.generation());
-            assert!(cache.get(&a).is_none());
-        }
-    }
 
     #[test]
     fn failure_logging_is_bounded_and_counts_what_it_leaves_out() {

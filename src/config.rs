@@ -12,7 +12,7 @@ use crate::auth::Role;
 use crate::db::{Notify, SessionLimits};
 use crate::http::listener::default_max_connections;
 use crate::http::{HttpConfig, METRICS_MAX_CONNECTIONS, ServerConfig, SurfaceConfig, WsConfig};
-use crate::live::{ListenerConfig, LiveConfig, SweeperConfig};
+use crate::live::{ListenerConfig, LiveConfig, SweeperConfig, WardenConfig};
 
 #[derive(Debug, Parser)]
 #[command(name = "work-ledger", version, about = "System of record for fleets of AI coding agents")]
@@ -67,7 +67,7 @@ pub enum Command {
     /// Check every cross-table invariant of the ledger, read-only; exits non-zero on findings.
     Audit {
         /// Only this fleet (default: every fleet).
-        #[arg(long)]
+        #[arg(long, value_parser = fleet_name)]
         fleet: Option<String>,
     },
     /// Work a unit as an agent: a client of a running server over HTTP (never the database).
@@ -80,7 +80,7 @@ pub struct ImportArgs {
     /// The backlog file, or `-` for standard input.
     pub file: String,
     /// The fleet the units belong to.
-    #[arg(long, env = "WORK_LEDGER_FLEET", default_value = "default")]
+    #[arg(long, env = "WORK_LEDGER_FLEET", default_value = "default", value_parser = fleet_name)]
     pub fleet: String,
     /// The file's format (default: from the file name, else from its first character).
     #[arg(long, value_enum)]
@@ -197,10 +197,10 @@ impl DispositionArg {
 pub enum ReaderCommand {
     /// Create a LOGIN role that reads one fleet's views and tables (and nothing else).
     Create {
-        #[arg(long)]
+        #[arg(long, value_parser = fleet_name)]
         fleet: String,
         /// Role name (default `grafana_<fleet>`).
-        #[arg(long)]
+        #[arg(long, value_parser = identifier)]
         name: Option<String>,
         /// Password (default: a random one, printed on stdout).
         #[arg(long, env = "WORK_LEDGER_READER_PASSWORD", hide_env_values = true)]
@@ -217,7 +217,7 @@ pub struct ServeArgs {
     #[arg(long, env = "WORK_LEDGER_DB_POOL_SIZE", default_value_t = 32)]
     pub db_pool_size: u32,
     /// Fleet of the operator token minted on first start.
-    #[arg(long, env = "WORK_LEDGER_FLEET", default_value = "default")]
+    #[arg(long, env = "WORK_LEDGER_FLEET", default_value = "default", value_parser = fleet_name)]
     pub fleet: String,
     /// How writes announce their events to live subscribers: `after-commit`
     /// (the server notifies right after its commits, at most once per fleet
@@ -316,6 +316,10 @@ pub struct LiveArgs {
     /// Expired attempts reported per sweep statement.
     #[arg(long, env = "WORK_LEDGER_SWEEP_BATCH", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
     pub sweep_batch: u32,
+    /// Time between the reader warden's passes, which end reader logins'
+    /// transactions open longer than 60 s (SPEC §8).
+    #[arg(long, env = "WORK_LEDGER_READER_CHECK_INTERVAL", default_value = "5s", value_parser = duration)]
+    pub reader_check_interval: Duration,
     /// How long a WebSocket client has to send `connection_init`.
     #[arg(long, env = "WORK_LEDGER_WS_INIT_TIMEOUT", default_value = "10s", value_parser = duration)]
     pub ws_init_timeout: Duration,
@@ -360,6 +364,7 @@ impl LiveArgs {
         ServerConfig {
             live: LiveConfig {
                 sweeper: SweeperConfig { interval: self.sweep_interval, batch_size: self.sweep_batch },
+                warden: WardenConfig { interval: self.reader_check_interval, ..WardenConfig::default() },
                 listener: ListenerConfig {
                     health_interval: self.listener_health_interval,
                     health_timeout: self.listener_health_interval,
@@ -386,6 +391,28 @@ impl LiveArgs {
     }
 }
 
+/// The one rule for fleet names, on every command that takes `--fleet`
+/// (the `CHECK` of `api_tokens.fleet` in migration 0001 says the same): 1 to
+/// 63 ASCII letters, digits, `.`, `_` and `-`, starting with a letter or digit.
+/// A name a token cannot have names a fleet nobody can reach.
+pub fn fleet_name(text: &str) -> Result<String, String> {
+    let mut chars = text.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
+    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if first_ok && rest_ok && text.len() <= 63 {
+        Ok(text.to_owned())
+    } else {
+        Err("a fleet name is 1 to 63 ASCII letters, digits, `.`, `_` and `-`, starting with a letter or digit".into())
+    }
+}
+
+/// A name the ledger shows (a token's subject, a reader login): the rule of
+/// every identifier (1 to 256 printable characters, none of them an
+/// invisible formatting character).
+fn identifier(text: &str) -> Result<String, String> {
+    crate::ledger::validate::label("name", text).map(|()| text.to_owned()).map_err(|e| e.to_string())
+}
+
 /// A positive duration: `250ms`, `5s`, `2m`, or a number of seconds.
 fn duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
@@ -410,10 +437,10 @@ fn duration(text: &str) -> Result<Duration, String> {
 pub enum TokenCommand {
     /// Mint a token; prints the secret alone on stdout (shown once, stored hashed).
     Create {
-        #[arg(long)]
+        #[arg(long, value_parser = fleet_name)]
         fleet: String,
         /// The subject: the agent id recorded on claims and events.
-        #[arg(long)]
+        #[arg(long, value_parser = identifier)]
         name: String,
         #[arg(long, value_enum)]
         role: Role,
@@ -427,6 +454,24 @@ pub enum TokenCommand {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fleet_names_follow_the_token_rule() {
+        for ok in ["default", "a", "Fleet-1.b_c", &"x".repeat(63)] {
+            assert!(fleet_name(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "-a", ".a", "a b", "a\"b", "a\nb", "a\u{202E}b", "é", &"x".repeat(64), &"x".repeat(5000)] {
+            assert!(fleet_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn names_follow_the_identifier_rule() {
+        assert!(identifier("agent-7").is_ok());
+        for bad in ["", "a\u{202E}b", "a\u{FEFF}", "a\nb", &"n".repeat(257)] {
+            assert!(identifier(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn durations() {
@@ -446,6 +491,8 @@ mod tests {
         let (flags, defaults) = (args.live.config(), ServerConfig::default());
         assert_eq!(flags.live.sweeper.interval, defaults.live.sweeper.interval);
         assert_eq!(flags.live.sweeper.batch_size, defaults.live.sweeper.batch_size);
+        assert_eq!(flags.live.warden.interval, defaults.live.warden.interval);
+        assert_eq!(flags.live.warden.max_transaction, std::time::Duration::from_secs(60));
         assert_eq!(flags.live.listener.health_interval, defaults.live.listener.health_interval);
         assert_eq!(flags.ws.init_timeout, defaults.ws.init_timeout);
         assert_eq!(flags.ws.ping_interval, defaults.ws.ping_interval);

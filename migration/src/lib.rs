@@ -67,6 +67,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261130_000011_one_statement_writes", "0011_one_statement_writes"),
             // One write path: the app role writes no table, every write is a SQL function (sql/repeatable/).
             sql_migration!("m20261130_000012_one_write_path", "0012_one_write_path"),
+            // Reader logins cannot hold a transaction past 60 s: the function the reader warden calls.
+            sql_migration!("m20261130_000013_reader_warden", "0013_reader_warden"),
             // Foreign sessions: writer markers out of other logins' reach, notifications that name no fleet.
             sql_migration!("m20261130_000014_foreign_sessions", "0014_foreign_sessions"),
         ]
@@ -143,11 +145,19 @@ async fn apply_repeatable(db: &DatabaseConnection) -> Result<(), DbErr> {
 
 /// No role but the owner may create temporary tables in the ledger's
 /// database: with every function's search_path pinned a temporary table
-/// cannot stand in for a ledger table anyway, and nobody needs one.
-const DATABASE_PRIVILEGES: &str = "DO $$
+/// cannot stand in for a ledger table anyway, and nobody needs one. Only the
+/// roles that work with the ledger may connect to it (SPEC §8): the
+/// migrating login, the app role and every reader login. And the reader
+/// warden's function belongs to its role (migration 0013), which a restore
+/// without owners does not keep.
+const DATABASE_PRIVILEGES: &str = concat!(
+    "DO $$
 BEGIN
     EXECUTE format('REVOKE TEMPORARY ON DATABASE %I FROM PUBLIC', current_database());
 EXCEPTION WHEN insufficient_privilege THEN
     RAISE WARNING 'cannot revoke TEMPORARY on database % from PUBLIC (not its owner)', current_database();
 END
-$$";
+$$;
+",
+    include_str!("sql/database_privileges.sql")
+);

@@ -10,11 +10,15 @@ use super::stmt;
 /// the notification queue, and a full queue stops every write.
 pub const READER_STATEMENT_TIMEOUT: &str = "60s";
 pub const READER_IDLE_IN_TRANSACTION_TIMEOUT: &str = "60s";
+/// What the settings promise, kept by the server's reader warden
+/// (`live::warden`) even when a login changes its own settings.
+pub const MAX_TRANSACTION: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Creates LOGIN role `role` for `fleet`: member of `work_ledger_reader`,
 /// `work_ledger.fleet` as its default setting, pinned to the fleet by the
 /// `fleet_reader` policies whatever it sets, with `statement_timeout` and
-/// `idle_in_transaction_session_timeout` as role settings.
+/// `idle_in_transaction_session_timeout` as role settings, and a member of
+/// `work_ledger_warden` (migration 0013), which ends its overlong transactions.
 pub async fn create(db: &DatabaseConnection, role: &str, fleet: &str, password: &str) -> Result<(), DbErr> {
     let tx = db.begin().await?;
     // format() quotes the identifier and the literals; DDL takes no parameters.
@@ -23,7 +27,8 @@ pub async fn create(db: &DatabaseConnection, role: &str, fleet: &str, password: 
             "SELECT format('CREATE ROLE %I LOGIN PASSWORD %L NOSUPERUSER NOBYPASSRLS IN ROLE work_ledger_reader', $1::text, $3::text) AS create_role,
                     format('ALTER ROLE %I SET work_ledger.fleet = %L', $1::text, $2::text) AS set_fleet,
                     format('ALTER ROLE %I SET statement_timeout = %L', $1::text, $4::text) AS set_statement_timeout,
-                    format('ALTER ROLE %I SET idle_in_transaction_session_timeout = %L', $1::text, $5::text) AS set_idle_timeout",
+                    format('ALTER ROLE %I SET idle_in_transaction_session_timeout = %L', $1::text, $5::text) AS set_idle_timeout,
+                    format('GRANT %I TO work_ledger_warden', $1::text) AS grant_warden",
             [
                 role.into(),
                 fleet.into(),
@@ -36,7 +41,7 @@ pub async fn create(db: &DatabaseConnection, role: &str, fleet: &str, password: 
         .ok_or(DbErr::RecordNotFound("format".into()))?;
     let create_role: String = row.try_get("", "create_role")?;
     tx.execute_unprepared(&create_role).await?;
-    for setting in ["set_fleet", "set_statement_timeout", "set_idle_timeout"] {
+    for setting in ["set_fleet", "set_statement_timeout", "set_idle_timeout", "grant_warden"] {
         let sql: String = row.try_get("", setting)?;
         tx.execute_unprepared(&sql).await?;
     }

@@ -8,6 +8,7 @@ pub mod loaders;
 mod operation_metrics;
 mod pagination;
 mod query;
+mod read_budget;
 mod reads;
 pub mod request_errors;
 mod stalls;
@@ -38,7 +39,8 @@ pub type LedgerSchema = Schema<Query, Mutation, Subscription>;
 /// units with every field, their attempts, open question and current
 /// attempt: about 29,000) passes, while a fan-out (500 units x 100 events
 /// each: about 200,000) or ten such pages under aliases are refused before
-/// anything runs.
+/// anything runs. Fleet-wide reads and aliases are counted besides
+/// ([`read_budget`]).
 pub const MAX_DEPTH: usize = 12;
 pub const MAX_COMPLEXITY: usize = 50_000;
 
@@ -50,6 +52,7 @@ pub fn build_schema(ledger: Ledger, metrics: bool) -> LedgerSchema {
         .extension(guidance::Guidance)
         .extension(operation_metrics::OperationMetrics { metrics })
         .extension(request_errors::RequestErrors)
+        .extension(read_budget::ReadBudget)
         .limit_depth(MAX_DEPTH)
         .limit_complexity(MAX_COMPLEXITY)
         .finish()

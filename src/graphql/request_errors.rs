@@ -14,7 +14,9 @@ use async_graphql::Value as ConstValue;
 use async_graphql::extensions::{
     Extension, ExtensionContext, ExtensionFactory, NextExecute, NextParseQuery, NextPrepareRequest, NextValidation,
 };
-use async_graphql::parser::types::{BaseType, DocumentOperations, ExecutableDocument, OperationDefinition, Type};
+use async_graphql::parser::types::{
+    BaseType, DocumentOperations, ExecutableDocument, OperationDefinition, OperationType, Type,
+};
 use async_graphql::{Positioned, Request, Response, ServerError, ServerResult, ValidationResult, Variables};
 
 pub const PARSE_FAILED: &str = "GRAPHQL_PARSE_FAILED";
@@ -74,6 +76,11 @@ impl Extension for PerRequest {
         let document = next.run(ctx, query, variables).await.map_err(|err| with_code(err, PARSE_FAILED))?;
         let name = self.operation_name.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if let Some(operation) = selected(&document, name.as_deref()) {
+            // Only HTTP requests carry the flag; async-graphql's own refusal
+            // of a subscription there has no code.
+            if operation.node.ty == OperationType::Subscription && ctx.data_opt::<ExecutionStarted>().is_some() {
+                return Err(subscription_over_http(operation.pos));
+            }
             required_variables(operation, variables).map_err(|err| with_code(err, VALIDATION_FAILED))?;
         }
         Ok(document)
@@ -98,6 +105,20 @@ impl Extension for PerRequest {
         }
         next.run(ctx, operation_name).await
     }
+}
+
+/// A subscription sent to `/graphql` over HTTP: refused before anything
+/// runs, saying where subscriptions go.
+fn subscription_over_http(pos: async_graphql::Pos) -> ServerError {
+    let mut err = ServerError::new(
+        "subscriptions run over WebSocket: connect to /graphql/ws with the graphql-transport-ws protocol; \
+         POST and GET /graphql carry queries and mutations",
+        Some(pos),
+    );
+    let extensions = err.extensions.get_or_insert_with(Default::default);
+    extensions.set("code", "INVALID_INPUT");
+    extensions.set("argument", "query");
+    err
 }
 
 /// The operation a request runs (async-graphql reports an unknown or

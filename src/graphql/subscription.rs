@@ -41,8 +41,10 @@ impl Subscription {
         assignee_group: Option<String>,
         #[graphql(default_with = "Some(true)")] include_open: Option<bool>,
     ) -> Result<impl Stream<Item = Result<BlockingQuestion>> + use<>> {
+        crate::ledger::validate::filter("assigneeGroup", assignee_group.as_deref())?;
         let (live, ledger, who) = parts(ctx)?;
         let tail = Tail::from_now(&live, &ledger, &who).await?;
+        still_live(&live, &who).await?;
         let open = if include_open.unwrap_or(true) {
             open_questions(&ledger, &who, assignee_group.clone()).await?
         } else {
@@ -76,8 +78,10 @@ impl Subscription {
         domain: Option<String>,
         #[graphql(default_with = "Some(true)")] include_current: Option<bool>,
     ) -> Result<impl Stream<Item = Result<StallEvent>> + use<>> {
+        crate::ledger::validate::filter("domain", domain.as_deref())?;
         let (live, ledger, who) = parts(ctx)?;
         let tail = Tail::from_now(&live, &ledger, &who).await?;
+        still_live(&live, &who).await?;
         let current = if include_current.unwrap_or(true) {
             stalled_units(&ledger, &who, domain.as_deref()).await?
         } else {
@@ -122,6 +126,7 @@ impl Subscription {
             Some(cursor) => Tail::after(&live, &ledger, &who, &cursor).await?,
             None => Tail::from_now(&live, &ledger, &who).await?,
         };
+        still_live(&live, &who).await?;
         let types: Option<Arc<HashSet<EventType>>> = types.map(|t| Arc::new(t.into_iter().collect()));
         Ok(follow(tail, move |event| {
             let types = types.clone();
@@ -132,6 +137,17 @@ impl Subscription {
                 Ok(wanted.then(|| WorkUnitEvent::streamed(e.clone())))
             }
         }))
+    }
+}
+
+/// The subscription's token is still live: asked after its tail has taken
+/// its starting point (so the check delays nothing it will deliver) and
+/// before anything is sent. Revoked: UNAUTHENTICATED, like any request.
+async fn still_live(live: &Live, who: &Principal) -> std::result::Result<(), LedgerError> {
+    if live.token_is_live(who.token_id).await? {
+        Ok(())
+    } else {
+        Err(LedgerError::Unauthenticated("the token was revoked: ask an operator for a valid one"))
     }
 }
 

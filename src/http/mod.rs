@@ -137,7 +137,6 @@ impl Application {
             None => None,
         };
         let live = Live::new(&ledger, config.live);
-        live.forget_tokens_with(ledger.token_cache().clone());
         let connections = TaskTracker::new();
         let schema = build_schema(ledger.clone(), metrics_listener.is_some());
         let descriptions = Arc::new(quickstart::Descriptions::of_schema(&schema).await);
@@ -213,6 +212,11 @@ impl Application {
         tasks.spawn(async move {
             sweeper.run_sweeper().await;
             ("sweeper", Ok(()))
+        });
+        let warden = live.clone();
+        tasks.spawn(async move {
+            warden.run_warden().await;
+            ("reader warden", Ok(()))
         });
         if let Some((metrics, router)) = self.metrics {
             let door = listener::Door {

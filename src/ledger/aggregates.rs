@@ -24,8 +24,9 @@ impl Ledger {
         domain: Option<String>,
     ) -> Result<Vec<CostSummaryRow>, LedgerError> {
         validate::range("from", "to", &range)?;
+        validate::filter("domain", domain.as_deref())?;
         let fleet = who.fleet.clone();
-        self.read(who, move |tx| {
+        self.scan(who, move |tx| {
             Box::pin(async move { Ok(aggregates::cost_summary(tx, &fleet, group, &range, domain.as_deref()).await?) })
         })
         .await
@@ -40,12 +41,13 @@ impl Ledger {
         domain: Option<String>,
     ) -> Result<Vec<ThroughputRow>, LedgerError> {
         validate::range("from", "until", &range)?;
+        validate::filter("domain", domain.as_deref())?;
         let fleet = who.fleet.clone();
         let bucket = match bucket {
             Bucket::Day => "day",
             Bucket::Week => "week",
         };
-        self.read(who, move |tx| {
+        self.scan(who, move |tx| {
             Box::pin(async move { Ok(aggregates::throughput(tx, &fleet, bucket, &range, domain.as_deref()).await?) })
         })
         .await
@@ -55,14 +57,14 @@ impl Ledger {
     pub async fn weekly_metrics(&self, who: &Principal, range: Range) -> Result<Vec<WeekRow>, LedgerError> {
         validate::range("from", "until", &range)?;
         let fleet = who.fleet.clone();
-        self.read(who, move |tx| Box::pin(async move { Ok(aggregates::weekly(tx, &fleet, &range).await?) })).await
+        self.scan(who, move |tx| Box::pin(async move { Ok(aggregates::weekly(tx, &fleet, &range).await?) })).await
     }
 
     /// Distinct claiming agents per UTC day (days in `[from, until)`).
     pub async fn claiming_agents(&self, who: &Principal, range: Range) -> Result<Vec<DayRow>, LedgerError> {
         validate::range("from", "until", &range)?;
         let fleet = who.fleet.clone();
-        self.read(who, move |tx| Box::pin(async move { Ok(aggregates::claiming_agents(tx, &fleet, &range).await?) }))
+        self.scan(who, move |tx| Box::pin(async move { Ok(aggregates::claiming_agents(tx, &fleet, &range).await?) }))
             .await
     }
 }

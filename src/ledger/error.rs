@@ -79,6 +79,13 @@ pub enum LedgerError {
     Unavailable,
 
     #[error(
+        "a token runs {limit} fleet-wide read(s) at a time (queueDepth, costSummary, throughput, weeklyMetrics, \
+         claimingAgents, dispositionSummary, stalls, totalCount) and this one waited too long for its turn \
+         behind this token's others; retry when they have finished"
+    )]
+    ReadsBusy { limit: usize },
+
+    #[error(
         "the database did not finish this request in time (a statement ran past the statement timeout, or \
          waited past the lock timeout for a row another request holds); nothing was written: retry the same \
          request with the same idempotency key"
@@ -162,7 +169,7 @@ impl LedgerError {
             Self::IdempotencyKeyReused { .. } => "IDEMPOTENCY_KEY_REUSED",
             Self::QuestionNotOpen { .. } => "QUESTION_NOT_OPEN",
             Self::AboutUnit { reason, .. } => reason.code(),
-            Self::Unavailable | Self::TimedOut => "UNAVAILABLE",
+            Self::Unavailable | Self::TimedOut | Self::ReadsBusy { .. } => "UNAVAILABLE",
             Self::Internal { .. } | Self::Retry => "INTERNAL",
         }
     }

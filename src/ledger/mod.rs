@@ -19,6 +19,7 @@ mod idempotency;
 mod lifecycle;
 pub mod notifier;
 pub mod reads;
+mod scans;
 pub mod state_machine;
 pub mod validate;
 mod write;
@@ -31,7 +32,7 @@ use std::sync::Arc;
 use sea_orm::{DatabaseConnection, DatabaseTransaction};
 use uuid::Uuid;
 
-use crate::auth::{self, AuthError, Permission, Principal, TokenCache};
+use crate::auth::{self, AuthError, Permission, Principal};
 use crate::db::entities::work_unit;
 use crate::db::writes::function;
 use crate::db::{self, Notify, units};
@@ -54,7 +55,7 @@ pub struct Ledger {
     db: DatabaseConnection,
     metrics: Arc<Metrics>,
     notifier: Arc<Notifier>,
-    tokens: Arc<TokenCache>,
+    scans: Arc<scans::ScanGate>,
 }
 
 impl Ledger {
@@ -66,18 +67,12 @@ impl Ledger {
     /// A ledger whose writes announce their events as `notify` says.
     pub fn notifying(db: DatabaseConnection, notify: Notify) -> Self {
         let notifier = Arc::new(Notifier::new(db.clone(), notify));
-        Self { db, metrics: Metrics::new(), notifier, tokens: Arc::default() }
+        Self { db, metrics: Metrics::new(), notifier, scans: Arc::default() }
     }
 
-    /// Authenticates an `Authorization` header value through this ledger's
-    /// token cache (`auth::authenticate_cached`).
+    /// Authenticates an `Authorization` header value (`auth::authenticate`).
     pub async fn authenticate(&self, authorization: Option<&str>) -> Result<(Principal, auth::TokenHash), AuthError> {
-        auth::authenticate_cached(&self.db, &self.tokens, authorization).await
-    }
-
-    /// The token cache, which the live subsystem empties on revocation notices.
-    pub fn token_cache(&self) -> &Arc<TokenCache> {
-        &self.tokens
+        auth::authenticate(&self.db, authorization).await
     }
 
     pub fn db(&self) -> &DatabaseConnection {
@@ -132,6 +127,18 @@ impl Ledger {
     {
         who.require(Permission::LedgerRead)?;
         db::in_fleet_counted(&self.db, Some(&self.metrics.pool_users), &who.fleet, read).await
+    }
+
+    /// [`Ledger::read`] of a read that scans the caller's whole fleet: at
+    /// most `scans::MAX_PER_TOKEN` of them at once per token.
+    pub async fn scan<T, F>(&self, who: &Principal, read: F) -> Result<T, LedgerError>
+    where
+        T: Send,
+        F: for<'t> FnOnce(&'t DatabaseTransaction) -> db::BoxFuture<'t, Result<T, LedgerError>> + Send,
+    {
+        who.require(Permission::LedgerRead)?;
+        let _turn = self.scans.enter(who.token_id).await?;
+        self.read(who, read).await
     }
 
     /// The unit the caller holds (a live claim: CLAIMED, IN_PROGRESS or BLOCKED).

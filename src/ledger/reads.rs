@@ -75,11 +75,13 @@ impl Ledger {
 
     /// The `totalCount` of a list.
     pub async fn total(&self, who: &Principal, total: Total) -> Result<i64, LedgerError> {
-        self.read(who, move |tx| Box::pin(async move { Ok(total.0.scalar(tx).await?) })).await
+        self.scan(who, move |tx| Box::pin(async move { Ok(total.0.scalar(tx).await?) })).await
     }
 
     /// CLAIMED or IN_PROGRESS units whose lease ran out (`v_stall_list`).
     pub async fn stalls_page(&self, who: &Principal, args: PageArgs) -> Result<Page<UnitModel>, LedgerError> {
+        who.require(crate::auth::Permission::LedgerRead)?;
+        let _turn = self.scans.enter(who.token_id).await?;
         self.units_query(who, List::Stalls, args, reads::units_in_view(&who.fleet, "v_stall_list")).await
     }
 
@@ -175,7 +177,7 @@ impl Ledger {
     ) -> Result<Vec<QueueDepthRow>, LedgerError> {
         validate::filter("domain", domain.as_deref())?;
         let fleet = who.fleet.clone();
-        self.read(who, move |tx| Box::pin(async move { Ok(reads::queue_depth(tx, &fleet, domain.as_deref()).await?) }))
+        self.scan(who, move |tx| Box::pin(async move { Ok(reads::queue_depth(tx, &fleet, domain.as_deref()).await?) }))
             .await
     }
 
@@ -186,7 +188,7 @@ impl Ledger {
     ) -> Result<Vec<DispositionRow>, LedgerError> {
         validate::filter("domain", domain.as_deref())?;
         let fleet = who.fleet.clone();
-        self.read(who, move |tx| {
+        self.scan(who, move |tx| {
             Box::pin(async move { Ok(reads::disposition_summary(tx, &fleet, domain.as_deref()).await?) })
         })
         .await

@@ -29,8 +29,25 @@ pub fn short_text(argument: &str, value: &str, max: usize) -> Result<(), LedgerE
     Ok(())
 }
 
-/// A time range `[from, until)`: `from` (named `from_arg`) not after `until` (`until_arg`).
+/// The dates a client may send: years 1 to 9999. PostgreSQL's own range
+/// starts in 4714 BC, but the reads do arithmetic on a bound (a week's
+/// Monday, a day's end) that would leave that range near its edges; no
+/// ledger date is older than the ledger.
+pub const DATES: &str = "0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z";
+
+fn in_date_range(at: chrono::DateTime<chrono::Utc>) -> bool {
+    use chrono::Datelike;
+    (1..=9999).contains(&at.year())
+}
+
+/// A time range `[from, until)`: each bound within [`DATES`], `from` (named
+/// `from_arg`) not after `until` (`until_arg`).
 pub fn range(from_arg: &str, until_arg: &str, range: &crate::db::reads::Range) -> Result<(), LedgerError> {
+    for (argument, bound) in [(from_arg, range.from), (until_arg, range.until)] {
+        if bound.is_some_and(|at| !in_date_range(at)) {
+            return Err(LedgerError::invalid(argument, format!("must be a date from {DATES}")));
+        }
+    }
     match (range.from, range.until) {
         (Some(from), Some(until)) if from > until => Err(LedgerError::invalid(
             until_arg,
@@ -50,12 +67,18 @@ pub fn label(argument: &str, value: &str) -> Result<(), LedgerError> {
     visible(argument, value)
 }
 
-/// Invisible formatting characters: bidirectional overrides and isolates
-/// (U+202A..U+202E, U+2066..U+2069) and zero-width characters and marks
-/// (U+200B..U+200F). In text that people read (GraphiQL, Grafana) they make
-/// one string display as another.
+/// Invisible formatting characters: Unicode's `Cf` (format: bidirectional
+/// overrides and isolates, zero-width characters, the soft hyphen, the byte
+/// order mark, tag characters, ...), `Zl` and `Zp` (line and paragraph
+/// separators). In text that people read (GraphiQL, Grafana) they make one
+/// string display as another: `report.pdf` with U+202E inside is another link.
 fn is_invisible_formatting(c: char) -> bool {
-    matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200B}'..='\u{200F}')
+    use unicode_general_category::{GeneralCategory, get_general_category};
+    !c.is_ascii()
+        && matches!(
+            get_general_category(c),
+            GeneralCategory::Format | GeneralCategory::LineSeparator | GeneralCategory::ParagraphSeparator
+        )
 }
 
 /// Refuses text that holds an invisible formatting character.
@@ -64,8 +87,9 @@ pub fn visible(argument: &str, value: &str) -> Result<(), LedgerError> {
         Some(c) => Err(LedgerError::invalid(
             argument,
             format!(
-                "must not hold invisible formatting characters (found U+{:04X}: bidirectional overrides, \
-                 isolates and zero-width characters change how the text displays); remove them",
+                "must not hold invisible formatting characters (found U+{:04X}: bidirectional controls, \
+                 zero-width and other Unicode format characters and line or paragraph separators change how \
+                 the text displays); remove them",
                 c as u32
             ),
         )),
@@ -134,6 +158,7 @@ pub fn evidence_url(value: &str) -> Result<(), LedgerError> {
     if value.len() > MAX_URL || !printable(value) || value.contains(char::is_whitespace) {
         return Err(rule());
     }
+    visible("evidenceUrl", value)?;
     match url::Url::parse(value) {
         Ok(url) if matches!(url.scheme(), "http" | "https") && url.host_str().is_some_and(|h| !h.is_empty()) => Ok(()),
         _ => Err(rule()),
@@ -160,7 +185,7 @@ pub fn cents(value: i64) -> Result<(), LedgerError> {
 
 pub fn idempotency_key(value: Option<&str>) -> Result<(), LedgerError> {
     match value {
-        Some(key) => short_text("idempotencyKey", key, MAX_SHORT),
+        Some(key) => short_text("idempotencyKey", key, MAX_SHORT).and_then(|()| visible("idempotencyKey", key)),
         None => Ok(()),
     }
 }
@@ -193,8 +218,14 @@ mod tests {
             assert!(external_ref("externalRef", &format!("a{c}b")).is_err(), "U+{:04X}", c as u32);
             assert!(visible("question", &format!("a{c}b")).is_err(), "U+{:04X}", c as u32);
         }
-        for ok in ["plain", "שלום", "naïve", "a\u{2010}b", "a\u{2070}b", "a\u{2029}b"] {
+        for ok in ["plain", "שלום", "naïve", "a\u{2010}b", "a\u{2070}b", "ID-\u{3000}x"] {
             assert!(visible("question", ok).is_ok(), "{ok}");
+        }
+        // The issue's list (23): Arabic letter mark, BOM, word joiner, soft
+        // hyphen, Mongolian vowel separator, line separator, language tag.
+        for c in ['\u{061C}', '\u{FEFF}', '\u{2060}', '\u{00AD}', '\u{180E}', '\u{2028}', '\u{2029}', '\u{E0001}'] {
+            assert!(external_ref("externalRef", &format!("a{c}b")).is_err(), "U+{:04X}", c as u32);
+            assert!(evidence_url(&format!("https://x.example/a{c}b")).is_err(), "U+{:04X}", c as u32);
         }
     }
 

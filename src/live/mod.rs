@@ -18,6 +18,7 @@ pub mod feed;
 pub mod listener;
 pub mod sweeper;
 pub mod tail;
+pub mod warden;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicI64;
@@ -31,8 +32,8 @@ use uuid::Uuid;
 
 pub use listener::ListenerConfig;
 pub use sweeper::SweeperConfig;
+pub use warden::WardenConfig;
 
-use crate::auth::TokenCache;
 use crate::db;
 pub use crate::db::events::EventWriter;
 use crate::ledger::Ledger;
@@ -40,11 +41,14 @@ use crate::metrics::PoolSample;
 
 use feed::Feeds;
 use sweeper::Sweeper;
+use warden::Warden;
 
 #[derive(Debug, Clone)]
 pub struct LiveConfig {
     pub sweeper: SweeperConfig,
     pub listener: ListenerConfig,
+    /// The reader warden: reader logins' overlong transactions.
+    pub warden: WardenConfig,
     /// Connections of the pool the feeds, the sweeper and the health pings
     /// use, apart from the request pool so that live traffic never starves
     /// mutations (and the other way round).
@@ -59,6 +63,7 @@ impl Default for LiveConfig {
         Self {
             sweeper: SweeperConfig::default(),
             listener: ListenerConfig::default(),
+            warden: WardenConfig::default(),
             pool_size: 4,
             broadcast_capacity: 1024,
         }
@@ -74,6 +79,7 @@ struct Inner {
     db: DatabaseConnection,
     feeds: Feeds,
     sweeper: Sweeper,
+    warden: Warden,
     listening: watch::Sender<bool>,
     /// LISTEN connections opened so far (a reconnect counts one more).
     connects: watch::Sender<u64>,
@@ -83,8 +89,6 @@ struct Inner {
     tokens: Mutex<HashMap<Uuid, usize>>,
     /// Asks the token checker for one more check (notices coalesce).
     token_check: Notify,
-    /// Token caches emptied on every revocation notice and reconnect.
-    token_caches: Mutex<Vec<Arc<TokenCache>>>,
     /// `pg_notification_queue_usage()` at the last health tick.
     queue_usage: watch::Sender<Option<f64>>,
     /// The oldest in-flight event writer at the last health tick.
@@ -124,13 +128,13 @@ impl Live {
         Self(Arc::new(Inner {
             feeds: Feeds::new(db.clone(), config.broadcast_capacity, stop.clone(), waiting.clone()),
             sweeper: Sweeper::new(db.clone(), config.sweeper.clone(), ledger.metrics().stalls.clone()),
+            warden: Warden::new(db.clone(), config.warden.clone()),
             waiting,
             listening: watch::channel(false).0,
             connects: watch::channel(0).0,
             revoked: broadcast::channel(256).0,
             tokens: Mutex::new(HashMap::new()),
             token_check: Notify::new(),
-            token_caches: Mutex::new(Vec::new()),
             queue_usage: watch::channel(None).0,
             oldest_writer: watch::channel(None).0,
             config,
@@ -200,6 +204,16 @@ impl Live {
     /// The sweeper until [`Live::stop`].
     pub async fn run_sweeper(&self) {
         self.0.sweeper.run(self.0.stop.clone()).await
+    }
+
+    /// The reader warden until [`Live::stop`].
+    pub async fn run_warden(&self) {
+        self.0.warden.run(self.0.stop.clone()).await
+    }
+
+    /// Completed reader warden passes (a test waits for the next one).
+    pub fn warden_passes(&self) -> watch::Receiver<u64> {
+        self.0.warden.passes()
     }
 
     /// Stops the listener, the sweeper and the feeds; everything waiting on
@@ -280,20 +294,7 @@ impl Live {
     /// Some token was revoked (the notice says not which, nor of what
     /// fleet): check the open connections' tokens.
     fn recheck_tokens(&self) {
-        self.forget_tokens();
         self.0.token_check.notify_one();
-    }
-
-    /// Empties `cache` on every revocation notice and whenever the LISTEN
-    /// connection comes back (notices may have been missed meanwhile).
-    pub fn forget_tokens_with(&self, cache: Arc<TokenCache>) {
-        self.0.token_caches.lock().unwrap_or_else(|e| e.into_inner()).push(cache);
-    }
-
-    fn forget_tokens(&self) {
-        for cache in self.0.token_caches.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            cache.forget_all();
-        }
     }
 
     async fn check_tokens_on_notice(&self) {
@@ -303,6 +304,14 @@ impl Live {
                 _ = self.0.token_check.notified() => self.check_tokens().await,
             }
         }
+    }
+
+    /// Whether `token` is still live, asked now: a subscription asks once
+    /// its tail has its starting point, before it sends anything, so that a
+    /// revocation takes effect on the next request (SPEC §8) and not only
+    /// when its notice arrives.
+    pub async fn token_is_live(&self, token: Uuid) -> Result<bool, DbErr> {
+        Ok(db::tokens::revoked_among(&self.0.db, vec![token]).await?.is_empty())
     }
 
     /// Closes the connections of every tracked token that was revoked or deleted.
@@ -337,7 +346,6 @@ impl Live {
     /// After (re)connecting: every feed reads what it missed, and the tokens
     /// of open connections are checked for revocations missed meanwhile.
     async fn catch_up(&self) {
-        self.forget_tokens();
         self.0.feeds.wake_all();
         self.check_tokens().await;
     }

@@ -16,9 +16,9 @@ use crate::cli::AnyError;
 use crate::db::{self, stmt};
 use crate::embedded_pg::client_tool;
 
-/// The roles migrations 0001, 0002 and 0012 create, idempotently, with the
-/// restoring login a member of the writer role (the dump hands the write
-/// functions to it).
+/// The roles migrations 0001, 0002, 0012 and 0013 create, idempotently,
+/// with the restoring login a member of the writer role (the dump hands the
+/// write functions to it).
 const ROLES: &str = "DO $$
 BEGIN
     CREATE ROLE work_ledger_app NOLOGIN NOSUPERUSER NOBYPASSRLS;
@@ -38,6 +38,11 @@ DO $$
 BEGIN
     EXECUTE format('GRANT work_ledger_writer TO %I', current_user);
 EXCEPTION WHEN OTHERS THEN NULL;
+END $$;
+DO $$
+BEGIN
+    CREATE ROLE work_ledger_warden NOLOGIN NOSUPERUSER NOBYPASSRLS INHERIT;
+EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
 END $$;";
 
 fn tool(name: &str) -> Result<std::path::PathBuf, AnyError> {
@@ -90,8 +95,9 @@ pub async fn restore(url: &str, file: &Path) -> Result<(), AnyError> {
     conn.close().await?;
     roles?;
     let libpq = db::libpq_url(url).await?;
-    run(&tool("pg_restore")?, &["--no-owner", "--exit-on-error", "--single-transaction", "--dbname", &libpq, file])
-        .await?;
+    // The file after `--`: a name that starts with `-` is still a file name.
+    let args = ["--no-owner", "--exit-on-error", "--single-transaction", "--dbname", &libpq, "--", file];
+    run(&tool("pg_restore")?, &args).await?;
     db::migrate(url).await?;
     Ok(())
 }

@@ -133,10 +133,9 @@ async fn request_cost_scales_with_first() {
         let message = resp.body["errors"][0]["message"].as_str().unwrap_or_default();
         assert!(message.contains("too complex"), "{vars}: {:#}", resp.body);
         assert!(resp.body["data"].is_null(), "nothing executed: {:#}", resp.body);
-        // At most the token lookup (none when the token was looked up less
-        // than a second ago: auth::TokenCache).
+        // The token lookup, and nothing else.
         let sent = app.statements.load(std::sync::atomic::Ordering::SeqCst) - before;
-        assert!(sent <= 1, "only the token lookup, if any: {sent} statements");
+        assert!(sent <= 1, "only the token lookup: {sent} statements");
     }
     // The cost follows the variable's value: two units with 500 events each pass.
     let few = "query($n: Int) { units(first: $n) { edges { node { events(first: 500) { edges { node { id } } } } } } }";

@@ -254,7 +254,8 @@ async fn a_stream_resumes_exactly_after_the_ledger_is_restored_into_a_fresh_clus
     // Roles are cluster-wide and not part of a database's dump.
     fresh
         .execute_unprepared(
-            "CREATE ROLE work_ledger_app NOLOGIN; CREATE ROLE work_ledger_reader NOLOGIN; CREATE ROLE work_ledger_writer NOLOGIN;",
+            "CREATE ROLE work_ledger_app NOLOGIN; CREATE ROLE work_ledger_reader NOLOGIN; CREATE ROLE work_ledger_writer NOLOGIN; \
+             CREATE ROLE work_ledger_warden NOLOGIN;",
         )
         .await
         .expect("roles");

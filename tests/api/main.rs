@@ -33,6 +33,7 @@ mod node_client;
 mod operator;
 mod operator_calendar;
 mod operator_reads;
+mod outsiders;
 mod reads;
 mod register;
 mod restart;

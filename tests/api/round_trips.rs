@@ -2,14 +2,12 @@
 //! counting what the server sends, not by timing it: every write is one
 //! autocommit call of its SQL function, with or without an idempotency key,
 //! an attemptId fence or a domain, and a refusal comes back from that same
-//! call; a token looked up less than a second ago is not looked up again. A
-//! request transaction would show as its `set_config('role', ...)`
-//! statement, which `db::in_fleet` always sends first.
-
-use std::time::Instant;
+//! call, after the token's lookup (every request asks: issue 23). A request
+//! transaction would show as its `set_config('role', ...)` statement, which
+//! `db::in_fleet` always sends first.
 
 use serde_json::json;
-use work_ledger::auth::{Role, TokenCache};
+use work_ledger::auth::Role;
 
 use crate::helpers::{Gql, TestApp, spawn_app};
 
@@ -28,13 +26,12 @@ fn assert_one_claim_statement(statements: &[String]) {
 }
 
 #[tokio::test]
-async fn claim_next_is_one_statement_and_a_known_token_costs_none() {
+async fn claim_next_is_one_statement_after_the_token_lookup() {
     let app = spawn_app().await;
     app.sql("INSERT INTO work_units (fleet, external_ref) SELECT 'rt', 'u' || g FROM generate_series(1, 3) g").await;
     let token = app.token("rt", "agent-1", Role::Agent).await;
 
-    // A token the server has not seen: its lookup, then the claim.
-    let first_at = Instant::now();
+    // The token's lookup, then the claim.
     let first = sent(&app, async {
         assert_eq!(app.gql(&token, CLAIM, json!({})).await.data()["claimNext"]["state"], "CLAIMED");
     })
@@ -43,15 +40,14 @@ async fn claim_next_is_one_statement_and_a_known_token_costs_none() {
     assert!(first[0].contains("authenticate_token("), "{first:#?}");
     assert_one_claim_statement(&first);
 
-    // The same agent again: its lease is renewed by the same one statement,
-    // and the token comes from the cache (unless the TTL ran out meanwhile
-    // on a very loaded machine, which adds exactly the lookup back).
+    // The same agent again: the lookup again (a revocation takes effect on
+    // the next request), and its lease is renewed by the same one statement.
     let again = sent(&app, async {
         assert_eq!(app.gql(&token, CLAIM, json!({})).await.data()["claimNext"]["state"], "CLAIMED");
     })
     .await;
-    let lookups = usize::from(first_at.elapsed() >= TokenCache::TTL);
-    assert_eq!(again.len(), 1 + lookups, "{again:#?}");
+    assert_eq!(again.len(), 2, "{again:#?}");
+    assert!(again[0].contains("authenticate_token("), "{again:#?}");
     assert_one_claim_statement(&again);
 
     // Both wrote their events in that statement: the claim and the renewal.
@@ -74,18 +70,14 @@ async fn claim_next_is_one_statement_and_a_known_token_costs_none() {
     assert_one_claim_statement(&by_domain);
 }
 
-/// One request and the statements it sent for it, with its token fresh in
-/// the server's cache (used just before). A cache entry that ran out anyway
-/// on a very loaded machine adds exactly the token's lookup, first: it is
-/// left out, since it says nothing about the write (and the write is never
-/// sent twice).
+/// One request and the statements it sent for the write: the token's
+/// lookup, which every request starts with, is left out, since it says
+/// nothing about the write (and the write is never sent twice).
 async fn sent_with_known_token(app: &TestApp, token: &str, query: &str) -> (Gql, Vec<String>) {
-    let _ = app.gql(token, "{ me { name } }", json!({})).await;
     let mut response = None;
     let mut statements = sent(app, async { response = Some(app.gql(token, query, json!({})).await) }).await;
-    if statements.first().is_some_and(|s| s.contains("authenticate_token(")) {
-        statements.remove(0);
-    }
+    assert!(statements.first().is_some_and(|s| s.contains("authenticate_token(")), "{statements:#?}");
+    statements.remove(0);
     (response.expect("sent"), statements)
 }
 

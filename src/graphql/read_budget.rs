@@ -1,0 +1,224 @@
+//! What one request may ask of the database (SPEC §9, issue 23): at most
+//! [`MAX_FLEET_READS`] fleet-wide reads and at most [`MAX_ALIASES`] aliases
+//! of one field in one selection, checked on the document before anything
+//! runs.
+//!
+//! The complexity budget prices rows: a paged field costs `first` times its
+//! items. A fleet-wide read costs a scan however few rows it returns (one
+//! `queueDepth` on a 200,000-unit fleet reads them all), and `totalCount`
+//! sits inside a connection, where a complexity would be multiplied by the
+//! page size. So these reads are counted, where they appear in the
+//! document, rather than priced.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextParseQuery};
+use async_graphql::parser::types::{DocumentOperations, ExecutableDocument, Selection, SelectionSet};
+use async_graphql::{Pos, ServerError, ServerResult, Variables};
+
+use super::request_errors::VALIDATION_FAILED;
+
+/// The reads that scan the caller's whole fleet, whatever they return.
+pub const FLEET_READS: [&str; 8] = [
+    "queueDepth",
+    "costSummary",
+    "throughput",
+    "weeklyMetrics",
+    "claimingAgents",
+    "dispositionSummary",
+    "stalls",
+    "totalCount",
+];
+/// Fleet-wide reads in one operation: a dashboard's handful.
+pub const MAX_FLEET_READS: usize = 5;
+/// Response names (aliases) of one field in one selection.
+pub const MAX_ALIASES: usize = 10;
+
+pub struct ReadBudget;
+
+impl ExtensionFactory for ReadBudget {
+    fn create(&self) -> Arc<dyn Extension> {
+        Arc::new(ReadBudget)
+    }
+}
+
+#[async_graphql::async_trait::async_trait]
+impl Extension for ReadBudget {
+    async fn parse_query(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        query: &str,
+        variables: &Variables,
+        next: NextParseQuery<'_>,
+    ) -> ServerResult<ExecutableDocument> {
+        let document = next.run(ctx, query, variables).await?;
+        check(&document)?;
+        Ok(document)
+    }
+}
+
+/// Every operation of `document` within both limits.
+fn check(document: &ExecutableDocument) -> ServerResult<()> {
+    let operations: Vec<_> = match &document.operations {
+        DocumentOperations::Single(operation) => vec![operation],
+        DocumentOperations::Multiple(operations) => operations.values().collect(),
+    };
+    let mut walk = Walk { document, fragments: HashMap::new(), entered: HashSet::new() };
+    for operation in operations {
+        let reads = walk.selection(&operation.node.selection_set.node)?;
+        if reads > MAX_FLEET_READS {
+            return Err(refusal(
+                format!(
+                    "this operation asks for {reads} fleet-wide reads ({}): at most {MAX_FLEET_READS} per \
+                     operation, each scans the whole fleet; send the others in later requests",
+                    FLEET_READS.join(", ")
+                ),
+                operation.pos,
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn refusal(message: String, pos: Pos) -> ServerError {
+    let mut err = ServerError::new(message, Some(pos));
+    err.extensions.get_or_insert_with(Default::default).set("code", VALIDATION_FAILED);
+    err
+}
+
+struct Walk<'d> {
+    document: &'d ExecutableDocument,
+    /// Fleet-wide reads of each fragment, counted once however often it is spread.
+    fragments: HashMap<&'d str, usize>,
+    /// Fragments being counted (a cycle counts nothing here; validation refuses it).
+    entered: HashSet<&'d str>,
+}
+
+impl<'d> Walk<'d> {
+    /// The fleet-wide reads under `set`; refuses a field with too many aliases.
+    fn selection(&mut self, set: &'d SelectionSet) -> ServerResult<usize> {
+        let mut keys: HashMap<&str, (HashSet<&str>, Pos)> = HashMap::new();
+        self.level(set, &mut keys, &mut HashSet::new())?;
+        for (name, (aliases, pos)) in &keys {
+            if aliases.len() > MAX_ALIASES {
+                return Err(refusal(
+                    format!(
+                        "field `{name}` is asked under {} aliases in one selection: at most {MAX_ALIASES}",
+                        aliases.len()
+                    ),
+                    *pos,
+                ));
+            }
+        }
+        let mut reads = 0usize;
+        for (name, (aliases, _)) in keys {
+            if FLEET_READS.contains(&name) {
+                reads = reads.saturating_add(aliases.len());
+            }
+        }
+        for item in &set.items {
+            let nested = match &item.node {
+                Selection::Field(field) => self.selection(&field.node.selection_set.node)?,
+                Selection::InlineFragment(inline) => self.nested(&inline.node.selection_set.node)?,
+                Selection::FragmentSpread(spread) => self.fragment(spread.node.fragment_name.node.as_str())?,
+            };
+            reads = reads.saturating_add(nested);
+        }
+        Ok(reads)
+    }
+
+    /// The fields of one selection (fragments flattened into it), by name,
+    /// with their response keys.
+    fn level(
+        &self,
+        set: &'d SelectionSet,
+        keys: &mut HashMap<&'d str, (HashSet<&'d str>, Pos)>,
+        spread: &mut HashSet<&'d str>,
+    ) -> ServerResult<()> {
+        for item in &set.items {
+            match &item.node {
+                Selection::Field(field) => {
+                    let entry = keys.entry(field.node.name.node.as_str()).or_insert_with(|| (HashSet::new(), item.pos));
+                    entry.0.insert(field.node.response_key().node.as_str());
+                }
+                Selection::InlineFragment(inline) => self.level(&inline.node.selection_set.node, keys, spread)?,
+                Selection::FragmentSpread(name) => {
+                    let name = name.node.fragment_name.node.as_str();
+                    if let Some(fragment) = self.document.fragments.get(name)
+                        && spread.insert(name)
+                    {
+                        self.level(&fragment.node.selection_set.node, keys, spread)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads under the fields of an inline fragment or a fragment, whose own
+    /// fields were counted with the selection they are spread into.
+    fn nested(&mut self, set: &'d SelectionSet) -> ServerResult<usize> {
+        let mut reads = 0usize;
+        for item in &set.items {
+            let nested = match &item.node {
+                Selection::Field(field) => self.selection(&field.node.selection_set.node)?,
+                Selection::InlineFragment(inline) => self.nested(&inline.node.selection_set.node)?,
+                Selection::FragmentSpread(spread) => self.fragment(spread.node.fragment_name.node.as_str())?,
+            };
+            reads = reads.saturating_add(nested);
+        }
+        Ok(reads)
+    }
+
+    fn fragment(&mut self, name: &'d str) -> ServerResult<usize> {
+        if let Some(&reads) = self.fragments.get(name) {
+            return Ok(reads);
+        }
+        let Some(fragment) = self.document.fragments.get(name) else { return Ok(0) };
+        if !self.entered.insert(name) {
+            return Ok(0);
+        }
+        let reads = self.nested(&fragment.node.selection_set.node)?;
+        self.entered.remove(name);
+        self.fragments.insert(name, reads);
+        Ok(reads)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn checked(query: &str) -> Result<(), String> {
+        let document = async_graphql::parser::parse_query(query).map_err(|e| e.to_string())?;
+        check(&document).map_err(|e| e.message)
+    }
+
+    #[test]
+    fn counts_fleet_reads_through_aliases_and_fragments() {
+        assert!(checked("{ a: queueDepth { ready } b: queueDepth { ready } stalls { totalCount } }").is_ok());
+        let six = "{ a: queueDepth { ready } b: queueDepth { ready } c: queueDepth { ready } d: queueDepth { ready } \
+                   e: queueDepth { ready } f: dispositionSummary { count } }";
+        assert!(checked(six).is_err());
+        // A fragment spread four times counts four times, not once.
+        let spread = "fragment F on Query { queueDepth { ready } stalls { totalCount } }
+                      { ...F a: units { edges { node { id } } } }";
+        assert!(checked(spread).is_ok());
+        let nested = "fragment C on WorkUnitConnection { totalCount }
+                      { a: units { ...C } b: units { ...C } c: units { ...C } d: units { ...C } e: units { ...C } \
+                        f: units { ...C } }";
+        assert!(checked(nested).is_err());
+        // Cycles are left to validation.
+        assert!(checked("fragment A on Query { ...B } fragment B on Query { ...A } { ...A }").is_ok());
+    }
+
+    #[test]
+    fn limits_aliases_of_one_field() {
+        let aliases = |n: usize| format!("{{ {} }}", (0..n).map(|i| format!("a{i}: serverTime ")).collect::<String>());
+        assert!(checked(&aliases(MAX_ALIASES)).is_ok());
+        assert!(checked(&aliases(MAX_ALIASES + 1)).is_err());
+        // The same response key twice is one field (GraphQL merges it).
+        assert!(checked("{ serverTime serverTime me { name } }").is_ok());
+    }
+}
