@@ -16,8 +16,8 @@ use work_ledger::db;
 use crate::helpers::{Agent, TestApp, spawn_app};
 use crate::ws_client::Ws;
 
-const EVENTS: &str = "subscription($types: [EventType!]) {
-    ledgerEvents(types: $types) { id eventType unit { externalRef } } }";
+const EVENTS: &str = "subscription($after: String, $types: [EventType!]) {
+    ledgerEvents(after: $after, types: $types) { id eventType unit { externalRef } } }";
 
 /// A `work-ledger reader create` login of fleet `fleet`: its URL.
 async fn reader_login(app: &TestApp, fleet: &str) -> String {
@@ -67,7 +67,12 @@ async fn a_reader_logins_idle_marker_lock_holds_no_delivery_back() {
     let app = spawn_app().await;
     let op = app.token("f", "op", Role::Operator).await;
     let watcher = app.token("f", "watcher", Role::Reader).await;
-    let mut ws = Ws::subscription(&app, &watcher, EVENTS, json!({ "types": ["REGISTERED"] })).await;
+    app.register(&op, &["origin"]).await;
+    // From a cursor: the stream replays what follows it, so the first event
+    // cannot be missed by a subscription still starting.
+    let origin = app.gql(&watcher, "{ events(first: 1) { edges { cursor } } }", json!({})).await;
+    let after = origin.data()["events"]["edges"][0]["cursor"].as_str().expect("cursor").to_owned();
+    let mut ws = Ws::subscription(&app, &watcher, EVENTS, json!({ "after": after, "types": ["REGISTERED"] })).await;
     app.register(&op, &["before"]).await;
     let first = tokio::time::timeout(Duration::from_secs(5), ws.next_data()).await.expect("delivered");
     assert_eq!(first["ledgerEvents"]["unit"]["externalRef"], "before");
