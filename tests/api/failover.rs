@@ -32,7 +32,12 @@ use crate::helpers::{TestApp, loopback_ports, serve};
 use crate::skip::skip;
 
 const AGENTS: usize = 16;
-const UNITS: usize = 3000;
+/// Enough that the agents never run out during the drill: each takes about two
+/// units a second while writes flow (16 agents, 100 ms between writes), and a
+/// claimNext that finds nothing is not an acknowledged write, so running out
+/// would look like writes never resuming. 3,000 lasted about 100 s of flowing
+/// writes, within reach of a slow rejoin plus the guards.
+const UNITS: usize = 10_000;
 const FLEET: &str = "ha";
 /// Time between one agent's writes: load enough to see every write path
 /// fail and recover, not a benchmark.
