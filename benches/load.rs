@@ -352,7 +352,7 @@ async fn main() -> Result<(), AnyError> {
     settle().await?;
 
     // The ceiling of claim-and-finish: the service's own three statements
-    // (ledger_claim_next, ledger_start, ledger_dispose, one autocommit round
+    // (ledger_claim, ledger_transition, ledger_dispose, one autocommit round
     // trip each, under RLS) straight over the pool, one agent per task. No
     // notification is sent (after-commit mode with nobody to notify), so it
     // does less than the server does.

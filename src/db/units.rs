@@ -22,13 +22,6 @@ pub async fn by_ref(tx: &DatabaseTransaction, external_ref: &str) -> Result<Opti
     work_unit::Entity::find().filter(work_unit::Column::ExternalRef.eq(external_ref)).one(tx).await
 }
 
-pub async fn attempt_by_id(
-    tx: &DatabaseTransaction,
-    id: Uuid,
-) -> Result<Option<super::entities::attempt::Model>, DbErr> {
-    super::entities::attempt::Entity::find_by_id(id).one(tx).await
-}
-
 /// VERIFIED units the agent still has to dispose of, oldest first.
 pub async fn awaiting_disposition(
     tx: &DatabaseTransaction,

@@ -128,6 +128,11 @@ pub fn disposed(unit: &UnitModel, who: &Principal, action: &str, dispose: bool) 
 /// the refusal the function decided, with the unit's facts for `who`.
 pub fn answer(row: Written, who: &Principal, action: &str) -> Result<(String, UnitModel), LedgerError> {
     let uuid = |key: &str| row.info_str(key).and_then(|s| s.parse::<Uuid>().ok());
+    // A refusal that lacks what its message names is the function's bug:
+    // INTERNAL, never a nil id or an empty name in front of the client.
+    let missing = |key: &str| LedgerError::internal(format!("{action}: {} answered without {key}", row.result));
+    let need_uuid = |key: &str| uuid(key).ok_or_else(|| missing(key));
+    let need_str = |key: &str| row.info_str(key).map(str::to_owned).ok_or_else(|| missing(key));
     let refusal = match row.result.as_str() {
         "ok" | "claimed" | "reclaimed" | "renewed" | "held" | "replayed" => {
             let unit = row.unit.ok_or_else(|| LedgerError::internal(format!("{action}: answered without a unit")))?;
@@ -135,10 +140,10 @@ pub fn answer(row: Written, who: &Principal, action: &str) -> Result<(String, Un
         }
         "NOT_FOUND" => {
             let what = if row.info_str("what") == Some("attempt") { "attempt" } else { "unit" };
-            return Err(LedgerError::not_found(what, row.info_str("id").unwrap_or_default()));
+            return Err(LedgerError::not_found(what, need_str("id")?));
         }
         "IDEMPOTENCY_KEY_REUSED" => {
-            return Err(LedgerError::IdempotencyKeyReused { key: row.info_str("key").unwrap_or_default().to_owned() });
+            return Err(LedgerError::IdempotencyKeyReused { key: need_str("key")? });
         }
         "RETRY" => return Err(LedgerError::Retry),
         code => code.to_owned(),
@@ -151,24 +156,21 @@ pub fn answer(row: Written, who: &Principal, action: &str) -> Result<(String, Un
         "DISPOSITION_IMMUTABLE" => {
             return Err(disposed(unit, who, action, true).unwrap_or_else(|| illegal(unit, who, action)));
         }
-        "LEASE_LOST" => LedgerError::LeaseLost { attempt_id: uuid("attempt_id").unwrap_or_default(), unit_id: unit.id },
+        "LEASE_LOST" => LedgerError::LeaseLost { attempt_id: need_uuid("attempt_id")?, unit_id: unit.id },
         "NOT_CLAIM_HOLDER" => {
             LedgerError::NotClaimHolder { unit_id: unit.id, holder: row.info_str("holder").map(str::to_owned) }
         }
         "UNIT_ALREADY_CLAIMED" => LedgerError::UnitAlreadyClaimed {
             unit_id: unit.id,
-            holder: row.info_str("holder").unwrap_or_default().to_owned(),
+            holder: need_str("holder")?,
             lease_expires_at: unit.lease_expires_at,
         },
         "QUESTION_NOT_OPEN" => LedgerError::QuestionNotOpen {
             unit_id: unit.id,
-            question_id: uuid("question_id").unwrap_or_default(),
+            question_id: need_uuid("question_id")?,
             open_question: uuid("open_question_id"),
         },
-        "AGENT_BUSY" => LedgerError::AgentBusy {
-            held: uuid("held_id").unwrap_or_default(),
-            held_ref: row.info_str("held_ref").unwrap_or_default().to_owned(),
-        },
+        "AGENT_BUSY" => LedgerError::AgentBusy { held: need_uuid("held_id")?, held_ref: need_str("held_ref")? },
         other => return Err(LedgerError::internal(format!("{action}: unknown answer {other:?}"))),
     };
     Err(reason.about(facts(unit, who)))

@@ -606,9 +606,8 @@ impl TestApp {
     }
 
     /// The statements sent since `mark` on behalf of requests' work, without
-    /// the token lookups: whether a request looks its token up depends on the
-    /// clock (a cache entry lives a second, `auth::TokenCache`), not on what
-    /// the request asks, so a count that includes them is flaky.
+    /// the token lookups (one per request since revocation became immediate,
+    /// issue 23): what is counted is what the request asks for.
     pub fn request_statements_since(&self, mark: usize) -> Vec<String> {
         let log = self.statement_log.lock().unwrap_or_else(|e| e.into_inner());
         log[mark..]
