@@ -72,7 +72,7 @@ pub enum Command {
     },
     /// Work a unit as an agent: a client of a running server over HTTP (never the database).
     #[command(after_help = agent_cli::AFTER_HELP)]
-    Agent(AgentArgs),
+    Agent(agent_cli::AgentArgs),
 }
 
 #[derive(Debug, Args, Clone)]
@@ -88,109 +88,6 @@ pub struct ImportArgs {
     /// Check every line and report what would be inserted, without writing.
     #[arg(long)]
     pub dry_run: bool,
-}
-
-/// `work-ledger agent`: connection and retries, then one lifecycle step.
-/// No local state: the server knows which unit the token's agent holds.
-#[derive(Debug, Args, Clone)]
-pub struct AgentArgs {
-    /// Base URL of a running server, e.g. http://127.0.0.1:8080.
-    #[arg(long, env = "WORK_LEDGER_URL", global = true)]
-    pub url: Option<String>,
-    /// Bearer token; its name is the agent id recorded on claims and events.
-    #[arg(long, env = "WORK_LEDGER_TOKEN", global = true, hide_env_values = true)]
-    pub token: Option<String>,
-    /// Act on this unit instead of the one the server says you hold; with `claim`, claim it by id.
-    #[arg(long, global = true)]
-    pub unit: Option<Uuid>,
-    /// Retries of a request that met a network error, HTTP 5xx or UNAVAILABLE (same idempotency key).
-    #[arg(long, env = "WORK_LEDGER_RETRIES", default_value_t = 5, global = true)]
-    pub retries: u32,
-    /// Wait before the first retry; it doubles each time, up to 10s.
-    #[arg(long, env = "WORK_LEDGER_RETRY_BACKOFF", default_value = "500ms", value_parser = duration, global = true)]
-    pub retry_backoff: Duration,
-    /// Time limit of one HTTP request.
-    #[arg(long, env = "WORK_LEDGER_TIMEOUT", default_value = "30s", value_parser = duration, global = true)]
-    pub timeout: Duration,
-    #[command(subcommand)]
-    pub command: AgentCommand,
-}
-
-#[derive(Debug, Subcommand, Clone)]
-pub enum AgentCommand {
-    /// Claim the oldest claimable unit (the one you hold, lease renewed, if any); exit 3 when there is none.
-    Claim {
-        /// Only units of this domain.
-        #[arg(long)]
-        domain: Option<String>,
-        /// Lease length, e.g. 15m (30s..1440m; the server's default is 15m).
-        #[arg(long, value_parser = duration)]
-        lease: Option<Duration>,
-    },
-    /// Extend the lease of the unit you hold.
-    Heartbeat {
-        /// New lease length from now (the server's default is 15m).
-        #[arg(long, value_parser = duration)]
-        lease: Option<Duration>,
-    },
-    /// CLAIMED -> IN_PROGRESS.
-    Start,
-    /// Add CENTS to your current attempt: of the unit you hold, else of the one awaiting your disposition.
-    Cost {
-        #[arg(allow_negative_numbers = true)]
-        cents: i32,
-    },
-    /// IN_PROGRESS -> VERIFIED, with a link to the evidence (a commit, a PR, a CI run).
-    Verify { evidence_url: String },
-    /// IN_PROGRESS -> BLOCKED, with a question for triage.
-    Block {
-        question: String,
-        /// Who should answer (the triage group).
-        #[arg(long)]
-        group: Option<String>,
-    },
-    /// Give the unit up: READY again (a BLOCKED unit stays blocked until answered).
-    Release {
-        #[arg(long)]
-        reason: Option<String>,
-        /// Record the attempt as FAILED rather than ABANDONED.
-        #[arg(long)]
-        failed: bool,
-    },
-    /// Set the permanent disposition: MIGRATED once VERIFIED; DROPPED, DEFERRED or DEAD (with --evidence)
-    /// from IN_PROGRESS or BLOCKED.
-    Dispose {
-        #[arg(value_enum, ignore_case = true)]
-        disposition: DispositionArg,
-        /// Link to the evidence; MIGRATED may reuse the verification's.
-        #[arg(long)]
-        evidence: Option<String>,
-        #[arg(long)]
-        reason: Option<String>,
-    },
-    /// What you hold and which verified units await your disposition.
-    Status,
-}
-
-/// The `Disposition` enum of the schema, as a command line value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DispositionArg {
-    Migrated,
-    Dropped,
-    Deferred,
-    Dead,
-}
-
-impl DispositionArg {
-    /// The GraphQL enum value.
-    pub fn api_name(self) -> &'static str {
-        match self {
-            Self::Migrated => "MIGRATED",
-            Self::Dropped => "DROPPED",
-            Self::Deferred => "DEFERRED",
-            Self::Dead => "DEAD",
-        }
-    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -311,36 +208,36 @@ fn public_url(text: &str) -> Result<String, String> {
 #[derive(Debug, Args, Clone)]
 pub struct LiveArgs {
     /// Time between stall sweeps.
-    #[arg(long, env = "WORK_LEDGER_SWEEP_INTERVAL", default_value = "5s", value_parser = duration)]
+    #[arg(long, env = "WORK_LEDGER_SWEEP_INTERVAL", default_value = "5s", value_parser = crate::duration::parse)]
     pub sweep_interval: Duration,
     /// Expired attempts reported per sweep statement.
     #[arg(long, env = "WORK_LEDGER_SWEEP_BATCH", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
     pub sweep_batch: u32,
     /// Time between the reader warden's passes, which end reader logins'
     /// transactions open longer than 60 s (SPEC §8).
-    #[arg(long, env = "WORK_LEDGER_READER_CHECK_INTERVAL", default_value = "5s", value_parser = duration)]
+    #[arg(long, env = "WORK_LEDGER_READER_CHECK_INTERVAL", default_value = "5s", value_parser = crate::duration::parse)]
     pub reader_check_interval: Duration,
     /// How long a WebSocket client has to send `connection_init`.
-    #[arg(long, env = "WORK_LEDGER_WS_INIT_TIMEOUT", default_value = "10s", value_parser = duration)]
+    #[arg(long, env = "WORK_LEDGER_WS_INIT_TIMEOUT", default_value = "10s", value_parser = crate::duration::parse)]
     pub ws_init_timeout: Duration,
     /// Time between the server's WebSocket pings.
-    #[arg(long, env = "WORK_LEDGER_WS_PING_INTERVAL", default_value = "15s", value_parser = duration)]
+    #[arg(long, env = "WORK_LEDGER_WS_PING_INTERVAL", default_value = "15s", value_parser = crate::duration::parse)]
     pub ws_ping_interval: Duration,
     /// Operations one WebSocket connection may run at once.
     #[arg(long, env = "WORK_LEDGER_WS_MAX_SUBSCRIPTIONS", default_value_t = 64)]
     pub ws_max_subscriptions: usize,
     /// Time between health pings of the LISTEN connection; one that does not
     /// come back within as long gets the connection replaced.
-    #[arg(long, env = "WORK_LEDGER_LISTENER_HEALTH_INTERVAL", default_value = "5s", value_parser = duration)]
+    #[arg(long, env = "WORK_LEDGER_LISTENER_HEALTH_INTERVAL", default_value = "5s", value_parser = crate::duration::parse)]
     pub listener_health_interval: Duration,
     /// WebSocket connections one token may have open at once (4429 for the next).
     #[arg(long, env = "WORK_LEDGER_WS_MAX_PER_TOKEN", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
     pub ws_max_per_token: u32,
     /// How long a client may take to send a request's headers (then the connection is closed).
-    #[arg(long, env = "WORK_LEDGER_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = duration)]
+    #[arg(long, env = "WORK_LEDGER_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = crate::duration::parse)]
     pub header_read_timeout: Duration,
     /// How long a client may take to send a request's body (then 408).
-    #[arg(long, env = "WORK_LEDGER_BODY_READ_TIMEOUT", default_value = "30s", value_parser = duration)]
+    #[arg(long, env = "WORK_LEDGER_BODY_READ_TIMEOUT", default_value = "30s", value_parser = crate::duration::parse)]
     pub body_read_timeout: Duration,
     /// Connections the API listener keeps open at once, WebSockets included
     /// (at the cap a connection that has sent no request yet gives way, else
@@ -352,10 +249,10 @@ pub struct LiveArgs {
     #[arg(long, env = "WORK_LEDGER_METRICS_MAX_CONNECTIONS", default_value_t = METRICS_MAX_CONNECTIONS as u32, value_parser = clap::value_parser!(u32).range(1..))]
     pub metrics_max_connections: u32,
     /// Longest a request's database statement may run (then UNAVAILABLE, nothing written).
-    #[arg(long, env = "WORK_LEDGER_STATEMENT_TIMEOUT", default_value = "10s", value_parser = duration)]
+    #[arg(long, env = "WORK_LEDGER_STATEMENT_TIMEOUT", default_value = "10s", value_parser = crate::duration::parse)]
     pub statement_timeout: Duration,
     /// Longest a request may wait for a row lock (then UNAVAILABLE, nothing written).
-    #[arg(long, env = "WORK_LEDGER_LOCK_TIMEOUT", default_value = "5s", value_parser = duration)]
+    #[arg(long, env = "WORK_LEDGER_LOCK_TIMEOUT", default_value = "5s", value_parser = crate::duration::parse)]
     pub lock_timeout: Duration,
 }
 
@@ -413,26 +310,6 @@ fn identifier(text: &str) -> Result<String, String> {
     crate::ledger::validate::label("name", text).map(|()| text.to_owned()).map_err(|e| e.to_string())
 }
 
-/// A positive duration: `250ms`, `5s`, `2m`, or a number of seconds.
-fn duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = match text.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
-        Some(i) => text.split_at(i),
-        None => (text, "s"),
-    };
-    let value: f64 = number.parse().map_err(|_| format!("`{text}` is not a duration like 5s or 500ms"))?;
-    let seconds = match unit.trim() {
-        "ms" => value / 1000.0,
-        "s" => value,
-        "m" => value * 60.0,
-        other => return Err(format!("unknown unit `{other}`: use ms, s or m")),
-    };
-    if !(seconds > 0.0 && seconds < 1e9) {
-        return Err(format!("`{text}` must be more than zero"));
-    }
-    Ok(Duration::from_secs_f64(seconds))
-}
-
 #[derive(Debug, Subcommand)]
 pub enum TokenCommand {
     /// Mint a token; prints the secret alone on stdout (shown once, stored hashed).
@@ -471,17 +348,6 @@ mod tests {
         for bad in ["", "a\u{202E}b", "a\u{FEFF}", "a\nb", &"n".repeat(257)] {
             assert!(identifier(bad).is_err(), "{bad:?}");
         }
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(duration("5s"), Ok(Duration::from_secs(5)));
-        assert_eq!(duration("5"), Ok(Duration::from_secs(5)));
-        assert_eq!(duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(duration("2m"), Ok(Duration::from_secs(120)));
-        assert!(duration("0s").is_err());
-        assert!(duration("5h").is_err());
-        assert!(duration("soon").is_err());
     }
 
     #[test]

@@ -39,7 +39,7 @@ impl Client {
         Ok(Client { http, endpoint: endpoint(base)?, token: token.to_owned(), retries, backoff })
     }
 
-    /// `data` of the response, or the first error; retried as the module says.
+    /// The response (`data`, `extensions`), or its first error; retried as the module says.
     pub async fn run(&self, query: &str, variables: Value) -> Result<Value, Failure> {
         let body = json!({ "query": query, "variables": variables });
         let mut tries = 0;
@@ -107,7 +107,7 @@ impl Client {
                 let failure = Failure::from_graphql(error);
                 if failure.unavailable { Try::Again(failure) } else { Try::Fail(failure) }
             }
-            (Some(mut body), None) if status.is_success() => Try::Data(body.remove("data").unwrap_or(Value::Null)),
+            (Some(body), None) if status.is_success() => Try::Data(Value::Object(body)),
             _ => Try::Fail(Failure::unexpected(format!(
                 "the server answered HTTP {status} with no GraphQL errors: {}",
                 snippet(&text)

@@ -1,28 +1,38 @@
-//! `work-ledger agent`: the lifecycle for shell-driven agents, one command
-//! per step, over GraphQL on HTTP to a running server (never the database).
-//! It keeps no local state: each command asks the server which unit the
-//! token's agent holds (or which verified unit awaits its disposition) and
-//! acts on that. The unit goes to stdout as JSON with its `legalActions`;
-//! an error goes to stderr as one JSON line, and the exit code says which
-//! kind it was (see [`AFTER_HELP`]).
+//! `work-ledger agent`: the lifecycle for shell-driven agents, one verb per
+//! step, over GraphQL on HTTP to a running server (never the database). The
+//! verbs are the operation contract's ([`crate::contract`]): each runs its
+//! GraphQL field with the arguments given as flags ([`verbs`]), and prints the
+//! result MCP returns for the same call; a refusal is the same envelope, one
+//! JSON line on stderr, and the exit code says which kind it was (see
+//! [`AFTER_HELP`]). The unit acted on is the one the server says the token's
+//! agent holds (or `--unit`); the attempt is the one this session last
+//! claimed ([`state`]), so a superseded session's write is `LEASE_LOST`.
 
 mod client;
+mod state;
+mod verbs;
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
+use clap::Args;
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
-use crate::config::{AgentArgs, AgentCommand, DispositionArg};
+use crate::contract::{Operation, Surface, UNIT, envelope};
 use client::Client;
 
 /// The epilogue of `work-ledger agent --help`.
 pub const AFTER_HELP: &str = "\
 Connection: WORK_LEDGER_URL (e.g. http://127.0.0.1:8080) and WORK_LEDGER_TOKEN, or --url and --token.
-No local state: each command asks the server what your token's agent holds.
-Output: the unit as JSON on stdout, with `legalActions` (what you may do next).
-Errors: one JSON line on stderr: {\"code\", \"message\", \"legalActions\", ...}.
+The unit: the one the server says your token's agent holds (or --unit ID). The attempt: the one this
+session last claimed, kept in --state (WORK_LEDGER_STATE; default one file per URL and token under
+$XDG_STATE_HOME/work-ledger): a session whose unit was claimed again since gets LEASE_LOST.
+Output: the same JSON object the MCP tool returns: {\"unit\": {...}} with the unit's `legalActions`
+(the verbs you may run next), its `questions` with answers and its `attempts`; `claim` adds `outcome`.
+Errors: one JSON line on stderr: {\"code\", \"message\", \"argument\", \"unitId\", \"state\", \"legalActions\", ...}.
 Writes carry a fresh idempotency key per invocation; a network error, HTTP 5xx or
 UNAVAILABLE is retried with the same key (--retries, --retry-backoff), so a retried
 write counts once.
@@ -31,11 +41,12 @@ Exit codes:
   0  done
   1  unexpected (INTERNAL, or an answer the CLI does not understand)
   2  usage (a bad flag or argument, no URL or token)
-  3  nothing to claim (NOTHING_TO_CLAIM)
+  3  nothing to claim right now: units are blocked or leased elsewhere (outcome `busy`)
   4  refused by the ledger (ILLEGAL_TRANSITION, EVIDENCE_REQUIRED, NOT_CLAIM_HOLDER,
      LEASE_LOST, ...; NOTHING_HELD when you hold no unit to act on)
   5  unauthenticated or forbidden (UNAUTHENTICATED, FORBIDDEN)
   6  unavailable: network down, HTTP 5xx or UNAVAILABLE after the retries
+  7  nothing left to claim: the domain is drained (outcome `drained`): stop
 
 Example:
   export WORK_LEDGER_URL=http://127.0.0.1:8080 WORK_LEDGER_TOKEN=...
@@ -44,17 +55,40 @@ Example:
   work-ledger agent verify https://github.com/acme/estate/pull/42
   work-ledger agent dispose migrated";
 
-/// The fields of a unit the CLI prints (the API's own names and values).
-const UNIT: &str = "id fleet externalRef domain workflowId state disposition disposedAt claimedBy \
-    currentAttemptId leaseExpiresAt lastHeartbeatAt stalled attemptCount costCents evidenceUrls \
-    createdAt updatedAt legalActions openQuestion { id question status assigneeGroup askedBy createdAt }";
+/// `work-ledger agent`: connection and retries, then one verb.
+#[derive(Debug, Args, Clone)]
+pub struct AgentArgs {
+    /// Base URL of a running server, e.g. http://127.0.0.1:8080.
+    #[arg(long, env = "WORK_LEDGER_URL", global = true)]
+    pub url: Option<String>,
+    /// Bearer token; its name is the agent id recorded on claims and events.
+    #[arg(long, env = "WORK_LEDGER_TOKEN", global = true, hide_env_values = true)]
+    pub token: Option<String>,
+    /// Act on this unit instead of the one the server says you hold; with `claim`, claim it by id.
+    #[arg(long, global = true)]
+    pub unit: Option<Uuid>,
+    /// The file that keeps the attempt of this session's last claim (see below).
+    #[arg(long, env = "WORK_LEDGER_STATE", global = true)]
+    pub state: Option<PathBuf>,
+    /// Retries of a request that met a network error, HTTP 5xx or UNAVAILABLE (same idempotency key).
+    #[arg(long, env = "WORK_LEDGER_RETRIES", default_value_t = 5, global = true)]
+    pub retries: u32,
+    /// Wait before the first retry; it doubles each time, up to 10s.
+    #[arg(long, env = "WORK_LEDGER_RETRY_BACKOFF", default_value = "500ms", value_parser = crate::duration::parse, global = true)]
+    pub retry_backoff: Duration,
+    /// Time limit of one HTTP request.
+    #[arg(long, env = "WORK_LEDGER_TIMEOUT", default_value = "75s", value_parser = crate::duration::parse, global = true)]
+    pub timeout: Duration,
+    #[command(subcommand)]
+    pub command: verbs::Verb,
+}
 
-/// Why a command did not end with a unit on stdout.
+/// Why a command did not end with a result on stdout.
 #[derive(Debug)]
 pub struct Failure {
     pub code: String,
     pub message: String,
-    /// The rest of the error's `extensions` (e.g. `legalActions`, `holder`).
+    /// The rest of the envelope (`argument`, `unitId`, `state`, `legalActions`, ...).
     pub details: Map<String, Value>,
     /// The server could not be reached or said it is unavailable.
     pub unavailable: bool,
@@ -77,18 +111,22 @@ impl Failure {
         Self::new("UNEXPECTED_RESPONSE", message)
     }
 
-    /// One error object of a GraphQL response.
-    fn from_graphql(error: Value) -> Self {
-        let message = error.get("message").and_then(Value::as_str).unwrap_or("(no message)").to_owned();
-        let mut details = match error.get("extensions") {
-            Some(Value::Object(extensions)) => extensions.clone(),
-            _ => Map::new(),
-        };
-        let code = match details.remove("code") {
+    /// The envelope every surface shares ([`envelope::refusal`]).
+    fn from_envelope(mut envelope: Map<String, Value>) -> Self {
+        let code = match envelope.remove("code") {
             Some(Value::String(code)) => code,
             _ => "NO_CODE".to_owned(),
         };
-        Failure { unavailable: code == "UNAVAILABLE", code, message, details }
+        let message = match envelope.remove("message") {
+            Some(Value::String(message)) => message,
+            _ => "(no message)".to_owned(),
+        };
+        Failure { unavailable: code == "UNAVAILABLE", code, message, details: envelope }
+    }
+
+    /// One error object of a GraphQL response.
+    fn from_graphql(error: Value) -> Self {
+        Self::from_envelope(envelope::refusal(&error, Surface::Cli))
     }
 
     fn with_legal_actions(mut self, actions: Value) -> Self {
@@ -103,6 +141,7 @@ impl Failure {
         }
         match self.code.as_str() {
             "USAGE" => 2,
+            "NOTHING_TO_CLAIM" if self.details.get("outcome") == Some(&json!("drained")) => 7,
             "NOTHING_TO_CLAIM" => 3,
             "UNAUTHENTICATED" | "FORBIDDEN" => 5,
             "INTERNAL" | "NO_CODE" | "UNEXPECTED_RESPONSE" => 1,
@@ -141,120 +180,112 @@ async fn execute(args: AgentArgs) -> Result<Value, Failure> {
         return Err(Failure::usage("set WORK_LEDGER_URL and WORK_LEDGER_TOKEN (or pass --url and --token)"));
     };
     let client = Client::new(url, token, args.retries, args.retry_backoff, args.timeout)?;
-    // One key per invocation: every retry of this command's write reuses it.
-    let key = format!("agent-cli-{}", Uuid::new_v4());
-    let agent = Agent { client, key };
-    match args.command {
-        AgentCommand::Claim { domain, lease } => agent.claim(args.unit, domain, lease.map(seconds)).await,
-        AgentCommand::Status => agent.status().await,
-        command => {
-            let target = agent.target(args.unit, &command).await?;
-            let legal = target["legalActions"].clone();
-            agent.act(&target, command).await.map_err(|failure| failure.with_legal_actions(legal))
-        }
+    let state = state::path(args.state.as_deref(), url, token);
+    let agent = Agent { client, state };
+    let verb = &args.command;
+    let ops: Vec<&Operation> = crate::contract::verb(&verb.name).collect();
+    // `claim` is `claimNext`, or `claimUnit` when a unit is named.
+    let takes_id = |op: &Operation| op.args().iter().any(|arg| arg.name == "id");
+    let op = match ops.as_slice() {
+        [] => return Err(Failure::usage(format!("no verb `{}`", verb.name))),
+        [op] => Some(*op),
+        _ => ops.iter().copied().find(|op| takes_id(op) == args.unit.is_some()),
     }
-}
-
-/// A lease in whole seconds, as `leaseSeconds` takes it; the server checks the range.
-fn seconds(lease: std::time::Duration) -> i64 {
-    i64::try_from(lease.as_secs()).unwrap_or(i64::MAX)
+    .ok_or_else(|| Failure::usage(format!("`{}` cannot take --unit", verb.name)))?;
+    let mut given = verbs::given(op, &verb.matches).map_err(Failure::usage)?;
+    let target = agent.fill(op, args.unit, &mut given).await?;
+    let legal = target.as_ref().map(|unit| unit["legalActions"].clone());
+    let result = agent.call(op, given).await.map_err(|failure| match legal {
+        Some(legal) => failure.with_legal_actions(legal),
+        None => failure,
+    })?;
+    agent.after(op, result)
 }
 
 struct Agent {
     client: Client,
-    key: String,
+    state: Option<PathBuf>,
 }
 
 /// What the server says this agent has: the unit it holds (CLAIMED,
 /// IN_PROGRESS or BLOCKED) and the VERIFIED units awaiting its disposition.
 struct Mine {
     name: String,
-    fleet: String,
     held: Option<Value>,
     awaiting: Vec<Value>,
 }
 
 impl Agent {
-    async fn unit(&self, mutation: &str, variables: Value) -> Result<Value, Failure> {
-        let data = self.client.run(&format!("{mutation} {{ {UNIT} }} }}"), variables).await?;
-        Ok(data.get("unit").cloned().unwrap_or(Value::Null))
+    /// Runs `op` with `given` as variables: its result, or its refusal.
+    async fn call(&self, op: &Operation, given: Map<String, Value>) -> Result<Map<String, Value>, Failure> {
+        let refused = |err| Failure::from_envelope(envelope::refusal(&crate::graphql::error_object(err), Surface::Cli));
+        let document = op.document(&given, Surface::Cli).map_err(refused)?;
+        let response = self.client.run(&document, Value::Object(given)).await?;
+        envelope::result(op, &response, Surface::Cli).map_err(Failure::from_envelope)
     }
 
-    async fn claim(&self, unit: Option<Uuid>, domain: Option<String>, lease: Option<i64>) -> Result<Value, Failure> {
-        let claimed = match unit {
-            Some(id) => {
-                self.unit(
-                    "mutation($id: UUID!, $lease: Int, $key: String) { \
-                     unit: claimUnit(id: $id, leaseSeconds: $lease, idempotencyKey: $key)",
-                    json!({ "id": id, "lease": lease, "key": self.key }),
-                )
-                .await?
-            }
-            None => {
-                self.unit(
-                    "mutation($domain: String, $lease: Int, $key: String) { \
-                     unit: claimNext(domain: $domain, leaseSeconds: $lease, idempotencyKey: $key)",
-                    json!({ "domain": domain, "lease": lease, "key": self.key }),
-                )
-                .await?
-            }
-        };
-        if claimed.is_null() {
-            let scope = domain.map(|d| format!(" in domain `{d}`")).unwrap_or_default();
-            return Err(Failure::new(
-                "NOTHING_TO_CLAIM",
-                format!("no unit is claimable{scope} right now (none READY, none stale); try again later"),
-            )
-            .with_legal_actions(json!(["claimNext"])));
+    /// Fills what the CLI supplies itself: `id` from `--unit`; `unitId` with
+    /// the unit this agent holds (or `--unit`); `attemptId` with this
+    /// session's last claim of that unit, else its current attempt (an
+    /// optional `attemptId` beside a required `unitId` is the attempt fence;
+    /// a required one names the attempt, as `heartbeat` does); a fresh
+    /// idempotency key per invocation. Returns the unit acted on.
+    async fn fill(
+        &self,
+        op: &Operation,
+        unit: Option<Uuid>,
+        given: &mut Map<String, Value>,
+    ) -> Result<Option<Value>, Failure> {
+        let args = op.args();
+        let takes = |name: &str| args.iter().find(|arg| arg.name == name);
+        if takes("idempotencyKey").is_some() {
+            given.insert("idempotencyKey".into(), json!(format!("agent-cli-{}", Uuid::new_v4())));
         }
-        Ok(claimed)
+        if takes("id").is_some() {
+            given.insert("id".into(), json!(unit));
+        }
+        let unit_arg = takes("unitId");
+        let attempt_arg = takes("attemptId");
+        let fenced =
+            attempt_arg.is_some_and(|a| a.required) || (attempt_arg.is_some() && unit_arg.is_some_and(|u| u.required));
+        if unit_arg.is_none() && !fenced {
+            return Ok(None);
+        }
+        let target = self.target(op, unit, given).await?;
+        if unit_arg.is_some() {
+            given.insert("unitId".into(), target["id"].clone());
+        }
+        if fenced {
+            let remembered = self.state.as_deref().and_then(state::load);
+            let attempt = match remembered {
+                Some(last) if json!(last.unit_id) == target["id"] => json!(last.attempt_id),
+                _ => target["currentAttemptId"].clone(),
+            };
+            given.insert("attemptId".into(), attempt);
+        }
+        Ok(Some(target))
     }
 
-    async fn status(&self) -> Result<Value, Failure> {
-        let mine = self.mine().await?;
-        Ok(json!({ "agent": mine.name, "fleet": mine.fleet, "held": mine.held, "awaitingDisposition": mine.awaiting }))
-    }
-
-    async fn mine(&self) -> Result<Mine, Failure> {
-        let mut data = self
-            .client
-            .run(
-                &format!("{{ me {{ name fleet heldUnit {{ {UNIT} }} awaitingDisposition {{ {UNIT} }} }} }}"),
-                json!({}),
-            )
-            .await?;
-        let me = &mut data["me"];
-        let (Some(name), Some(fleet)) = (me["name"].as_str(), me["fleet"].as_str()) else {
-            return Err(Failure::unexpected(format!("`me` without a name and a fleet: {me}")));
-        };
-        let (name, fleet) = (name.to_owned(), fleet.to_owned());
-        let held = Some(me["heldUnit"].take()).filter(|unit| !unit.is_null());
-        let awaiting = match me["awaitingDisposition"].take() {
-            Value::Array(units) => units,
-            _ => Vec::new(),
-        };
-        Ok(Mine { name, fleet, held, awaiting })
-    }
-
-    /// The unit a command acts on: `--unit`, else what the server says this
-    /// agent has. A command that only makes sense for a held unit refuses
-    /// here when there is none; otherwise the server's own refusal (with its
+    /// The unit a verb acts on: `--unit`, else what the server says this
+    /// agent has. A verb that only makes sense for a held unit refuses here
+    /// when there is none; otherwise the server's own refusal (with its
     /// legal actions) teaches better than a guess of the CLI's.
-    async fn target(&self, unit: Option<Uuid>, command: &AgentCommand) -> Result<Value, Failure> {
+    async fn target(&self, op: &Operation, unit: Option<Uuid>, given: &Map<String, Value>) -> Result<Value, Failure> {
+        let selection = UNIT.replace("SURFACE", "CLI");
         if let Some(id) = unit {
-            let data = self
+            let response = self
                 .client
-                .run(&format!("query($id: UUID!) {{ unit(id: $id) {{ {UNIT} }} }}"), json!({ "id": id }))
+                .run(&format!("query($id: UUID!) {{ unit(id: $id) {selection} }}"), json!({ "id": id }))
                 .await?;
-            return match data.get("unit") {
+            return match response.get("data").and_then(|data| data.get("unit")) {
                 Some(unit) if !unit.is_null() => Ok(unit.clone()),
                 _ => Err(Failure::new("NOT_FOUND", format!("no unit with id {id} exists in your fleet"))),
             };
         }
-        let Mine { name, held, awaiting, .. } = self.mine().await?;
-        let migrate = matches!(command, AgentCommand::Dispose { disposition: DispositionArg::Migrated, .. });
+        let Mine { name, held, awaiting } = self.mine(&selection).await?;
+        let migrate = op.field == "dispose" && given.get("disposition") == Some(&json!("MIGRATED"));
         // Bills arrive late and a verified unit still needs its disposition.
-        let late = matches!(command, AgentCommand::Cost { .. } | AgentCommand::Dispose { .. });
+        let late = matches!(op.field, "recordCost" | "dispose");
         let only_awaiting = || match awaiting.as_slice() {
             [] => Ok(None),
             [unit] => Ok(Some(unit.clone())),
@@ -272,80 +303,54 @@ impl Agent {
         target.ok_or_else(|| nothing_held(&name, &awaiting))
     }
 
-    async fn act(&self, unit: &Value, command: AgentCommand) -> Result<Value, Failure> {
-        let id = &unit["id"];
-        // Every write is fenced to the attempt the command found the unit
-        // in: a write after someone reclaimed it is LEASE_LOST, not applied.
-        let attempt = &unit["currentAttemptId"];
-        let key = &self.key;
-        match command {
-            AgentCommand::Heartbeat { lease } => {
-                self.unit(
-                    "mutation($attempt: UUID!, $lease: Int) { unit: heartbeat(attemptId: $attempt, leaseSeconds: $lease)",
-                    json!({ "attempt": unit["currentAttemptId"], "lease": lease.map(seconds) }),
-                )
-                .await
-            }
-            AgentCommand::Start => {
-                self.unit(
-                    "mutation($id: UUID!, $attempt: UUID, $key: String) { \
-                     unit: transition(unitId: $id, to: IN_PROGRESS, idempotencyKey: $key, attemptId: $attempt)",
-                    json!({ "id": id, "attempt": attempt, "key": key }),
-                )
-                .await
-            }
-            AgentCommand::Cost { cents } => {
-                self.unit(
-                    "mutation($attempt: UUID!, $cents: Int!, $key: String!) { \
-                     unit: recordCost(attemptId: $attempt, cents: $cents, idempotencyKey: $key)",
-                    json!({ "attempt": unit["currentAttemptId"], "cents": cents, "key": key }),
-                )
-                .await
-            }
-            AgentCommand::Verify { evidence_url } => {
-                self.unit(
-                    "mutation($id: UUID!, $attempt: UUID, $url: String, $key: String) { \
-                     unit: transition(unitId: $id, to: VERIFIED, evidenceUrl: $url, idempotencyKey: $key, \
-                     attemptId: $attempt)",
-                    json!({ "id": id, "attempt": attempt, "url": evidence_url, "key": key }),
-                )
-                .await
-            }
-            AgentCommand::Block { question, group } => {
-                self.unit(
-                    "mutation($id: UUID!, $attempt: UUID, $question: String!, $group: String, $key: String) { \
-                     unit: block(unitId: $id, question: $question, assigneeGroup: $group, idempotencyKey: $key, \
-                     attemptId: $attempt)",
-                    json!({ "id": id, "attempt": attempt, "question": question, "group": group, "key": key }),
-                )
-                .await
-            }
-            AgentCommand::Release { reason, failed } => {
-                self.unit(
-                    "mutation($id: UUID!, $attempt: UUID, $reason: String, $outcome: AttemptOutcome, $key: String) { \
-                     unit: release(unitId: $id, reason: $reason, outcome: $outcome, idempotencyKey: $key, \
-                     attemptId: $attempt)",
-                    json!({ "id": id, "attempt": attempt, "reason": reason, "outcome": failed.then_some("FAILED"), "key": key }),
-                )
-                .await
-            }
-            AgentCommand::Dispose { disposition, evidence, reason } => {
-                self.unit(
-                    "mutation($id: UUID!, $attempt: UUID, $disposition: Disposition!, $url: String, $reason: String, \
-                     $key: String) { \
-                     unit: dispose(unitId: $id, disposition: $disposition, evidenceUrl: $url, reason: $reason, \
-                     idempotencyKey: $key, attemptId: $attempt)",
-                    json!({
-                        "id": id, "attempt": attempt, "disposition": disposition.api_name(), "url": evidence,
-                        "reason": reason, "key": key
-                    }),
-                )
-                .await
-            }
-            AgentCommand::Claim { .. } | AgentCommand::Status => {
-                Err(Failure::usage("claim and status act on no held unit"))
+    async fn mine(&self, selection: &str) -> Result<Mine, Failure> {
+        let query = format!("{{ me {{ name heldUnit {selection} awaitingDisposition {selection} }} }}");
+        let mut response = self.client.run(&query, json!({})).await?;
+        let me = &mut response["data"]["me"];
+        let Some(name) = me["name"].as_str().map(str::to_owned) else {
+            return Err(Failure::unexpected(format!("`me` without a name: {me}")));
+        };
+        let held = Some(me["heldUnit"].take()).filter(|unit| !unit.is_null());
+        let awaiting = match me["awaitingDisposition"].take() {
+            Value::Array(units) => units,
+            _ => Vec::new(),
+        };
+        Ok(Mine { name, held, awaiting })
+    }
+
+    /// A claim that got no unit is a failure saying whether to stop or wait;
+    /// one that got a unit is remembered for the fence.
+    fn after(&self, op: &Operation, result: Map<String, Value>) -> Result<Value, Failure> {
+        if !matches!(op.field, "claimNext" | "claimUnit") {
+            return Ok(Value::Object(result));
+        }
+        let unit = &result["unit"];
+        if unit.is_null() {
+            let drained = result.get("outcome") == Some(&json!("drained"));
+            let message = if drained {
+                "nothing is left to claim: no unit is READY, stale, blocked or leased (the domain is drained); stop"
+            } else {
+                "no unit is claimable right now (units are blocked or leased elsewhere: see `blocked`, `leased` and \
+                 `earliestLeaseEnd`); try again later"
+            };
+            let mut failure = Failure::new("NOTHING_TO_CLAIM", message);
+            failure.details = result;
+            failure.details.remove("unit");
+            return Err(failure.with_legal_actions(json!(["claim"])));
+        }
+        let claimed = serde_json::from_value::<Uuid>(unit["id"].clone())
+            .ok()
+            .zip(serde_json::from_value::<Uuid>(unit["currentAttemptId"].clone()).ok());
+        if let (Some(path), Some((unit_id, attempt_id))) = (&self.state, claimed) {
+            if let Err(err) = state::save(path, &state::LastClaim { unit_id, attempt_id }) {
+                eprintln!(
+                    "warning: cannot record the claim in {} ({err}); later writes are fenced to the unit's current \
+                     attempt instead",
+                    path.display()
+                );
             }
         }
+        Ok(Value::Object(result))
     }
 }
 
@@ -359,7 +364,7 @@ fn nothing_held(name: &str, awaiting: &[Value]) -> Failure {
         "NOTHING_HELD",
         format!("`{name}` holds no unit (none CLAIMED, IN_PROGRESS or BLOCKED){hint}; `work-ledger agent claim` first"),
     )
-    .with_legal_actions(json!(["claimNext"]))
+    .with_legal_actions(json!(["claim"]))
 }
 
 fn ambiguous(awaiting: &[Value]) -> Failure {
@@ -390,6 +395,9 @@ mod tests {
         assert_eq!(exit("GRAPHQL_VALIDATION_FAILED"), 1);
         assert_eq!(Failure::from_graphql(json!({ "message": "no code" })).exit_code(), 1);
         assert_eq!(Failure::new("NOTHING_TO_CLAIM", "").exit_code(), 3);
+        let mut drained = Failure::new("NOTHING_TO_CLAIM", "");
+        drained.details.insert("outcome".into(), json!("drained"));
+        assert_eq!(drained.exit_code(), 7);
         assert_eq!(Failure::new("NOTHING_HELD", "").exit_code(), 4);
         assert_eq!(Failure::usage("").exit_code(), 2);
         assert_eq!(Failure { unavailable: true, ..Failure::new("INTERNAL", "HTTP 503") }.exit_code(), 6);
@@ -399,7 +407,7 @@ mod tests {
     fn the_error_line_keeps_the_servers_details_and_adds_legal_actions_only_when_missing() {
         let failure = Failure::from_graphql(json!({
             "message": "unit u is IN_PROGRESS and cannot go to IN_PROGRESS",
-            "extensions": { "code": "ILLEGAL_TRANSITION", "legalActions": ["release"], "from": "IN_PROGRESS" }
+            "extensions": { "code": "ILLEGAL_TRANSITION", "legalActions": ["release", "transition(to: VERIFIED, evidenceUrl)"], "from": "IN_PROGRESS" }
         }))
         .with_legal_actions(json!(["stale"]));
         assert_eq!(
@@ -407,7 +415,7 @@ mod tests {
             json!({
                 "code": "ILLEGAL_TRANSITION",
                 "message": "unit u is IN_PROGRESS and cannot go to IN_PROGRESS",
-                "legalActions": ["release"],
+                "legalActions": ["release", "verify <evidence-url>"],
                 "from": "IN_PROGRESS"
             })
         );

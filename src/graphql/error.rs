@@ -39,6 +39,7 @@ impl From<LedgerError> for Error {
                 }
                 LedgerError::Forbidden(permission) => ext.set("permission", permission.as_str()),
                 LedgerError::InvalidInput { argument, .. } => ext.set("argument", argument.clone()),
+                LedgerError::EvidenceRequired { .. } => ext.set("argument", "evidenceUrl"),
                 LedgerError::Internal { correlation_id } => ext.set("correlationId", correlation_id.as_str()),
                 _ => {}
             }

@@ -5,6 +5,7 @@ pub mod error;
 pub mod events;
 mod guidance;
 pub mod loaders;
+mod notes;
 mod operation_metrics;
 mod pagination;
 mod query;
@@ -50,6 +51,7 @@ pub fn build_schema(ledger: Ledger, metrics: bool) -> LedgerSchema {
         .data(ledger)
         .extension(loaders::LoadersPerOperation)
         .extension(guidance::Guidance)
+        .extension(notes::ResponseNotes)
         .extension(operation_metrics::OperationMetrics { metrics })
         .extension(request_errors::RequestErrors)
         .extension(read_budget::ReadBudget)

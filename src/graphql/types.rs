@@ -9,6 +9,7 @@ use super::loaders::{self as loader, AttemptEndOf, AttemptId, AttemptsOf, Dispos
 use super::pagination::{Conn, SortOrder, TotalCount, counted_with};
 use super::{Result, ledger, loaders, principal};
 use crate::auth::Principal;
+use crate::contract::{self, Surface};
 use crate::db::entities::{AttemptOutcome, Disposition, QuestionStatus, WorkState, attempt, question, work_unit};
 use crate::ledger::cursor::List;
 use crate::ledger::reads::PageArgs;
@@ -165,9 +166,13 @@ impl WorkUnit {
         let found = loaders(ctx)?.load_one(QuestionsOf(self.0.id)).await?.unwrap_or_default();
         Ok(found.into_iter().find(|q| q.status == QuestionStatus::Open).map(BlockingQuestion))
     }
-    /// What the caller may do next, as mutation call shapes.
-    async fn legal_actions(&self, ctx: &Context<'_>) -> Result<Vec<String>> {
-        Ok(state_machine::legal_actions(&self.0, principal(ctx)?, Utc::now()))
+    /// What the caller may do next: as mutation call shapes (`transition(to: VERIFIED, evidenceUrl)`), or
+    /// in the language of another door to the same operations (`surface: MCP` gives tool names,
+    /// `surface: CLI` the `work-ledger agent` verbs). Only what the caller's token may do.
+    async fn legal_actions(&self, ctx: &Context<'_>, surface: Option<Surface>) -> Result<Vec<String>> {
+        let surface = surface.unwrap_or_default();
+        let actions = state_machine::next_actions(&self.0, principal(ctx)?, Utc::now());
+        Ok(actions.into_iter().filter_map(|action| contract::render_action(action, surface)).collect())
     }
 }
 

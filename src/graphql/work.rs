@@ -1,9 +1,14 @@
 //! The write path's mutations (SPEC §4): each unpacks its arguments and calls
-//! one ledger operation, which owns the transaction.
+//! one ledger operation, which owns the transaction. These fields are the
+//! declaration of the agent's operations: MCP tools and CLI verbs are bound
+//! to them ([`crate::contract`]) and take their arguments, documentation and
+//! validation from here.
 
 use async_graphql::{Context, Object};
+use serde_json::json;
 use uuid::Uuid;
 
+use super::notes::note;
 use super::types::WorkUnit;
 use super::{Result, ledger, principal};
 use crate::db::entities::{AttemptOutcome, Disposition, WorkState};
@@ -12,177 +17,175 @@ use crate::ledger::{CostTarget, Dispose, LedgerError, Release};
 #[derive(Default)]
 pub struct WorkMutation;
 
-#[Object]
-impl WorkMutation {
-    /// Claims the oldest claimable unit (stale units first): a new attempt and
-    /// a lease of `leaseSeconds` (30..86400, default 900). An agent holds at most
-    /// one unit at a time ("holds" = a live claim: CLAIMED, IN_PROGRESS or BLOCKED):
-    /// one that already holds a unit gets that unit back, lease renewed. A VERIFIED
-    /// unit is no longer held (its attempt ended): claim the next one and still
-    /// dispose of the verified one. Null when nothing is claimable.
-    async fn claim_next(
-        &self,
-        ctx: &Context<'_>,
-        domain: Option<String>,
-        lease_seconds: Option<i32>,
-        #[graphql(
-            desc = "Your idempotency key, scoped to you (fleet and token name): resending it with the same arguments returns the current unit and writes nothing; with other arguments it is IDEMPOTENCY_KEY_REUSED. Another agent's identical key is unrelated."
-        )]
-        idempotency_key: Option<String>,
-    ) -> Result<Option<WorkUnit>> {
-        Ok(ledger(ctx).claim_next(principal(ctx)?, domain, lease_seconds, idempotency_key).await?.map(WorkUnit))
-    }
+/// The mutations, with the argument descriptions several of them share
+/// written once (`$key`: the idempotency key; `$fence`: the attempt fence).
+macro_rules! work_mutation {
+    ($key:tt, $fence:tt) => {
+    #[Object]
+    impl WorkMutation {
+        /// Claims the oldest claimable unit (stale units first): a new attempt and
+        /// a lease of `leaseSeconds` (30..86400, default 900). An agent holds at most
+        /// one unit at a time ("holds" = a live claim: CLAIMED, IN_PROGRESS or BLOCKED):
+        /// one that already holds a unit gets that unit back, lease renewed. A VERIFIED
+        /// unit is no longer held (its attempt ended): claim the next one and still
+        /// dispose of the verified one. Null when nothing is claimable.
+        /// The response's `extensions.claim.outcome` says what happened: `claimed` (a new attempt),
+        /// `renewed` (the unit you already hold, lease extended) or `held` (your BLOCKED unit, nothing
+        /// written); with null, `drained` (nothing left in the domain: stop) or `busy` (units blocked or
+        /// leased elsewhere; `blocked`, `leased` and `earliestLeaseEnd` say how many and until when).
+        async fn claim_next(
+            &self,
+            ctx: &Context<'_>,
+            domain: Option<String>,
+            lease_seconds: Option<i32>,
+            #[graphql(desc = $key)]
+            idempotency_key: Option<String>,
+        ) -> Result<Option<WorkUnit>> {
+            let claimed = ledger(ctx).claim_next(principal(ctx)?, domain, lease_seconds, idempotency_key).await?;
+                let Some((outcome, unit)) = claimed else {
+                    return Ok(None);
+                };
+                note(ctx, "claim", json!({ "outcome": outcome.name() }));
+                Ok(Some(WorkUnit(unit)))
+        }
 
-    /// Claims a named unit that is READY or stale.
-    async fn claim_unit(
-        &self,
-        ctx: &Context<'_>,
-        id: Uuid,
-        lease_seconds: Option<i32>,
-        #[graphql(
-            desc = "Your idempotency key, scoped to you (fleet and token name): resending it with the same arguments returns the current unit and writes nothing; with other arguments it is IDEMPOTENCY_KEY_REUSED. Another agent's identical key is unrelated."
-        )]
-        idempotency_key: Option<String>,
-    ) -> Result<WorkUnit> {
-        Ok(WorkUnit(ledger(ctx).claim_unit(principal(ctx)?, id, lease_seconds, idempotency_key).await?))
-    }
+        /// Claims a named unit that is READY or stale (`extensions.claim.outcome` as for `claimNext`).
+        async fn claim_unit(
+            &self,
+            ctx: &Context<'_>,
+            id: Uuid,
+            lease_seconds: Option<i32>,
+            #[graphql(desc = $key)]
+            idempotency_key: Option<String>,
+        ) -> Result<WorkUnit> {
+            let (outcome, unit) = ledger(ctx).claim_unit(principal(ctx)?, id, lease_seconds, idempotency_key).await?;
+                note(ctx, "claim", json!({ "outcome": outcome.name() }));
+                Ok(WorkUnit(unit))
+        }
 
-    /// Extends the lease of your current attempt (also after expiry, unless someone reclaimed the unit).
-    async fn heartbeat(&self, ctx: &Context<'_>, attempt_id: Uuid, lease_seconds: Option<i32>) -> Result<WorkUnit> {
-        Ok(WorkUnit(ledger(ctx).heartbeat(principal(ctx)?, attempt_id, lease_seconds).await?))
-    }
+        /// Extends the lease of your current attempt (also after expiry, unless someone reclaimed the unit).
+        async fn heartbeat(&self, ctx: &Context<'_>, attempt_id: Uuid, lease_seconds: Option<i32>) -> Result<WorkUnit> {
+            Ok(WorkUnit(ledger(ctx).heartbeat(principal(ctx)?, attempt_id, lease_seconds).await?))
+        }
 
-    /// CLAIMED -> IN_PROGRESS, or IN_PROGRESS -> VERIFIED with `evidenceUrl`.
-    async fn transition(
-        &self,
-        ctx: &Context<'_>,
-        unit_id: Uuid,
-        to: WorkState,
-        evidence_url: Option<String>,
-        #[graphql(
-            desc = "Your idempotency key, scoped to you (fleet and token name): resending it with the same arguments returns the current unit and writes nothing; with other arguments it is IDEMPOTENCY_KEY_REUSED. Another agent's identical key is unrelated."
-        )]
-        idempotency_key: Option<String>,
-        #[graphql(
-            desc = "Your current attempt: when given and not the unit's current attempt (a newer claim replaced it), the write is LEASE_LOST and changes nothing."
-        )]
-        attempt_id: Option<Uuid>,
-    ) -> Result<WorkUnit> {
-        let ledger = ledger(ctx);
-        Ok(WorkUnit(ledger.transition(principal(ctx)?, unit_id, to, evidence_url, attempt_id, idempotency_key).await?))
-    }
+        /// CLAIMED -> IN_PROGRESS, or IN_PROGRESS -> VERIFIED with `evidenceUrl`.
+        async fn transition(
+            &self,
+            ctx: &Context<'_>,
+            unit_id: Uuid,
+            to: WorkState,
+            evidence_url: Option<String>,
+            #[graphql(desc = $key)]
+            idempotency_key: Option<String>,
+            #[graphql(desc = $fence)]
+            attempt_id: Option<Uuid>,
+        ) -> Result<WorkUnit> {
+            let ledger = ledger(ctx);
+            Ok(WorkUnit(ledger.transition(principal(ctx)?, unit_id, to, evidence_url, attempt_id, idempotency_key).await?))
+        }
 
-    /// IN_PROGRESS -> BLOCKED with a question (at most 8000 characters) for the triage service.
-    async fn block(
-        &self,
-        ctx: &Context<'_>,
-        unit_id: Uuid,
-        question: String,
-        assignee_group: Option<String>,
-        #[graphql(
-            desc = "Your idempotency key, scoped to you (fleet and token name): resending it with the same arguments returns the current unit and writes nothing; with other arguments it is IDEMPOTENCY_KEY_REUSED. Another agent's identical key is unrelated."
-        )]
-        idempotency_key: Option<String>,
-        #[graphql(
-            desc = "Your current attempt: when given and not the unit's current attempt (a newer claim replaced it), the write is LEASE_LOST and changes nothing."
-        )]
-        attempt_id: Option<Uuid>,
-    ) -> Result<WorkUnit> {
-        let ledger = ledger(ctx);
-        Ok(WorkUnit(
-            ledger.block(principal(ctx)?, unit_id, question, assignee_group, attempt_id, idempotency_key).await?,
-        ))
-    }
+        /// IN_PROGRESS -> BLOCKED with a question (at most 8000 characters) for the triage service.
+        async fn block(
+            &self,
+            ctx: &Context<'_>,
+            unit_id: Uuid,
+            question: String,
+            assignee_group: Option<String>,
+            #[graphql(desc = $key)]
+            idempotency_key: Option<String>,
+            #[graphql(desc = $fence)]
+            attempt_id: Option<Uuid>,
+        ) -> Result<WorkUnit> {
+            let ledger = ledger(ctx);
+            Ok(WorkUnit(
+                ledger.block(principal(ctx)?, unit_id, question, assignee_group, attempt_id, idempotency_key).await?,
+            ))
+        }
 
-    /// Answers a blocked unit's question: back to IN_PROGRESS for its holder, or READY when it was released.
-    async fn unblock(
-        &self,
-        ctx: &Context<'_>,
-        unit_id: Uuid,
-        #[graphql(
-            desc = "The question you answer (`openQuestion.id`, or the id `blockingQuestionOpened` delivered): when given and it is not the unit's open question (answered, cancelled or replaced meanwhile), the answer is QUESTION_NOT_OPEN, naming the open one, and changes nothing. Always send it."
-        )]
-        question_id: Option<Uuid>,
-        answer: String,
-        #[graphql(
-            desc = "Your idempotency key, scoped to you (fleet and token name): resending it with the same arguments returns the current unit and writes nothing; with other arguments it is IDEMPOTENCY_KEY_REUSED. Another agent's identical key is unrelated."
-        )]
-        idempotency_key: Option<String>,
-    ) -> Result<WorkUnit> {
-        Ok(WorkUnit(ledger(ctx).unblock(principal(ctx)?, unit_id, question_id, answer, idempotency_key).await?))
-    }
+        /// Answers a blocked unit's question: back to IN_PROGRESS for its holder, or READY when it was released.
+        async fn unblock(
+            &self,
+            ctx: &Context<'_>,
+            unit_id: Uuid,
+            #[graphql(
+                desc = "The question you answer (`openQuestion.id`, or the id `blockingQuestionOpened` delivered): when given and it is not the unit's open question (answered, cancelled or replaced meanwhile), the answer is QUESTION_NOT_OPEN, naming the open one, and changes nothing. Always send it."
+            )]
+            question_id: Option<Uuid>,
+            answer: String,
+            #[graphql(desc = $key)]
+            idempotency_key: Option<String>,
+        ) -> Result<WorkUnit> {
+            Ok(WorkUnit(ledger(ctx).unblock(principal(ctx)?, unit_id, question_id, answer, idempotency_key).await?))
+        }
 
-    /// Gives the unit up: the attempt ends (ABANDONED, or FAILED when asked) and the unit is READY again;
-    /// a BLOCKED unit stays blocked until its question is answered.
-    async fn release(
-        &self,
-        ctx: &Context<'_>,
-        unit_id: Uuid,
-        reason: Option<String>,
-        outcome: Option<AttemptOutcome>,
-        #[graphql(
-            desc = "Your idempotency key, scoped to you (fleet and token name): resending it with the same arguments returns the current unit and writes nothing; with other arguments it is IDEMPOTENCY_KEY_REUSED. Another agent's identical key is unrelated."
-        )]
-        idempotency_key: Option<String>,
-        #[graphql(
-            desc = "Your current attempt: when given and not the unit's current attempt (a newer claim replaced it), the write is LEASE_LOST and changes nothing."
-        )]
-        attempt_id: Option<Uuid>,
-    ) -> Result<WorkUnit> {
-        let input = Release { unit_id, attempt_id, reason, outcome };
-        Ok(WorkUnit(ledger(ctx).release(principal(ctx)?, input, idempotency_key).await?))
-    }
+        /// Gives the unit up: the attempt ends (ABANDONED, or FAILED when asked) and the unit is READY again;
+        /// a BLOCKED unit stays blocked until its question is answered.
+        async fn release(
+            &self,
+            ctx: &Context<'_>,
+            unit_id: Uuid,
+            reason: Option<String>,
+            outcome: Option<AttemptOutcome>,
+            #[graphql(desc = $key)]
+            idempotency_key: Option<String>,
+            #[graphql(desc = $fence)]
+            attempt_id: Option<Uuid>,
+        ) -> Result<WorkUnit> {
+            let input = Release { unit_id, attempt_id, reason, outcome };
+            Ok(WorkUnit(ledger(ctx).release(principal(ctx)?, input, idempotency_key).await?))
+        }
 
-    /// Adds `cents` (0..1,000,000,000) to an attempt and its unit; a replayed key counts once.
-    /// Name the attempt either by `attemptId` or by `unitId` (your latest attempt on that unit):
-    /// exactly one of the two. Allowed at any time to the attempt's agent or an operator, also
-    /// after the attempt ended or the unit was disposed: bills arrive late.
-    async fn record_cost(
-        &self,
-        ctx: &Context<'_>,
-        attempt_id: Option<Uuid>,
-        unit_id: Option<Uuid>,
-        cents: i64,
-        #[graphql(
-            desc = "Your idempotency key, scoped to you (fleet and token name): resending it with the same arguments returns the current unit and writes nothing; with other arguments it is IDEMPOTENCY_KEY_REUSED. Another agent's identical key is unrelated."
-        )]
-        idempotency_key: String,
-    ) -> Result<WorkUnit> {
-        let target = match (attempt_id, unit_id) {
-            (Some(attempt), None) => CostTarget::Attempt(attempt),
-            (None, Some(unit)) => CostTarget::Unit(unit),
-            _ => {
-                return Err(LedgerError::invalid(
-                    "attemptId/unitId",
-                    "pass exactly one: `unitId` (your latest attempt on that unit) or `attemptId`",
-                )
-                .into());
-            }
-        };
-        Ok(WorkUnit(ledger(ctx).record_cost(principal(ctx)?, target, cents, idempotency_key).await?))
-    }
+        /// Adds `cents` (0..1,000,000,000) to an attempt and its unit; a replayed key counts once.
+        /// Name the attempt either by `attemptId` or by `unitId` (your latest attempt on that unit):
+        /// exactly one of the two. Allowed at any time to the attempt's agent or an operator, also
+        /// after the attempt ended or the unit was disposed: bills arrive late.
+        async fn record_cost(
+            &self,
+            ctx: &Context<'_>,
+            attempt_id: Option<Uuid>,
+            unit_id: Option<Uuid>,
+            cents: i64,
+            #[graphql(desc = $key)]
+            idempotency_key: String,
+        ) -> Result<WorkUnit> {
+            let target = match (attempt_id, unit_id) {
+                (Some(attempt), None) => CostTarget::Attempt(attempt),
+                (None, Some(unit)) => CostTarget::Unit(unit),
+                _ => {
+                    return Err(LedgerError::invalid(
+                        "attemptId/unitId",
+                        "pass exactly one: `unitId` (your latest attempt on that unit) or `attemptId`",
+                    )
+                    .into());
+                }
+            };
+            Ok(WorkUnit(ledger(ctx).record_cost(principal(ctx)?, target, cents, idempotency_key).await?))
+        }
 
-    /// Sets the permanent disposition: MIGRATED from VERIFIED (DONE); DROPPED, DEFERRED or DEAD
-    /// (ABANDONED) from IN_PROGRESS or BLOCKED by the holder, from any non-terminal state by an operator.
-    /// `evidenceUrl` (a link to the evidence) is required for DROPPED, DEFERRED and DEAD; MIGRATED
-    /// may omit it and keeps the verification evidence. A disposition is permanent.
-    async fn dispose(
-        &self,
-        ctx: &Context<'_>,
-        unit_id: Uuid,
-        disposition: Disposition,
-        evidence_url: Option<String>,
-        reason: Option<String>,
-        #[graphql(
-            desc = "Your idempotency key, scoped to you (fleet and token name): resending it with the same arguments returns the current unit and writes nothing; with other arguments it is IDEMPOTENCY_KEY_REUSED. Another agent's identical key is unrelated."
-        )]
-        idempotency_key: Option<String>,
-        #[graphql(
-            desc = "Your current attempt: when given and not the unit's current attempt (a newer claim replaced it), the write is LEASE_LOST and changes nothing."
-        )]
-        attempt_id: Option<Uuid>,
-    ) -> Result<WorkUnit> {
-        let input = Dispose { unit_id, attempt_id, disposition, evidence_url, reason };
-        Ok(WorkUnit(ledger(ctx).dispose(principal(ctx)?, input, idempotency_key).await?))
+        /// Sets the permanent disposition: MIGRATED from VERIFIED (DONE); DROPPED, DEFERRED or DEAD
+        /// (ABANDONED) from IN_PROGRESS or BLOCKED by the holder, from any non-terminal state by an operator.
+        /// `evidenceUrl` (a link to the evidence) is required for DROPPED, DEFERRED and DEAD; MIGRATED
+        /// may omit it and keeps the verification evidence. A disposition is permanent.
+        async fn dispose(
+            &self,
+            ctx: &Context<'_>,
+            unit_id: Uuid,
+            disposition: Disposition,
+            evidence_url: Option<String>,
+            reason: Option<String>,
+            #[graphql(desc = $key)]
+            idempotency_key: Option<String>,
+            #[graphql(desc = $fence)]
+            attempt_id: Option<Uuid>,
+        ) -> Result<WorkUnit> {
+            let input = Dispose { unit_id, attempt_id, disposition, evidence_url, reason };
+            Ok(WorkUnit(ledger(ctx).dispose(principal(ctx)?, input, idempotency_key).await?))
+        }
     }
+    };
 }
+
+work_mutation!(
+    "Your idempotency key, scoped to you (fleet and token name): resending it with the same arguments returns the current unit and writes nothing; with other arguments it is IDEMPOTENCY_KEY_REUSED. Another agent's identical key is unrelated.",
+    "Your current attempt: when given and not the unit's current attempt (a newer claim replaced it), the write is LEASE_LOST and changes nothing."
+);

@@ -180,10 +180,7 @@ async fn admit(
 }
 
 fn auth_refusal(err: LedgerError, media: MediaType) -> Response {
-    match err {
-        err @ LedgerError::Unauthenticated(_) => error_response(StatusCode::UNAUTHORIZED, media, err),
-        err => error_response(StatusCode::SERVICE_UNAVAILABLE, media, err),
-    }
+    error_response(super::auth_status(&err), media, err)
 }
 
 /// `application/json`, with any parameters.

@@ -155,7 +155,7 @@ impl Application {
             policy: policy.clone(),
         };
         // Origin first (a foreign page learns nothing), then the token, then the body.
-        let mcp = crate::mcp::routes(ledger.clone(), live.stop_token(), config.http)
+        let mcp = crate::mcp::routes(state.schema.clone(), ledger.clone(), live.stop_token(), config.http)
             .route_layer(middleware::from_fn_with_state(policy.clone(), surface::check_mcp_origin));
         let router = Router::new()
             .merge(graphiql::routes())
@@ -386,16 +386,35 @@ fn error_response(status: StatusCode, media: MediaType, err: LedgerError) -> Res
     response
 }
 
-/// The request's principal from its `Authorization` header; failures are
-/// logged and counted ([`auth_failed`]).
+/// The request's principal from its `Authorization` header ([`authenticate_token`]).
 async fn authenticate(state: &AppState, headers: &HeaderMap, client: SocketAddr) -> Result<Principal, LedgerError> {
     let value = headers.get(header::AUTHORIZATION).map(|v| v.to_str().unwrap_or(""));
-    match state.ledger.authenticate(value).await {
-        Ok((principal, _)) => Ok(principal),
-        Err(err) => {
-            auth_failed(&state.ledger, Some(client), "http", &err);
-            Err(err.into())
-        }
+    Ok(authenticate_token(&state.ledger, value, Some(client), "http").await?.0)
+}
+
+/// The one authentication of every surface (`http`, `websocket`, `mcp`):
+/// the token looked up on every request (so a revocation counts at once),
+/// a failure logged and counted for `surface` ([`auth_failed`]).
+pub(crate) async fn authenticate_token(
+    ledger: &Ledger,
+    authorization: Option<&str>,
+    client: Option<SocketAddr>,
+    surface: &'static str,
+) -> Result<(Principal, auth::TokenHash), LedgerError> {
+    let authenticated = ledger.authenticate(authorization).await;
+    if let Err(err) = &authenticated {
+        auth_failed(ledger, client, surface, err);
+    }
+    Ok(authenticated?)
+}
+
+/// The HTTP status of a failed authentication: 401 for the token, 503 when
+/// the database could not be asked.
+pub(crate) fn auth_status(err: &LedgerError) -> StatusCode {
+    if matches!(err, LedgerError::Unauthenticated(_)) {
+        StatusCode::UNAUTHORIZED
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
     }
 }
 
@@ -403,7 +422,7 @@ async fn authenticate(state: &AppState, headers: &HeaderMap, client: SocketAddr)
 /// logged with the client's address at a bounded rate, and counted in
 /// `work_ledger_auth_failures_total{surface}`. A database that could not be
 /// asked is not a failed authentication.
-pub(crate) fn auth_failed(ledger: &Ledger, client: Option<SocketAddr>, surface: &'static str, err: &auth::AuthError) {
+fn auth_failed(ledger: &Ledger, client: Option<SocketAddr>, surface: &'static str, err: &auth::AuthError) {
     if matches!(err, auth::AuthError::Unauthenticated(_)) {
         auth::log_failure(client, surface, err);
         ledger.metrics().auth_failed(surface);

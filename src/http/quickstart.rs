@@ -148,7 +148,7 @@ pub fn render(base: &str, descriptions: &Descriptions) -> String {
          MCP  POST {base}/mcp (Model Context Protocol, streamable HTTP, the same bearer token). Tools:\n"
     ));
     for (name, description) in crate::mcp::tool_names() {
-        text.push_str(&format!("   {name:<16} {}\n", one_line(description)));
+        text.push_str(&format!("   {name:<16} {}\n", one_line(&description)));
     }
     // `http://` gives `ws://`, `https://` gives `wss://`.
     let ws_base = format!("ws{}", base.strip_prefix("http").unwrap_or(base));

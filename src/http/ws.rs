@@ -363,11 +363,7 @@ async fn init(
     let header = payload.as_object().and_then(|fields| {
         fields.iter().find(|(key, _)| key.eq_ignore_ascii_case("authorization")).and_then(|(_, v)| v.as_str())
     });
-    let authenticated = auth::authenticate(ledger.db(), header).await;
-    if let Err(err) = &authenticated {
-        super::auth_failed(&ledger, Some(client), "websocket", err);
-    }
-    match authenticated.map_err(LedgerError::from) {
+    match super::authenticate_token(&ledger, header, Some(client), "websocket").await {
         Ok((principal, hash)) => {
             let Some(slot) = live.try_track_token(principal.token_id, max_per_token) else {
                 let reason = format!(

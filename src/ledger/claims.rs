@@ -45,18 +45,8 @@ impl ClaimOutcome {
 }
 
 impl Ledger {
+    /// `claimNext`: the unit and what the claim did, or `None` when nothing is claimable.
     pub async fn claim_next(
-        &self,
-        who: &Principal,
-        domain: Option<String>,
-        lease_seconds: Option<i32>,
-        key: Option<String>,
-    ) -> Result<Option<UnitModel>, LedgerError> {
-        Ok(self.claim_next_outcome(who, domain, lease_seconds, key).await?.map(|(_, unit)| unit))
-    }
-
-    /// `claimNext` with what it did.
-    pub async fn claim_next_outcome(
         &self,
         who: &Principal,
         domain: Option<String>,
@@ -84,7 +74,7 @@ impl Ledger {
         unit_id: Uuid,
         lease_seconds: Option<i32>,
         key: Option<String>,
-    ) -> Result<UnitModel, LedgerError> {
+    ) -> Result<(ClaimOutcome, UnitModel), LedgerError> {
         who.require(Permission::UnitsClaim)?;
         let checks =
             validate::idempotency_key(key.as_deref()).and_then(|()| validate::lease_seconds(lease_seconds).map(|_| ()));
@@ -94,7 +84,7 @@ impl Ledger {
         let keyed = Keyed { operation: "claimUnit", key, args: &args };
         let values = vec![lease.into(), Option::<String>::None.into(), Some(unit_id).into()];
         let (result, unit) = self.call_one(who, function::CLAIM, Some(keyed), values, "CLAIMED").await?;
-        Ok(self.claimed(&result, unit).1)
+        Ok(self.claimed(&result, unit))
     }
 
     /// Counts a claim that took a unit and names it in the operation's span.

@@ -8,8 +8,68 @@ use chrono::{DateTime, Utc};
 use crate::auth::{Permission, Principal};
 use crate::db::entities::{Disposition, WorkState, work_unit};
 
-pub const DISPOSE_ABANDON: &str = "dispose(disposition: DROPPED|DEFERRED|DEAD, evidenceUrl)";
-pub const DISPOSE_MIGRATED: &str = "dispose(disposition: MIGRATED)";
+/// One thing a caller may do next: a root field, the arguments the action
+/// fixes (`to: IN_PROGRESS`) and those the caller supplies beyond the unit.
+/// Its `Display` is the GraphQL call shape an agent can copy
+/// (`transition(to: VERIFIED, evidenceUrl)`); the MCP tool and the CLI verb
+/// for it are the operation contract's ([`crate::contract::render_action`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Action {
+    pub field: &'static str,
+    pub fixed: &'static [(&'static str, &'static str)],
+    pub needs: &'static [&'static str],
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.field)?;
+        let parts: Vec<String> = self
+            .fixed
+            .iter()
+            .map(|(name, value)| format!("{name}: {value}"))
+            .chain(self.needs.iter().map(|name| (*name).to_owned()))
+            .collect();
+        if !parts.is_empty() {
+            write!(f, "({})", parts.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+const fn action(
+    field: &'static str,
+    fixed: &'static [(&'static str, &'static str)],
+    needs: &'static [&'static str],
+) -> Action {
+    Action { field, fixed, needs }
+}
+
+pub const CLAIM_UNIT: Action = action("claimUnit", &[], &[]);
+pub const CLAIM_NEXT: Action = action("claimNext", &[], &[]);
+pub const HEARTBEAT: Action = action("heartbeat", &[], &["attemptId"]);
+pub const START: Action = action("transition", &[("to", "IN_PROGRESS")], &[]);
+pub const VERIFY: Action = action("transition", &[("to", "VERIFIED")], &["evidenceUrl"]);
+pub const BLOCK: Action = action("block", &[], &["question"]);
+pub const RELEASE: Action = action("release", &[], &[]);
+pub const RECORD_COST: Action = action("recordCost", &[], &["unitId", "cents", "idempotencyKey"]);
+pub const UNBLOCK: Action = action("unblock", &[], &["questionId", "answer"]);
+pub const DISPOSE_MIGRATED: Action = action("dispose", &[("disposition", "MIGRATED")], &[]);
+pub const DISPOSE_ABANDON: Action = action("dispose", &[("disposition", "DROPPED|DEFERRED|DEAD")], &["evidenceUrl"]);
+
+/// Every action [`legal_actions`] can name.
+pub const ACTIONS: &[&Action] = &[
+    &CLAIM_UNIT,
+    &CLAIM_NEXT,
+    &HEARTBEAT,
+    &START,
+    &VERIFY,
+    &BLOCK,
+    &RELEASE,
+    &RECORD_COST,
+    &UNBLOCK,
+    &DISPOSE_MIGRATED,
+    &DISPOSE_ABANDON,
+];
 
 /// Where a disposition leads and from which states it may be set.
 pub struct DisposeRule {
@@ -48,53 +108,59 @@ pub fn is_holder(unit: &work_unit::Model, who: &Principal) -> bool {
     unit.claimed_by.as_deref() == Some(who.name.as_str())
 }
 
-/// What `who` may do next with `unit`, as mutation call shapes an agent can
-/// copy (for example `transition(to: IN_PROGRESS)`).
+/// What `who` may do next with `unit`, as GraphQL call shapes an agent can
+/// copy (for example `transition(to: IN_PROGRESS)`); [`next_actions`] gives
+/// them as [`Action`]s for the other surfaces.
 pub fn legal_actions(unit: &work_unit::Model, who: &Principal, now: DateTime<Utc>) -> Vec<String> {
+    next_actions(unit, who, now).into_iter().map(ToString::to_string).collect()
+}
+
+/// What `who` may do next with `unit`.
+pub fn next_actions(unit: &work_unit::Model, who: &Principal, now: DateTime<Utc>) -> Vec<&'static Action> {
     let holder = is_holder(unit, who) && who.has(Permission::UnitsClaim);
     let operator = who.has(Permission::UnitsDisposeAny);
-    let mut actions: Vec<&str> = Vec::new();
+    let mut actions: Vec<&'static Action> = Vec::new();
     match unit.state {
         WorkState::Ready => {
             if who.has(Permission::UnitsClaim) {
-                actions.extend(["claimUnit", "claimNext"]);
+                actions.extend([&CLAIM_UNIT, &CLAIM_NEXT]);
             }
         }
         WorkState::Claimed | WorkState::InProgress if holder => {
-            actions.push("heartbeat(attemptId)");
+            actions.push(&HEARTBEAT);
             if unit.state == WorkState::Claimed {
-                actions.push("transition(to: IN_PROGRESS)");
+                actions.push(&START);
             } else {
-                actions.extend(["transition(to: VERIFIED, evidenceUrl)", "block(question)"]);
+                actions.extend([&VERIFY, &BLOCK]);
             }
-            actions.extend(["release", "recordCost(unitId, cents, idempotencyKey)"]);
+            actions.extend([&RELEASE, &RECORD_COST]);
         }
         WorkState::Claimed | WorkState::InProgress => {
             if is_stale(unit, now) && who.has(Permission::UnitsClaim) {
-                actions.push("claimUnit");
+                actions.push(&CLAIM_UNIT);
             }
         }
         WorkState::Blocked => {
             if holder {
-                actions.extend(["release", "recordCost(unitId, cents, idempotencyKey)"]);
+                actions.extend([&RELEASE, &RECORD_COST]);
             }
             if who.has(Permission::QuestionsAnswer) {
-                actions.push("unblock(answer)");
+                actions.push(&UNBLOCK);
             }
         }
         WorkState::Verified => {
             if holder || operator {
-                actions.push(DISPOSE_MIGRATED);
+                actions.push(&DISPOSE_MIGRATED);
             }
             if holder {
-                actions.push("recordCost(unitId, cents, idempotencyKey)");
+                actions.push(&RECORD_COST);
             }
         }
         WorkState::Done | WorkState::Abandoned => {}
     }
     let holder_may_abandon = holder && matches!(unit.state, WorkState::InProgress | WorkState::Blocked);
     if !unit.state.is_terminal() && (operator || holder_may_abandon) {
-        actions.push(DISPOSE_ABANDON);
+        actions.push(&DISPOSE_ABANDON);
     }
-    actions.into_iter().map(str::to_owned).collect()
+    actions
 }

@@ -1,6 +1,7 @@
 //! `work-ledger agent`: the real binary against the real server over HTTP.
-//! The CLI keeps no state; every test checks what it printed and what the
-//! ledger recorded.
+//! Every test checks what it printed and what the ledger recorded. The
+//! CLI's state files (the attempt of its last claim) go to a directory of
+//! the test run's own, one file per server and token.
 
 use std::process::Output;
 use std::sync::Arc;
@@ -25,6 +26,8 @@ async fn agent_at(url: &str, token: &str, args: &[&str]) -> Output {
         .env("WORK_LEDGER_TOKEN", token)
         .env("WORK_LEDGER_RETRIES", "2")
         .env("WORK_LEDGER_RETRY_BACKOFF", "20ms")
+        .env("XDG_STATE_HOME", std::env::temp_dir().join("work-ledger-cli-tests"))
+        .env_remove("WORK_LEDGER_STATE")
         .output()
         .await
         .expect("run work-ledger agent")
@@ -38,6 +41,11 @@ async fn agent(app: &TestApp, token: &str, args: &[&str]) -> Output {
 fn ok(out: &Output) -> Value {
     assert_eq!(out.status.code(), Some(0), "stderr: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {out:?}"))
+}
+
+/// The unit a successful command printed (`{"unit": ...}`, as MCP returns it).
+fn unit(out: &Output) -> Value {
+    ok(out)["unit"].clone()
 }
 
 /// The error the CLI reported: the last line of stderr, as JSON.
@@ -60,36 +68,36 @@ async fn an_agent_reaches_a_disposition_through_the_cli_alone() {
     let id = register(&app, &["cli/one"]).await.remove(0);
     let token = app.token("f", "agent-cli", Role::Agent).await;
 
-    let claimed = ok(&agent(&app, &token, &["claim", "--lease", "2m"]).await);
+    let claimed = unit(&agent(&app, &token, &["claim", "--lease", "2m"]).await);
     assert_eq!((claimed["id"].as_str(), claimed["state"].as_str()), (Some(id.as_str()), Some("CLAIMED")));
     assert_eq!(claimed["claimedBy"], "agent-cli");
     assert!(claimed["legalActions"].as_array().is_some_and(|a| !a.is_empty()), "{claimed}");
     let attempt = claimed["currentAttemptId"].as_str().expect("attempt").to_owned();
 
-    let status = ok(&agent(&app, &token, &["status"]).await);
-    assert_eq!(status["held"]["id"], id.as_str(), "{status}");
+    let status = ok(&agent(&app, &token, &["status"]).await)["me"].clone();
+    assert_eq!(status["heldUnit"]["id"], id.as_str(), "{status}");
     assert_eq!(status["awaitingDisposition"], json!([]));
 
-    assert_eq!(ok(&agent(&app, &token, &["start"]).await)["state"], "IN_PROGRESS");
-    let beat = ok(&agent(&app, &token, &["heartbeat", "--lease", "10m"]).await);
+    assert_eq!(unit(&agent(&app, &token, &["start"]).await)["state"], "IN_PROGRESS");
+    let beat = unit(&agent(&app, &token, &["heartbeat", "--lease", "10m"]).await);
     assert_eq!(beat["currentAttemptId"], attempt.as_str());
-    assert_eq!(ok(&agent(&app, &token, &["cost", "125"]).await)["costCents"], 125);
-    let verified = ok(&agent(&app, &token, &["verify", "https://ci.example/run/1"]).await);
+    assert_eq!(unit(&agent(&app, &token, &["cost", "125"]).await)["costCents"], 125);
+    let verified = unit(&agent(&app, &token, &["verify", "https://ci.example/run/1"]).await);
     assert_eq!(verified["state"], "VERIFIED");
     assert_eq!(verified["evidenceUrls"], json!(["https://ci.example/run/1"]));
 
     // VERIFIED: held no more, awaiting this agent's disposition.
-    let status = ok(&agent(&app, &token, &["status"]).await);
-    assert_eq!(status["held"], json!(null), "{status}");
+    let status = ok(&agent(&app, &token, &["status"]).await)["me"].clone();
+    assert_eq!(status["heldUnit"], json!(null), "{status}");
     assert_eq!(status["awaitingDisposition"][0]["id"], id.as_str(), "{status}");
     // Late bills still reach the verified unit.
-    assert_eq!(ok(&agent(&app, &token, &["cost", "5"]).await)["costCents"], 130);
+    assert_eq!(unit(&agent(&app, &token, &["cost", "5"]).await)["costCents"], 130);
 
-    let done = ok(&agent(&app, &token, &["dispose", "migrated", "--reason", "ported"]).await);
+    let done = unit(&agent(&app, &token, &["dispose", "migrated", "--reason", "ported"]).await);
     assert_eq!((done["state"].as_str(), done["disposition"].as_str()), (Some("DONE"), Some("MIGRATED")));
     assert_eq!(done["legalActions"], json!([]));
-    let status = ok(&agent(&app, &token, &["status"]).await);
-    assert_eq!((&status["held"], &status["awaitingDisposition"]), (&json!(null), &json!([])), "{status}");
+    let status = ok(&agent(&app, &token, &["status"]).await)["me"].clone();
+    assert_eq!((&status["heldUnit"], &status["awaitingDisposition"]), (&json!(null), &json!([])), "{status}");
 
     let events = app
         .sql_json(&format!(
@@ -126,28 +134,31 @@ async fn block_release_and_abandon_through_the_cli() {
     let [first, second]: [String; 2] = register(&app, &["cli/a", "cli/b"]).await.try_into().expect("two units");
     let token = app.token("f", "agent-cli", Role::Agent).await;
 
-    assert_eq!(ok(&agent(&app, &token, &["claim"]).await)["id"], first.as_str());
+    assert_eq!(unit(&agent(&app, &token, &["claim"]).await)["id"], first.as_str());
     ok(&agent(&app, &token, &["start"]).await);
-    let released = ok(&agent(&app, &token, &["release", "--failed", "--reason", "tests do not build"]).await);
+    let released =
+        unit(&agent(&app, &token, &["release", "--outcome", "failed", "--reason", "tests do not build"]).await);
     assert_eq!(released["state"], "READY");
     let outcome =
         app.sql_json(&format!("SELECT outcome::text FROM work_unit_attempts WHERE unit_id = '{first}'")).await;
     assert_eq!(outcome, [json!({ "outcome": "failed" })]);
 
     // Claim by name, block with a question, then give up on it for good.
-    let claimed = ok(&agent(&app, &token, &["claim", "--unit", &second]).await);
+    let claimed = unit(&agent(&app, &token, &["claim", "--unit", &second]).await);
     assert_eq!(claimed["id"], second.as_str());
     ok(&agent(&app, &token, &["start"]).await);
-    let blocked = ok(&agent(&app, &token, &["block", "Which date format?", "--group", "payroll"]).await);
+    let blocked = unit(&agent(&app, &token, &["block", "Which date format?", "--assignee-group", "payroll"]).await);
     assert_eq!(blocked["state"], "BLOCKED");
     assert_eq!(blocked["openQuestion"]["question"], "Which date format?");
-    assert_eq!(ok(&agent(&app, &token, &["status"]).await)["held"]["id"], second.as_str());
-    let dead = ok(&agent(
-        &app,
-        &token,
-        &["dispose", "DEAD", "--evidence", "https://tracker.example/42", "--reason", "module retired"],
-    )
-    .await);
+    assert_eq!(ok(&agent(&app, &token, &["status"]).await)["me"]["heldUnit"]["id"], second.as_str());
+    let dead = unit(
+        &agent(
+            &app,
+            &token,
+            &["dispose", "DEAD", "--evidence-url", "https://tracker.example/42", "--reason", "module retired"],
+        )
+        .await,
+    );
     assert_eq!((dead["state"].as_str(), dead["disposition"].as_str()), (Some("ABANDONED"), Some("DEAD")));
 }
 
@@ -175,10 +186,11 @@ async fn a_refusal_exits_4_with_the_code_and_the_legal_actions_on_stderr() {
     assert_eq!(err["code"], "ILLEGAL_TRANSITION", "{err}");
     assert!(err["message"].as_str().is_some_and(|m| m.contains("IN_PROGRESS")), "{err}");
     let legal = err["legalActions"].as_array().expect("legalActions");
-    assert!(legal.iter().any(|a| a.as_str().is_some_and(|a| a.contains("VERIFIED"))), "{err}");
+    assert!(legal.contains(&json!("verify <evidence-url>")), "the CLI's own verbs: {err}");
 
     let err = refused(&agent(&app, &token, &["dispose", "dropped"]).await, 4);
     assert_eq!(err["code"], "EVIDENCE_REQUIRED", "{err}");
+    assert_eq!(err["argument"], "evidenceUrl", "{err}");
     assert!(err["legalActions"].as_array().is_some_and(|a| !a.is_empty()), "{err}");
     let state = app.sql_json("SELECT state::text FROM work_units").await;
     assert_eq!(state, [json!({ "state": "in_progress" })], "refusals change nothing");
@@ -287,7 +299,7 @@ async fn a_retried_cost_with_the_same_key_counts_once() {
     ok(&agent_at(&proxy, &token, &["claim"]).await);
 
     let out = agent_at(&proxy, &token, &["cost", "250"]).await;
-    let unit = ok(&out);
+    let unit = unit(&out);
     assert!(lost.load(Ordering::SeqCst), "the proxy lost the first response");
     assert!(String::from_utf8_lossy(&out.stderr).starts_with("retrying (1/2)"), "{out:?}");
     assert_eq!(unit["costCents"], 250, "{unit}");

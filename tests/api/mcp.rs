@@ -43,13 +43,15 @@ async fn the_official_mcp_client_drives_a_lifecycle_and_meets_refusals() {
             "claim_unit",
             "dispose",
             "get_unit",
+            "get_unit_by_ref",
             "heartbeat",
             "my_work",
             "queue_depth",
             "record_cost",
             "release",
             "start_work",
-            "verify"
+            "verify",
+            "wait_for_answer"
         ]),
         "an agent sees the lifecycle and reader tools, not triage's"
     );
@@ -57,7 +59,7 @@ async fn the_official_mcp_client_drives_a_lifecycle_and_meets_refusals() {
     assert_eq!(claimed["isError"], false, "{claimed:#}");
     let unit = claimed["body"]["unit"]["id"].as_str().expect("unit id").to_owned();
     assert_eq!(claimed["body"]["unit"]["state"], "CLAIMED");
-    assert_eq!(claimed["body"]["unit"]["legalActions"][1], "transition(to: IN_PROGRESS)");
+    assert_eq!(claimed["body"]["unit"]["legalActions"][1], "start_work", "MCP's own tool names");
     assert_eq!(step("start_work")["body"]["unit"]["state"], "IN_PROGRESS");
 
     let refused = step("start_work again");
@@ -70,13 +72,13 @@ async fn the_official_mcp_client_drives_a_lifecycle_and_meets_refusals() {
     assert_eq!(step("record_cost")["body"]["unit"]["costCents"], 420);
     assert_eq!(step("verify")["body"]["unit"]["state"], "VERIFIED");
     let mine = step("my_work");
-    assert_eq!(mine["body"]["heldUnit"], json!(null));
-    assert_eq!(mine["body"]["awaitingDisposition"][0]["id"], unit);
+    assert_eq!(mine["body"]["me"]["heldUnit"], json!(null));
+    assert_eq!(mine["body"]["me"]["awaitingDisposition"][0]["id"], unit);
     let disposed = step("dispose");
     assert_eq!(disposed["body"]["unit"]["state"], "DONE");
     assert_eq!(disposed["body"]["unit"]["disposition"], "MIGRATED");
 
-    assert_eq!(step("reader tools")["tools"], json!(["get_unit", "queue_depth"]));
+    assert_eq!(step("reader tools")["tools"], json!(["get_unit", "get_unit_by_ref", "queue_depth"]));
     let forbidden = step("reader claim_next");
     assert_eq!(forbidden["isError"], true);
     assert_eq!(forbidden["body"]["code"], "FORBIDDEN");
@@ -110,7 +112,7 @@ async fn mcp_without_a_valid_token_is_401_with_a_bearer_challenge() {
         assert_eq!(resp.status(), 401, "{auth:?}");
         assert_eq!(resp.headers()["www-authenticate"], "Bearer");
         let body: Value = resp.json().await.expect("json body");
-        assert_eq!(body["error"]["extensions"]["code"], "UNAUTHENTICATED");
+        assert_eq!(body["errors"][0]["extensions"]["code"], "UNAUTHENTICATED", "the body /graphql sends: {body}");
     }
 }
 
@@ -219,17 +221,23 @@ async fn another_fleets_ids_are_not_found_through_every_tool_and_change_nothing(
     let asked = tool(&app, &asker, "block", json!({ "unitId": blocked, "question": "which codepage?" })).await;
     assert_eq!(asked["structuredContent"]["unit"]["state"], "BLOCKED", "{asked:#}");
     // The ids are right: fleet a's own operator reads the unit by them.
-    let own = tool(&app, &op_a, "get_unit", json!({ "unitId": unit })).await;
+    let own = tool(&app, &op_a, "get_unit", json!({ "id": unit })).await;
     assert_eq!(own["structuredContent"]["unit"]["state"], "IN_PROGRESS", "{own:#}");
 
     let stranger = app.token("b", "op", Role::Operator).await;
     app.register(&stranger, &["b-own"]).await;
     let before = (app.snapshot(&unit).await, app.snapshot(&blocked).await);
     let url = "https://ci.example/b";
+    // The reads answer as for an id that does not exist: no unit.
+    for (name, args) in
+        [("get_unit", json!({ "id": unit })), ("get_unit_by_ref", json!({ "externalRef": "a-working" }))]
+    {
+        let read = tool(&app, &stranger, name, args).await;
+        assert_eq!(read["isError"], false, "{read:#}");
+        assert_eq!(read["structuredContent"], json!({ "unit": null }), "{name}: {read:#}");
+    }
     for (name, args) in [
-        ("get_unit", json!({ "unitId": unit })),
-        ("get_unit", json!({ "externalRef": "a-working" })),
-        ("claim_unit", json!({ "unitId": unit })),
+        ("claim_unit", json!({ "id": unit })),
         ("heartbeat", json!({ "attemptId": attempt })),
         ("start_work", json!({ "unitId": unit, "attemptId": attempt })),
         ("record_cost", json!({ "unitId": unit, "cents": 5, "idempotencyKey": "b-cost" })),

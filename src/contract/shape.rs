@@ -1,0 +1,260 @@
+//! What a bound operation looks like on MCP and the CLI, derived from its
+//! GraphQL field: the arguments (name, type, documentation, required), the
+//! tool's input JSON Schema, and the GraphQL document a call sends. Read from
+//! the schema's own SDL, so a change to a resolver is a change to every
+//! surface.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use async_graphql::parser::types::{BaseType, Type, TypeKind, TypeSystemDefinition};
+use serde_json::{Map, Value, json};
+
+use super::{Operation, Root, Surface};
+use crate::ledger::LedgerError;
+
+/// One argument of a field.
+#[derive(Debug, Clone)]
+pub struct Arg {
+    pub name: String,
+    /// The GraphQL type as written in the SDL (`UUID!`, `[EventType!]`).
+    pub ty: String,
+    pub description: Option<String>,
+    /// Non-null and without a default: a call must give it.
+    pub required: bool,
+    base: String,
+    list: bool,
+}
+
+#[derive(Debug)]
+pub struct FieldShape {
+    pub description: Option<String>,
+    pub args: Vec<Arg>,
+}
+
+#[derive(Default)]
+struct Shapes {
+    fields: HashMap<(&'static str, String), FieldShape>,
+    enums: HashMap<String, Vec<String>>,
+}
+
+fn shapes() -> &'static Shapes {
+    static SHAPES: OnceLock<Shapes> = OnceLock::new();
+    SHAPES.get_or_init(|| read(&crate::graphql::sdl()))
+}
+
+fn read(sdl: &str) -> Shapes {
+    let mut shapes = Shapes::default();
+    // The SDL is the server's own; a parse failure leaves no shapes, and
+    // every binding then answers INTERNAL (a unit test parses it).
+    let Ok(document) = async_graphql::parser::parse_schema(sdl) else { return shapes };
+    for definition in document.definitions {
+        let TypeSystemDefinition::Type(definition) = definition else { continue };
+        let definition = definition.node;
+        let name = definition.name.node.to_string();
+        match definition.kind {
+            TypeKind::Enum(values) => {
+                shapes.enums.insert(name, values.values.iter().map(|v| v.node.value.node.to_string()).collect());
+            }
+            TypeKind::Object(object) if name == "Query" || name == "Mutation" => {
+                let root = if name == "Query" { "Query" } else { "Mutation" };
+                for field in object.fields {
+                    let field = field.node;
+                    let args = field
+                        .arguments
+                        .iter()
+                        .map(|arg| {
+                            let arg = &arg.node;
+                            let (base, list) = base_of(&arg.ty.node);
+                            Arg {
+                                name: arg.name.node.to_string(),
+                                ty: arg.ty.node.to_string(),
+                                description: arg.description.as_ref().map(|d| d.node.clone()),
+                                required: !arg.ty.node.nullable && arg.default_value.is_none(),
+                                base,
+                                list,
+                            }
+                        })
+                        .collect();
+                    let shape = FieldShape { description: field.description.map(|d| d.node), args };
+                    shapes.fields.insert((root, field.name.node.to_string()), shape);
+                }
+            }
+            _ => {}
+        }
+    }
+    shapes
+}
+
+fn base_of(ty: &Type) -> (String, bool) {
+    match &ty.base {
+        BaseType::Named(name) => (name.to_string(), false),
+        BaseType::List(inner) => (base_of(inner).0, true),
+    }
+}
+
+impl Operation {
+    fn root_name(&self) -> &'static str {
+        match self.root {
+            Root::Query => "Query",
+            Root::Mutation => "Mutation",
+        }
+    }
+
+    fn field_shape(&self) -> Option<&'static FieldShape> {
+        shapes().fields.get(&(self.root_name(), self.field.to_owned()))
+    }
+
+    /// The GraphQL field behind this binding (a unit test checks every row has one).
+    pub fn shape(&self) -> Result<&'static FieldShape, LedgerError> {
+        self.field_shape()
+            .ok_or_else(|| LedgerError::internal(format!("operation `{}` has no GraphQL field", self.field)))
+    }
+
+    /// The arguments a caller of this binding gives (the field's, less the presets).
+    pub fn args(&self) -> Vec<&'static Arg> {
+        self.field_shape()
+            .map(|shape| {
+                shape.args.iter().filter(|arg| !self.preset.iter().any(|(name, _)| *name == arg.name)).collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The field's documentation, then the binding's note.
+    pub fn description(&self) -> String {
+        let field = self.field_shape().and_then(|shape| shape.description.clone()).unwrap_or_default();
+        match (field.is_empty(), self.note.is_empty()) {
+            (_, true) => field,
+            (true, false) => self.note.to_owned(),
+            (false, false) => format!("{field}\n\n{}", self.note),
+        }
+    }
+
+    /// The MCP tool's input: a JSON Schema object of the arguments.
+    pub fn input_schema(&self) -> Map<String, Value> {
+        let mut properties = Map::new();
+        let mut required = Vec::new();
+        for arg in self.args() {
+            let mut schema = json_type(&arg.base);
+            if arg.list {
+                schema = json!({ "type": "array", "items": schema });
+            }
+            if let (Some(description), Value::Object(fields)) = (&arg.description, &mut schema) {
+                fields.insert("description".into(), json!(description));
+            }
+            properties.insert(arg.name.clone(), schema);
+            if arg.required {
+                required.push(json!(arg.name));
+            }
+        }
+        let mut schema = Map::new();
+        schema.insert("type".into(), json!("object"));
+        schema.insert("properties".into(), Value::Object(properties));
+        schema.insert("required".into(), Value::Array(required));
+        schema.insert("additionalProperties".into(), json!(false));
+        schema
+    }
+
+    /// The GraphQL document a call with `given` arguments sends: one
+    /// variable per given argument, the presets as literals, the result
+    /// aliased `result`. An unknown or missing argument is INVALID_INPUT
+    /// naming it, before anything runs.
+    pub fn document(&self, given: &Map<String, Value>, surface: Surface) -> Result<String, LedgerError> {
+        self.shape()?;
+        let args = self.args();
+        if let Some(unknown) = given.keys().find(|name| !args.iter().any(|arg| &arg.name == *name)) {
+            let known: Vec<&str> = args.iter().map(|arg| arg.name.as_str()).collect();
+            return Err(LedgerError::invalid(
+                unknown.clone(),
+                format!("not an argument of this operation; it takes: {}", known.join(", ")),
+            ));
+        }
+        if let Some(missing) = args.iter().find(|arg| arg.required && given.get(&arg.name).is_none_or(Value::is_null)) {
+            let what = missing.description.as_deref().unwrap_or("see the input schema");
+            return Err(LedgerError::invalid(missing.name.clone(), format!("required ({}): {what}", missing.ty)));
+        }
+        let used: Vec<&&Arg> = args.iter().filter(|arg| given.contains_key(&arg.name)).collect();
+        let variables: Vec<String> = used.iter().map(|arg| format!("${}: {}", arg.name, arg.ty)).collect();
+        let passed = used
+            .iter()
+            .map(|arg| format!("{0}: ${0}", arg.name))
+            .chain(self.preset.iter().map(|(name, value)| format!("{name}: {value}")));
+        let passed: Vec<String> = passed.collect();
+        let keyword = match self.root {
+            Root::Query => "query",
+            Root::Mutation => "mutation",
+        };
+        let declared = if variables.is_empty() { String::new() } else { format!("({})", variables.join(", ")) };
+        let call = if passed.is_empty() { String::new() } else { format!("({})", passed.join(", ")) };
+        Ok(format!("{keyword}{declared} {{ result: {}{call} {} }}", self.field, self.selection_for(surface)))
+    }
+}
+
+/// A GraphQL input type as JSON Schema.
+fn json_type(base: &str) -> Value {
+    match base {
+        "String" => json!({ "type": "string" }),
+        "Int" => json!({ "type": "integer" }),
+        "Float" => json!({ "type": "number" }),
+        "Boolean" => json!({ "type": "boolean" }),
+        "UUID" => json!({ "type": "string", "format": "uuid" }),
+        "DateTime" => json!({ "type": "string", "format": "date-time" }),
+        other => match shapes().enums.get(other) {
+            Some(values) => json!({ "type": "string", "enum": values }),
+            None => json!({ "type": "object" }),
+        },
+    }
+}
+
+/// The enum values of a GraphQL enum type (for the CLI's value checks).
+pub fn enum_values(type_name: &str) -> Option<&'static [String]> {
+    shapes().enums.get(type_name).map(Vec::as_slice)
+}
+
+impl Arg {
+    /// The named type under any list and non-null wrappers.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::OPERATIONS;
+
+    #[test]
+    fn every_binding_names_a_field_and_its_presets_are_arguments() {
+        for op in OPERATIONS {
+            let shape = op.shape().unwrap_or_else(|_| panic!("no field {}", op.field));
+            for (preset, _) in op.preset {
+                assert!(shape.args.iter().any(|arg| arg.name == *preset), "{}: no argument {preset}", op.field);
+            }
+            if let Some(positional) = op.positional {
+                assert!(op.args().iter().any(|arg| arg.name == positional), "{}: positional {positional}", op.field);
+            }
+            assert!(!op.description().is_empty(), "{} has no documentation", op.field);
+        }
+    }
+
+    #[test]
+    fn a_document_declares_only_given_arguments_and_refuses_unknown_or_missing_ones() {
+        let verify = crate::contract::tool("verify").expect("verify");
+        let given: Map<String, Value> = serde_json::from_value(json!({
+            "unitId": "00000000-0000-0000-0000-000000000000", "evidenceUrl": "https://x/1"
+        }))
+        .expect("object");
+        let document = verify.document(&given, Surface::Mcp).expect("document");
+        assert!(document.starts_with("mutation($unitId: UUID!, $evidenceUrl: String)"), "{document}");
+        assert!(document.contains("to: VERIFIED"), "{document}");
+        assert!(document.contains("legalActions(surface: MCP)"), "{document}");
+        let mut missing = given.clone();
+        missing.remove("unitId");
+        let err = verify.document(&missing, Surface::Mcp).expect_err("missing");
+        assert!(matches!(err, LedgerError::InvalidInput { ref argument, .. } if argument == "unitId"), "{err}");
+        let mut unknown = given;
+        unknown.insert("to".into(), json!("DONE"));
+        let err = verify.document(&unknown, Surface::Mcp).expect_err("unknown");
+        assert!(matches!(err, LedgerError::InvalidInput { ref argument, .. } if argument == "to"), "{err}");
+    }
+}
