@@ -15,9 +15,7 @@ use crate::embedded_pg::EmbeddedPostgres;
 use crate::graphql;
 use crate::http::Application;
 use crate::ledger::Ledger;
-use crate::operator::{audit, backup, import};
-
-pub type AnyError = Box<dyn std::error::Error + Send + Sync>;
+use crate::operator::{AnyError, audit, backup, import};
 
 pub async fn run() -> Result<ExitCode, AnyError> {
     let cli = Cli::parse();

@@ -2,7 +2,6 @@
 
 mod aggregates;
 pub mod error;
-pub mod events;
 mod guidance;
 pub mod loaders;
 mod notes;

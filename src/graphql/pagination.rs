@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use super::loaders::EventCountOf;
 use super::{Result, ledger, loaders, principal};
+use crate::db::entities::work_unit;
 use crate::ledger::cursor::{Cursor, CursorText, List};
 use crate::ledger::reads::{Page, Total};
 
@@ -21,6 +22,11 @@ use crate::ledger::validate;
 pub fn page_cost(first: Option<i32>, child_complexity: usize) -> usize {
     let items = first.unwrap_or(validate::DEFAULT_PAGE).clamp(1, validate::MAX_PAGE);
     usize::try_from(items).unwrap_or(1).saturating_mul(child_complexity.max(1))
+}
+
+/// A unit's position in a list of units.
+pub fn unit_cursor(u: &work_unit::Model) -> Cursor {
+    Cursor { created_at: u.created_at, id: u.id }
 }
 
 /// Forward-only paging: `hasPreviousPage` is always false.

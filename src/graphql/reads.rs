@@ -4,20 +4,15 @@ use async_graphql::{Context, InputObject, Object, SimpleObject};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::events::WorkUnitEvent;
 use super::loaders::{self as unit_cache, UnitId};
-use super::pagination::{Conn, SortOrder, TotalCount, connection, counted_with};
+use super::pagination::{Conn, SortOrder, TotalCount, connection, counted_with, unit_cursor};
 use super::stalls::{StallConnection, stall_connection};
-use super::types::{BlockingQuestion, WorkUnit};
+use super::types::{BlockingQuestion, WorkUnit, WorkUnitEvent};
 use super::{Result, ledger, loaders, principal};
 use crate::db::entities::{Disposition, EventType, QuestionStatus, WorkState, question, work_unit};
 use crate::db::reads::{self as db_reads, CostRow, DispositionRow, QueueDepthRow};
 use crate::ledger::cursor::{Cursor, List};
 use crate::ledger::reads::{Page, PageArgs, QuestionFilter, Range};
-
-pub fn unit_cursor(u: &work_unit::Model) -> Cursor {
-    Cursor { created_at: u.created_at, id: u.id }
-}
 
 /// A page of units as a connection, its nested relations prefetched.
 async fn unit_connection(ctx: &Context<'_>, page: Page<work_unit::Model>, list: List) -> Result<Conn<WorkUnit>> {

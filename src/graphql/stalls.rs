@@ -7,8 +7,7 @@ use async_graphql::{Context, Object, OutputType};
 use chrono::{DateTime, Utc};
 
 use super::loaders::{self as loader, AttemptId};
-use super::pagination::TotalCount;
-use super::reads::unit_cursor;
+use super::pagination::{TotalCount, unit_cursor};
 use super::types::{Attempt, WorkUnit, seconds_between};
 use super::{Result, loaders};
 use crate::db::entities::work_unit;

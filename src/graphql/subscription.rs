@@ -11,9 +11,8 @@ use chrono::{DateTime, Utc};
 use futures::stream::{self, Stream, StreamExt};
 use uuid::Uuid;
 
-use super::events::WorkUnitEvent;
 use super::loaders::{AttemptId, UnitId};
-use super::types::{Attempt, BlockingQuestion, WorkUnit};
+use super::types::{Attempt, BlockingQuestion, WorkUnit, WorkUnitEvent};
 use super::{Result, ledger, principal};
 use crate::auth::{Permission, Principal};
 use crate::db::entities::{EventType, QuestionStatus, question, work_unit};

@@ -12,7 +12,7 @@ use std::process::Stdio;
 
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 
-use crate::cli::AnyError;
+use super::AnyError;
 use crate::db::{self, stmt};
 use crate::embedded_pg::client_tool;
 

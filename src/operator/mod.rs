@@ -5,3 +5,7 @@
 pub mod audit;
 pub mod backup;
 pub mod import;
+
+/// What an operator command fails with: any error, its text shown to the
+/// operator (`main` prints it and exits non-zero).
+pub type AnyError = Box<dyn std::error::Error + Send + Sync>;

@@ -187,7 +187,9 @@ async fn every_surface_refuses_with_the_same_envelope_and_changes_nothing() {
     let unknown = tool(&app, &agent.token, "start_work", json!({ "unitId": unit, "to": "DONE" })).await;
     assert_eq!(unknown["structuredContent"]["argument"], "to", "{unknown:#}");
     // A value of the wrong type: the GraphQL refusal, with its code.
-    let typed = tool(&app, &agent.token, "record_cost", json!({ "unitId": unit, "cents": "lots", "idempotencyKey": "k" })).await;
+    let typed =
+        tool(&app, &agent.token, "record_cost", json!({ "unitId": unit, "cents": "lots", "idempotencyKey": "k" }))
+            .await;
     assert_eq!(typed["isError"], true, "{typed:#}");
     assert!(typed["structuredContent"]["code"].as_str().is_some_and(|c| !c.is_empty()), "{typed:#}");
 
@@ -202,7 +204,8 @@ async fn every_surface_refuses_with_the_same_envelope_and_changes_nothing() {
 async fn legal_actions_name_only_what_exists_on_the_surface_and_the_token_may_do() {
     let app = spawn_app().await;
     let op = app.token("f", "op", Role::Operator).await;
-    let refs = ["walk/ready", "walk/claimed", "walk/progress", "walk/blocked", "walk/verified", "walk/done", "walk/dead"];
+    let refs =
+        ["walk/ready", "walk/claimed", "walk/progress", "walk/blocked", "walk/verified", "walk/done", "walk/dead"];
     let units: Vec<String> =
         app.register(&op, &refs).await.iter().map(|u| u["id"].as_str().expect("id").to_owned()).collect();
     // Each state reached through the API by its own agent.
@@ -249,16 +252,23 @@ async fn legal_actions_name_only_what_exists_on_the_surface_and_the_token_may_do
             let read = app.gql(token, query, json!({ "id": unit })).await;
             let u = &read.data()["unit"];
             seen_states.insert(u["state"].as_str().expect("state").to_owned());
-            let (g, m, c) = (u["g"].as_array().expect("g"), u["m"].as_array().expect("m"), u["c"].as_array().expect("c"));
+            let (g, m, c) =
+                (u["g"].as_array().expect("g"), u["m"].as_array().expect("m"), u["c"].as_array().expect("c"));
             assert_eq!(g.len(), m.len(), "one MCP action per GraphQL action: {u}");
             for action in m {
                 let name = action.as_str().expect("str").split('(').next().unwrap_or_default();
-                assert!(allowed.iter().any(|t| t == name), "MCP action {action} not in this token's tools {allowed:?}: {u}");
+                assert!(
+                    allowed.iter().any(|t| t == name),
+                    "MCP action {action} not in this token's tools {allowed:?}: {u}"
+                );
                 named += 1;
             }
             for action in c {
                 let verb = action.as_str().expect("str").split(' ').next().unwrap_or_default();
-                assert!(help.lines().any(|l| l.trim_start().starts_with(&format!("{verb} "))), "no verb {verb}: {help}");
+                assert!(
+                    help.lines().any(|l| l.trim_start().starts_with(&format!("{verb} "))),
+                    "no verb {verb}: {help}"
+                );
                 assert!(verb_tool(verb).iter().any(|t| allowed.iter().any(|a| a == t)), "{verb} not permitted: {u}");
             }
             let answers = m.iter().filter(|a| a.as_str().is_some_and(|a| a.starts_with("answer_question"))).count();
@@ -340,15 +350,27 @@ async fn four_agents_work_a_domain_through_mcp_alone() {
     let id = |r: &str| held[r].1["id"].as_str().expect("id").to_owned();
     let attempt = |r: &str| held[r].1["currentAttemptId"].as_str().expect("attempt").to_owned();
     for (agent, unit) in held.values() {
-        let started = tool(&app, agent, "start_work", json!({ "unitId": unit["id"], "attemptId": unit["currentAttemptId"] })).await;
+        let started =
+            tool(&app, agent, "start_work", json!({ "unitId": unit["id"], "attemptId": unit["currentAttemptId"] }))
+                .await;
         assert_eq!(started["structuredContent"]["unit"]["state"], "IN_PROGRESS", "{started:#}");
     }
 
     // migrate: cost, verify, dispose.
     let (a, u) = (&held["trial/migrate"].0, id("trial/migrate"));
     tool(&app, a, "record_cost", json!({ "unitId": u, "cents": 300, "idempotencyKey": "m-1" })).await;
-    let v = tool(&app, a, "verify", json!({ "unitId": u, "attemptId": attempt("trial/migrate"), "evidenceUrl": "https://ci.example/m" })).await;
-    assert_eq!(v["structuredContent"]["unit"]["legalActions"], json!(["dispose(disposition: MIGRATED)", "record_cost(unitId, cents, idempotencyKey)"]), "{v:#}");
+    let v = tool(
+        &app,
+        a,
+        "verify",
+        json!({ "unitId": u, "attemptId": attempt("trial/migrate"), "evidenceUrl": "https://ci.example/m" }),
+    )
+    .await;
+    assert_eq!(
+        v["structuredContent"]["unit"]["legalActions"],
+        json!(["dispose(disposition: MIGRATED)", "record_cost(unitId, cents, idempotencyKey)"]),
+        "{v:#}"
+    );
     let done = tool(&app, a, "dispose", json!({ "unitId": u, "disposition": "MIGRATED" })).await;
     assert_eq!(done["structuredContent"]["unit"]["state"], "DONE", "{done:#}");
 
@@ -359,14 +381,22 @@ async fn four_agents_work_a_domain_through_mcp_alone() {
 
     // ask: block, wait for the answer while triage answers, read it, decide.
     let (asker, u) = (held["trial/ask"].0.clone(), id("trial/ask"));
-    let blocked = tool(&app, &asker, "block", json!({ "unitId": u, "question": "Is module X still read by the nightly batch?" })).await;
+    let blocked =
+        tool(&app, &asker, "block", json!({ "unitId": u, "question": "Is module X still read by the nightly batch?" }))
+            .await;
     let question = blocked["structuredContent"]["unit"]["openQuestion"]["id"].as_str().expect("question").to_owned();
     let waiting = tool(&app, &asker, "wait_for_answer", json!({ "unitId": u, "timeoutSeconds": 30 }));
     let answering = async {
         // Triage sees the question and answers it.
         let open = tool(&app, &triage, "open_questions", json!({})).await;
         assert_eq!(open["structuredContent"]["questions"]["nodes"][0]["id"], question.as_str(), "{open:#}");
-        tool(&app, &triage, "answer_question", json!({ "unitId": u, "questionId": question, "answer": "No: it is dead." })).await
+        tool(
+            &app,
+            &triage,
+            "answer_question",
+            json!({ "unitId": u, "questionId": question, "answer": "No: it is dead." }),
+        )
+        .await
     };
     let (waited, answered) = tokio::join!(waiting, answering);
     assert_eq!(answered["isError"], false, "{answered:#}");
@@ -374,7 +404,13 @@ async fn four_agents_work_a_domain_through_mcp_alone() {
     assert_eq!(unit["state"], "IN_PROGRESS", "the wait ends with the answer: {waited:#}");
     assert_eq!(unit["questions"][0]["answer"], "No: it is dead.", "the answer is on the unit: {waited:#}");
     assert_eq!(unit["questions"][0]["answeredBy"], "triage", "{waited:#}");
-    tool(&app, &asker, "dispose", json!({ "unitId": u, "disposition": "DEAD", "evidenceUrl": "https://tracker.example/answer" })).await;
+    tool(
+        &app,
+        &asker,
+        "dispose",
+        json!({ "unitId": u, "disposition": "DEAD", "evidenceUrl": "https://tracker.example/answer" }),
+    )
+    .await;
 
     // fail once: released as FAILED; the next agent sees who failed and why.
     let (failer, u) = (held["trial/fail-once"].0.clone(), id("trial/fail-once"));

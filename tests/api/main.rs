@@ -8,6 +8,7 @@ mod agent_cli;
 mod agents;
 mod auth;
 mod claims;
+mod contract;
 mod dashboards;
 mod embedded;
 mod failover;

@@ -1,0 +1,134 @@
+//! The filtered lists of the read API (`units`, `events`, `questions`, and
+//! units listed by a view), as queries the caller pages.
+
+use sea_orm::{ActiveEnum, DatabaseTransaction, DbErr, EntityTrait};
+use uuid::Uuid;
+
+use super::query::{Query, Range};
+use crate::db::entities::{Disposition, EventType, QuestionStatus, WorkState, event, question};
+use crate::db::events::EVENT_COLUMNS;
+use crate::db::units::UNIT_COLUMNS;
+
+/// Which units `units` lists (every field optional, all must hold).
+#[derive(Debug, Clone, Default)]
+pub struct UnitFilter {
+    pub state: Option<WorkState>,
+    pub domain: Option<String>,
+    pub disposition: Option<Disposition>,
+    pub claimed_by: Option<String>,
+    pub external_ref_prefix: Option<String>,
+    /// CLAIMED or IN_PROGRESS with an expired lease (true), or not (false).
+    pub stalled: Option<bool>,
+    /// Registered in this range.
+    pub created: Range,
+}
+
+/// Which events `events` lists.
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
+    pub unit_id: Option<Uuid>,
+    /// Any of these types; empty means every type.
+    pub types: Vec<EventType>,
+    pub agent_id: Option<String>,
+    /// Written in this range.
+    pub created: Range,
+}
+
+/// Which questions `questions` lists.
+#[derive(Debug, Clone, Default)]
+pub struct QuestionFilter {
+    pub status: Option<QuestionStatus>,
+    pub assignee_group: Option<String>,
+    /// Asked in this range.
+    pub created: Range,
+}
+
+/// The stall condition of `v_stall_list` and `v_queue_depth`, on `u`.
+const STALLED: &str = "(u.state IN ('claimed', 'in_progress') AND u.lease_expires_at < now())";
+
+/// `units`: oldest first, filtered.
+pub fn units(fleet: &str, filter: &UnitFilter) -> Query {
+    let mut q = Query::new(&format!("SELECT {UNIT_COLUMNS} FROM work_units u WHERE u.fleet = "));
+    let p = q.bind(fleet);
+    q.push(&p);
+    if let Some(state) = filter.state {
+        q.and("u.state = {}::work_state", state.as_sql());
+    }
+    if let Some(domain) = &filter.domain {
+        q.and("u.domain = {}", domain.clone());
+    }
+    if let Some(disposition) = filter.disposition {
+        q.and("u.disposition = {}::disposition", disposition.as_sql());
+    }
+    if let Some(claimed_by) = &filter.claimed_by {
+        q.and("u.claimed_by = {}", claimed_by.clone());
+    }
+    if let Some(prefix) = &filter.external_ref_prefix {
+        // starts_with, not LIKE: a prefix is data, never a pattern.
+        q.and("starts_with(u.external_ref, {})", prefix.clone());
+    }
+    match filter.stalled {
+        Some(true) => q.push(&format!(" AND {STALLED}")),
+        Some(false) => q.push(&format!(" AND NOT {STALLED}")),
+        None => &mut q,
+    };
+    q.range("u.created_at", &filter.created);
+    q
+}
+
+/// Units listed by one of the views (`v_stall_list`, `v_rework`,
+/// `v_disposition_detail`), as whole units.
+pub fn units_in_view(fleet: &str, view: &str) -> Query {
+    let mut q = Query::new(&format!(
+        "SELECT {UNIT_COLUMNS} FROM {view} v JOIN work_units u ON u.id = v.unit_id WHERE v.fleet = "
+    ));
+    let p = q.bind(fleet);
+    q.push(&p);
+    q
+}
+
+/// `events`: newest first, filtered.
+pub fn events(fleet: &str, filter: &EventFilter) -> Query {
+    let mut q = Query::new(&format!("SELECT {EVENT_COLUMNS} FROM work_unit_events e WHERE e.fleet = "));
+    let p = q.bind(fleet);
+    q.push(&p);
+    if let Some(unit) = filter.unit_id {
+        q.and("e.unit_id = {}", unit);
+    }
+    if !filter.types.is_empty() {
+        let names: Vec<String> = filter.types.iter().map(|t| t.to_value()).collect();
+        q.and("e.event_type::text = ANY({}::text[])", names);
+    }
+    if let Some(agent) = &filter.agent_id {
+        q.and("e.agent_id = {}", agent.clone());
+    }
+    q.range("e.created_at", &filter.created);
+    q
+}
+
+pub async fn events_page(tx: &DatabaseTransaction, q: Query) -> Result<Vec<event::Model>, DbErr> {
+    event::Entity::find().from_raw_sql(q.statement()).all(tx).await
+}
+
+/// `questions`: oldest first.
+pub fn questions(fleet: &str, filter: &QuestionFilter) -> Query {
+    let mut q = Query::new(
+        "SELECT q.id, q.fleet, q.unit_id, q.attempt_id, q.question, q.status::text AS status, q.answer, \
+         q.assignee_group, q.asked_by, q.answered_by, q.created_at, q.answered_at, q.cancelled_at \
+         FROM blocking_questions q WHERE q.fleet = ",
+    );
+    let p = q.bind(fleet);
+    q.push(&p);
+    if let Some(status) = filter.status {
+        q.and("q.status = {}::question_status", status.to_value());
+    }
+    if let Some(group) = &filter.assignee_group {
+        q.and("q.assignee_group = {}", group.clone());
+    }
+    q.range("q.created_at", &filter.created);
+    q
+}
+
+pub async fn questions_page(tx: &DatabaseTransaction, q: Query) -> Result<Vec<question::Model>, DbErr> {
+    question::Entity::find().from_raw_sql(q.statement()).all(tx).await
+}
