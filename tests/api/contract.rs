@@ -233,14 +233,16 @@ async fn legal_actions_name_only_what_exists_on_the_surface_and_the_token_may_do
 
     let help = std::process::Command::new(env!("CARGO_BIN_EXE_work-ledger")).args(["agent", "--help"]).output();
     let help = String::from_utf8_lossy(&help.expect("agent --help").stdout).into_owned();
-    let verb_tool = |verb: &str| match verb {
-        "claim" => vec!["claim_next", "claim_unit"],
-        "start" => vec!["start_work"],
-        "cost" => vec!["record_cost"],
-        "status" => vec!["my_work"],
-        "wait" => vec!["wait_for_answer"],
-        other => vec![other],
-    };
+    fn verb_tool(verb: &str) -> Vec<&str> {
+        match verb {
+            "claim" => vec!["claim_next", "claim_unit"],
+            "start" => vec!["start_work"],
+            "cost" => vec!["record_cost"],
+            "status" => vec!["my_work"],
+            "wait" => vec!["wait_for_answer"],
+            other => vec![other],
+        }
+    }
 
     let query = "query($id: UUID!) { unit(id: $id) { state g: legalActions m: legalActions(surface: MCP) c: legalActions(surface: CLI) } }";
     let mut seen_states = std::collections::BTreeSet::new();
@@ -332,10 +334,10 @@ async fn four_agents_work_a_domain_through_mcp_alone() {
         { "externalRef": "trial/fail-once", "domain": "trial" },
     ]);
     app.gql(&op, register, json!({ "u": units })).await.data();
-    let agents: Vec<String> = futures::future::join_all(
-        (1..=4).map(|i| app.token("f", &format!("trial-{i}"), Role::Agent)).collect::<Vec<_>>(),
-    )
-    .await;
+    let mut agents = Vec::new();
+    for i in 1..=4 {
+        agents.push(app.token("f", &format!("trial-{i}"), Role::Agent).await);
+    }
     let triage = app.token("f", "triage", Role::Triage).await;
 
     // Each agent claims one unit.
