@@ -9,6 +9,7 @@
 //! claimed ([`state`]), so a superseded session's write is `LEASE_LOST`.
 
 mod client;
+mod failure;
 mod state;
 mod verbs;
 
@@ -23,6 +24,7 @@ use uuid::Uuid;
 
 use crate::contract::{Operation, Surface, UNIT, envelope};
 use client::Client;
+pub use failure::Failure;
 
 /// The epilogue of `work-ledger agent --help`.
 pub const AFTER_HELP: &str = "\
@@ -81,83 +83,6 @@ pub struct AgentArgs {
     pub timeout: Duration,
     #[command(subcommand)]
     pub command: verbs::Verb,
-}
-
-/// Why a command did not end with a result on stdout.
-#[derive(Debug)]
-pub struct Failure {
-    pub code: String,
-    pub message: String,
-    /// The rest of the envelope (`argument`, `unitId`, `state`, `legalActions`, ...).
-    pub details: Map<String, Value>,
-    /// The server could not be reached or said it is unavailable.
-    pub unavailable: bool,
-}
-
-impl Failure {
-    fn new(code: &str, message: impl Into<String>) -> Self {
-        Failure { code: code.to_owned(), message: message.into(), details: Map::new(), unavailable: false }
-    }
-
-    fn usage(message: impl Into<String>) -> Self {
-        Self::new("USAGE", message)
-    }
-
-    fn unavailable(message: impl Into<String>) -> Self {
-        Failure { unavailable: true, ..Self::new("UNAVAILABLE", message) }
-    }
-
-    fn unexpected(message: impl Into<String>) -> Self {
-        Self::new("UNEXPECTED_RESPONSE", message)
-    }
-
-    /// The envelope every surface shares ([`envelope::refusal`]).
-    fn from_envelope(mut envelope: Map<String, Value>) -> Self {
-        let code = match envelope.remove("code") {
-            Some(Value::String(code)) => code,
-            _ => "NO_CODE".to_owned(),
-        };
-        let message = match envelope.remove("message") {
-            Some(Value::String(message)) => message,
-            _ => "(no message)".to_owned(),
-        };
-        Failure { unavailable: code == "UNAVAILABLE", code, message, details: envelope }
-    }
-
-    /// One error object of a GraphQL response.
-    fn from_graphql(error: Value) -> Self {
-        Self::from_envelope(envelope::refusal(&error, Surface::Cli))
-    }
-
-    fn with_legal_actions(mut self, actions: Value) -> Self {
-        self.details.entry("legalActions").or_insert(actions);
-        self
-    }
-
-    /// The documented exit code (see [`AFTER_HELP`]).
-    pub fn exit_code(&self) -> u8 {
-        if self.unavailable {
-            return 6;
-        }
-        match self.code.as_str() {
-            "USAGE" => 2,
-            "NOTHING_TO_CLAIM" if self.details.get("outcome") == Some(&json!("drained")) => 7,
-            "NOTHING_TO_CLAIM" => 3,
-            "UNAUTHENTICATED" | "FORBIDDEN" => 5,
-            "INTERNAL" | "NO_CODE" | "UNEXPECTED_RESPONSE" => 1,
-            code if code.starts_with("GRAPHQL_") => 1,
-            _ => 4,
-        }
-    }
-
-    /// The stderr line: `code`, `message`, then the details.
-    fn to_json(&self) -> Value {
-        let mut line = Map::new();
-        line.insert("code".into(), json!(self.code));
-        line.insert("message".into(), json!(self.message));
-        line.extend(self.details.clone());
-        Value::Object(line)
-    }
 }
 
 pub async fn run(args: AgentArgs) -> ExitCode {
@@ -341,14 +266,14 @@ impl Agent {
         let claimed = serde_json::from_value::<Uuid>(unit["id"].clone())
             .ok()
             .zip(serde_json::from_value::<Uuid>(unit["currentAttemptId"].clone()).ok());
-        if let (Some(path), Some((unit_id, attempt_id))) = (&self.state, claimed) {
-            if let Err(err) = state::save(path, &state::LastClaim { unit_id, attempt_id }) {
-                eprintln!(
-                    "warning: cannot record the claim in {} ({err}); later writes are fenced to the unit's current \
+        if let (Some(path), Some((unit_id, attempt_id))) = (&self.state, claimed)
+            && let Err(err) = state::save(path, &state::LastClaim { unit_id, attempt_id })
+        {
+            eprintln!(
+                "warning: cannot record the claim in {} ({err}); later writes are fenced to the unit's current \
                      attempt instead",
-                    path.display()
-                );
-            }
+                path.display()
+            );
         }
         Ok(Value::Object(result))
     }
@@ -375,51 +300,4 @@ fn ambiguous(awaiting: &[Value]) -> Failure {
     );
     failure.details.insert("unitIds".into(), json!(ids));
     failure
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn each_kind_of_failure_has_its_exit_code() {
-        let exit =
-            |code: &str| Failure::from_graphql(json!({ "message": "m", "extensions": { "code": code } })).exit_code();
-        assert_eq!(exit("ILLEGAL_TRANSITION"), 4);
-        assert_eq!(exit("EVIDENCE_REQUIRED"), 4);
-        assert_eq!(exit("NOT_FOUND"), 4);
-        assert_eq!(exit("UNAUTHENTICATED"), 5);
-        assert_eq!(exit("FORBIDDEN"), 5);
-        assert_eq!(exit("UNAVAILABLE"), 6);
-        assert_eq!(exit("INTERNAL"), 1);
-        assert_eq!(exit("GRAPHQL_VALIDATION_FAILED"), 1);
-        assert_eq!(Failure::from_graphql(json!({ "message": "no code" })).exit_code(), 1);
-        assert_eq!(Failure::new("NOTHING_TO_CLAIM", "").exit_code(), 3);
-        let mut drained = Failure::new("NOTHING_TO_CLAIM", "");
-        drained.details.insert("outcome".into(), json!("drained"));
-        assert_eq!(drained.exit_code(), 7);
-        assert_eq!(Failure::new("NOTHING_HELD", "").exit_code(), 4);
-        assert_eq!(Failure::usage("").exit_code(), 2);
-        assert_eq!(Failure { unavailable: true, ..Failure::new("INTERNAL", "HTTP 503") }.exit_code(), 6);
-    }
-
-    #[test]
-    fn the_error_line_keeps_the_servers_details_and_adds_legal_actions_only_when_missing() {
-        let failure = Failure::from_graphql(json!({
-            "message": "unit u is IN_PROGRESS and cannot go to IN_PROGRESS",
-            "extensions": { "code": "ILLEGAL_TRANSITION", "legalActions": ["release", "transition(to: VERIFIED, evidenceUrl)"], "from": "IN_PROGRESS" }
-        }))
-        .with_legal_actions(json!(["stale"]));
-        assert_eq!(
-            failure.to_json(),
-            json!({
-                "code": "ILLEGAL_TRANSITION",
-                "message": "unit u is IN_PROGRESS and cannot go to IN_PROGRESS",
-                "legalActions": ["release", "verify <evidence-url>"],
-                "from": "IN_PROGRESS"
-            })
-        );
-        let added = Failure::new("EVIDENCE_REQUIRED", "m").with_legal_actions(json!(["release"]));
-        assert_eq!(added.to_json()["legalActions"], json!(["release"]));
-    }
 }
