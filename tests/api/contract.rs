@@ -442,3 +442,38 @@ async fn four_agents_work_a_domain_through_mcp_alone() {
     let states = app.sql_json("SELECT state::text AS s, count(*) AS n FROM work_units GROUP BY 1 ORDER BY 1").await;
     assert_eq!(states, [json!({ "s": "abandoned", "n": 2 }), json!({ "s": "done", "n": 2 })]);
 }
+
+/// One set of per-operation metrics: a claim through MCP and one through
+/// the CLI are counted under the GraphQL field they ran, beside GraphQL's
+/// own, with their refusals under their codes.
+#[tokio::test]
+async fn every_door_is_counted_under_its_operation() {
+    let mut config = crate::helpers::test_config();
+    config.metrics_listen = Some("127.0.0.1:0".into());
+    let app = crate::helpers::spawn_app_with(config).await;
+    let op = app.token("f", "op", Role::Operator).await;
+    app.register(&op, &["m/1", "m/2", "m/3"]).await;
+    let (graphql, mcp, shell) = (
+        Agent::new(&app, "f", "by-graphql", Role::Agent).await,
+        app.token("f", "by-mcp", Role::Agent).await,
+        app.token("f", "by-cli", Role::Agent).await,
+    );
+    graphql.claim_next(json!({})).await.unit();
+    assert_eq!(tool(&app, &mcp, "claim_next", json!({})).await["isError"], false);
+    let state = state_file("metrics");
+    cli_ok(&cli(&app, &shell, &state, &["claim"]).await);
+    // A refusal through MCP: counted with its code.
+    let refused = tool(&app, &mcp, "start_work", json!({ "unitId": uuid::Uuid::new_v4() })).await;
+    assert_eq!(refused["structuredContent"]["code"], "NOT_FOUND", "{refused:#}");
+
+    let target = app.metrics_addr.expect("a metrics listener");
+    let text =
+        app.http.get(format!("http://{target}/metrics")).send().await.expect("scrape").text().await.expect("text");
+    assert!(text.contains(r#"work_ledger_graphql_operations_total{operation="claimNext",code="OK"} 3"#), "{text}");
+    assert!(
+        text.contains(r#"work_ledger_graphql_operations_total{operation="transition",code="NOT_FOUND"} 1"#),
+        "{text}"
+    );
+    assert!(text.contains("work_ledger_claims_total 3"), "{text}");
+    let _ = std::fs::remove_file(state);
+}
