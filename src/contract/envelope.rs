@@ -36,8 +36,9 @@ pub fn refusal(error: &Value, surface: Surface) -> Map<String, Value> {
 }
 
 /// The result of a bound call from its GraphQL response: the field's value
-/// under the operation's result key, with `extensions.claim` (a claim's
-/// `outcome`) merged in; or the refusal of its first error.
+/// under the operation's result key, with the response's extensions merged
+/// in (`extensions.claim` gives a claim's `outcome`, `extensions.unblock` an
+/// answer's `alsoAnswered`); or the refusal of its first error.
 pub fn result(op: &Operation, response: &Value, surface: Surface) -> Result<Map<String, Value>, Map<String, Value>> {
     if let Some(error) = response.get("errors").and_then(Value::as_array).and_then(|errors| errors.first()) {
         return Err(refusal(error, surface));
@@ -45,8 +46,10 @@ pub fn result(op: &Operation, response: &Value, surface: Surface) -> Result<Map<
     let mut result = Map::new();
     let value = response.get("data").and_then(|data| data.get("result")).cloned().unwrap_or(Value::Null);
     result.insert(op.result.to_owned(), value);
-    if let Some(Value::Object(claim)) = response.get("extensions").and_then(|ext| ext.get("claim")) {
-        result.extend(claim.clone());
+    if let Some(Value::Object(extensions)) = response.get("extensions") {
+        for fields in extensions.values().filter_map(Value::as_object) {
+            result.extend(fields.clone());
+        }
     }
     Ok(result)
 }

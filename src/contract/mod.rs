@@ -80,11 +80,13 @@ pub struct Operation {
 pub const UNIT: &str = "{ id externalRef domain workflowId state disposition disposedAt dispositionReason disposedBy \
     claimedBy currentAttemptId leaseExpiresAt lastHeartbeatAt stalled attemptCount costCents evidenceUrls createdAt \
     updatedAt legalActions(surface: SURFACE) \
-    openQuestion { id question status assigneeGroup askedBy createdAt } \
+    openQuestion { id question status assigneeGroup askedBy createdAt \
+    similarAnswered { id unitId question answer answeredBy answeredAt } } \
     questions { id question status answer answeredBy answeredAt askedBy createdAt cancelledAt } \
     attempts { id attemptNo agentId outcome endReason endedBy costCents evidenceUrl startedAt endedAt } }";
 
-const QUESTIONS: &str = "{ totalCount pageInfo { hasNextPage endCursor } nodes { id unitId question status assigneeGroup askedBy createdAt openForSeconds } }";
+const QUESTIONS: &str = "{ totalCount pageInfo { hasNextPage endCursor } nodes { id unitId question status \
+    assigneeGroup askedBy createdAt openForSeconds similarAnswered { id question answer answeredBy answeredAt } } }";
 const QUEUE_DEPTH: &str = "{ domain ready claimed inProgress blocked verified stalled }";
 const MY_WORK: &str = "{ fleet name permissions heldUnit $UNIT awaitingDisposition $UNIT }";
 
@@ -188,6 +190,13 @@ pub const OPERATIONS: &[Operation] = &[
         result: "questions",
         note: "Here: OPEN questions only, oldest first.",
         ..op("questions", Root::Query, TRIAGE)
+    },
+    Operation {
+        tool: Some("open_question_groups"),
+        selection: "{ question waiting oldestAskedAt questionIds unitIds answeredBefore }",
+        result: "groups",
+        note: "Answer a group at once: answer_question with its first questionId and `alsoAnswerSimilar: true`.",
+        ..op("openQuestionGroups", Root::Query, TRIAGE)
     },
     Operation {
         tool: Some("queue_depth"),

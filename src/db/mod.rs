@@ -18,6 +18,7 @@ pub mod aggregates;
 pub mod entities;
 pub mod events;
 pub mod primary;
+pub mod questions;
 pub mod reader_logins;
 pub mod reads;
 pub mod target;

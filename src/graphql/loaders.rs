@@ -112,6 +112,9 @@ pub struct AttemptId(pub Uuid);
 pub struct AttemptsOf(pub Uuid);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct QuestionsOf(pub Uuid);
+/// The answered questions with the same text as a question.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SimilarAnsweredTo(pub Uuid);
 /// A page of one unit's events: `first` rows after `after`, newest first or oldest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct EventsOf {
@@ -171,6 +174,18 @@ impl Loader<QuestionsOf> for LedgerLoader {
         let rows = self.ledger.questions_of_units(&self.who, keys.iter().map(|k| k.0).collect()).await?;
         let mut grouped = group_by(rows, |q| q.unit_id);
         Ok(keys.iter().map(|k| (*k, grouped.remove(&k.0).unwrap_or_default())).collect())
+    }
+}
+
+impl Loader<SimilarAnsweredTo> for LedgerLoader {
+    type Value = Vec<question::Model>;
+    type Error = Error;
+
+    async fn load(&self, keys: &[SimilarAnsweredTo]) -> Result<HashMap<SimilarAnsweredTo, Self::Value>, Error> {
+        let rows = self.ledger.similar_answered(&self.who, keys.iter().map(|k| k.0).collect()).await?;
+        let mut grouped = group_by(rows, |(for_id, _)| *for_id);
+        let mut take = |k: &SimilarAnsweredTo| grouped.remove(&k.0).unwrap_or_default().into_iter().map(|(_, q)| q);
+        Ok(keys.iter().map(|k| (*k, take(k).collect())).collect())
     }
 }
 

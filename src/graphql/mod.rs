@@ -13,6 +13,7 @@ mod reads;
 pub mod request_errors;
 mod stalls;
 mod subscription;
+mod triage;
 mod types;
 mod units;
 mod work;
@@ -26,7 +27,7 @@ pub use error::{Result, error_body, error_object};
 pub use subscription::Subscription;
 
 #[derive(MergedObject, Default)]
-pub struct Query(query::MetaQuery, units::UnitQuery, reads::ReadQuery, aggregates::MetricsQuery);
+pub struct Query(query::MetaQuery, units::UnitQuery, reads::ReadQuery, aggregates::MetricsQuery, triage::TriageQuery);
 
 #[derive(MergedObject, Default)]
 pub struct Mutation(units::UnitMutation, work::WorkMutation);

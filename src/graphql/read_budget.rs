@@ -20,8 +20,9 @@ use async_graphql::{Pos, ServerError, ServerResult, Variables};
 use super::request_errors::VALIDATION_FAILED;
 
 /// The reads that scan the caller's whole fleet, whatever they return.
-pub const FLEET_READS: [&str; 8] = [
+pub const FLEET_READS: &[&str] = &[
     "queueDepth",
+    "openQuestionGroups",
     "costSummary",
     "throughput",
     "weeklyMetrics",

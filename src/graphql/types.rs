@@ -4,7 +4,9 @@ use async_graphql::{Context, Json, Object};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::loaders::{self as loader, AttemptEndOf, AttemptId, AttemptsOf, DisposalOf, EventsOf, QuestionsOf, UnitId};
+use super::loaders::{
+    self as loader, AttemptEndOf, AttemptId, AttemptsOf, DisposalOf, EventsOf, QuestionsOf, SimilarAnsweredTo, UnitId,
+};
 use super::pagination::{Conn, SortOrder, TotalCount, counted_with};
 use super::{Result, ledger, loaders, principal};
 use crate::auth::Principal;
@@ -282,6 +284,13 @@ impl BlockingQuestion {
     }
     async fn unit(&self, ctx: &Context<'_>) -> Result<Option<WorkUnit>> {
         Ok(loaders(ctx)?.load_one(UnitId(self.0.unit_id)).await?.map(WorkUnit))
+    }
+    /// Answered questions of the fleet with the same normalised text (case, white space and trailing
+    /// punctuation folded), newest answer first, at most 5: the answer may already be here. Read it before
+    /// waiting; nothing is unblocked by it automatically.
+    async fn similar_answered(&self, ctx: &Context<'_>) -> Result<Vec<BlockingQuestion>> {
+        let found = loaders(ctx)?.load_one(SimilarAnsweredTo(self.0.id)).await?.unwrap_or_default();
+        Ok(found.into_iter().map(BlockingQuestion).collect())
     }
 }
 

@@ -12,7 +12,7 @@ use super::notes::note;
 use super::types::WorkUnit;
 use super::{Result, ledger, principal};
 use crate::db::entities::{AttemptOutcome, Disposition, WorkState};
-use crate::ledger::{CostTarget, Dispose, LedgerError, Release};
+use crate::ledger::{CostTarget, Dispose, LedgerError, Release, Unblock};
 
 #[derive(Default)]
 pub struct WorkMutation;
@@ -103,6 +103,11 @@ macro_rules! work_mutation {
         }
 
         /// Answers a blocked unit's question: back to IN_PROGRESS for its holder, or READY when it was released.
+        /// With `alsoAnswerSimilar: true` the same answer also answers every other OPEN question of the fleet with
+        /// the same normalised text (case, white space and trailing punctuation folded), each unit with its own
+        /// `unblocked` event, in the same transaction. The result is the named unit; the response's
+        /// `extensions.unblock` holds `alsoAnswered` (how many others this call answered) and
+        /// `alsoAnsweredUnitIds`.
         async fn unblock(
             &self,
             ctx: &Context<'_>,
@@ -112,10 +117,20 @@ macro_rules! work_mutation {
             )]
             question_id: Option<Uuid>,
             answer: String,
+            #[graphql(
+                desc = "Also answer every other OPEN question of the fleet with the same normalised text (default false)."
+            )]
+            also_answer_similar: Option<bool>,
             #[graphql(desc = $key)]
             idempotency_key: Option<String>,
         ) -> Result<WorkUnit> {
-            Ok(WorkUnit(ledger(ctx).unblock(principal(ctx)?, unit_id, question_id, answer, idempotency_key).await?))
+            let also_answer_similar = also_answer_similar.unwrap_or(false);
+            let input = Unblock { unit_id, question_id, answer, also_answer_similar };
+            let (unit, also) = ledger(ctx).unblock(principal(ctx)?, input, idempotency_key).await?;
+            if also_answer_similar {
+                note(ctx, "unblock", json!({ "alsoAnswered": also.len(), "alsoAnsweredUnitIds": also }));
+            }
+            Ok(WorkUnit(unit))
         }
 
         /// Gives the unit up: the attempt ends (ABANDONED, or FAILED when asked) and the unit is READY again;

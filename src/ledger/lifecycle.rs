@@ -14,6 +14,16 @@ use crate::db::writes::function;
 
 const DEFAULT_ASSIGNEE_GROUP: &str = "agent-questions";
 
+/// Input of `unblock`.
+pub struct Unblock {
+    pub unit_id: Uuid,
+    /// The question answered: refused with QUESTION_NOT_OPEN when it is not the unit's open one.
+    pub question_id: Option<Uuid>,
+    pub answer: String,
+    /// Answer every open question of the fleet with the same normalised text too.
+    pub also_answer_similar: bool,
+}
+
 /// Input of `release`.
 pub struct Release {
     pub unit_id: Uuid,
@@ -103,24 +113,43 @@ impl Ledger {
 
     /// `question`, when given, must be the unit's open question
     /// (QUESTION_NOT_OPEN otherwise).
+    /// Answers the unit's open question; with `also_answer_similar`, every
+    /// other open question of the fleet with the same normalised text too
+    /// (one transaction, each unit with its own `unblocked` event). Returns
+    /// the named unit and the other units this call answered.
     pub async fn unblock(
         &self,
         who: &Principal,
-        unit_id: Uuid,
-        question: Option<Uuid>,
-        answer: String,
+        input: Unblock,
         key: Option<String>,
-    ) -> Result<UnitModel, LedgerError> {
+    ) -> Result<(UnitModel, Vec<Uuid>), LedgerError> {
         who.require(Permission::QuestionsAnswer)?;
+        let Unblock { unit_id, question_id, answer, also_answer_similar } = input;
         let checks = validate::idempotency_key(key.as_deref()).and_then(|()| validate::long_text("answer", &answer));
         self.check_args(who, unit_id, "IN_PROGRESS (unblock)", false, checks).await?;
         let mut args = json!({ "unitId": unit_id, "answer": answer });
-        if let (Some(question), Some(map)) = (question, args.as_object_mut()) {
-            map.insert("questionId".to_owned(), json!(question));
+        if let Some(map) = args.as_object_mut() {
+            if let Some(question) = question_id {
+                map.insert("questionId".to_owned(), json!(question));
+            }
+            if also_answer_similar {
+                map.insert("alsoAnswerSimilar".to_owned(), json!(true));
+            }
         }
         let keyed = Keyed { operation: "unblock", key, args: &args };
-        let values = vec![unit_id.into(), question.into(), answer.into(), validate::DEFAULT_LEASE_SECONDS.into()];
-        Ok(self.call_one(who, function::UNBLOCK, Some(keyed), values, "IN_PROGRESS (unblock)").await?.1)
+        let values = vec![
+            unit_id.into(),
+            question_id.into(),
+            answer.into(),
+            validate::DEFAULT_LEASE_SECONDS.into(),
+            also_answer_similar.into(),
+        ];
+        let row = self.call(who, function::UNBLOCK, Some(keyed), values).await?.pop();
+        let row = row.ok_or_else(|| LedgerError::internal("ledger_unblock answered no row"))?;
+        let also: Vec<Uuid> =
+            row.info.get("also_answered").and_then(|ids| serde_json::from_value(ids.clone()).ok()).unwrap_or_default();
+        let (_, unit) = super::write::answer(row, who, "IN_PROGRESS (unblock)")?;
+        Ok((unit, also))
     }
 
     pub async fn release(

@@ -21,12 +21,13 @@ pub mod notifier;
 pub mod reads;
 mod scans;
 pub mod state_machine;
+mod triage;
 pub mod validate;
 mod write;
 
 pub use claims::ClaimOutcome;
 pub use error::{LedgerError, UnitFacts};
-pub use lifecycle::{CostTarget, Dispose, Release};
+pub use lifecycle::{CostTarget, Dispose, Release, Unblock};
 use std::sync::Arc;
 
 use sea_orm::{DatabaseConnection, DatabaseTransaction};

@@ -44,6 +44,7 @@ mod slow_clients;
 mod soak;
 mod surface;
 mod traces;
+mod triage;
 mod views;
 mod write_limits;
 mod write_path;

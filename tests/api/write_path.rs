@@ -296,7 +296,7 @@ async fn every_write_function_keeps_to_its_fleet() {
         format!("ledger_heartbeat({g}, '{attempt}', 900)"),
         format!("ledger_transition({g}, {k}, '{unit}', '{attempt}', 'verified', 'https://ci.example/1')"),
         format!("ledger_block({g}, {k}, '{unit}', NULL, 'q', 'agent-questions')"),
-        format!("ledger_unblock({g}, {k}, '{unit}', NULL, 'answer', 900)"),
+        format!("ledger_unblock({g}, {k}, '{unit}', NULL, 'answer', 900, true)"),
         format!("ledger_release({g}, {k}, '{unit}', NULL, 'abandoned', NULL)"),
         format!("ledger_record_cost({g}, 'k1', 'h1', '{attempt}', NULL, 5, true)"),
         format!("ledger_record_cost({g}, 'k2', 'h2', NULL, '{unit}', 5, true)"),

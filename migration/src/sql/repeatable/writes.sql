@@ -34,6 +34,7 @@
 
 -- Signatures this file no longer defines.
 DROP FUNCTION IF EXISTS ledger_unblock(text, text, text, text, text, uuid, text, integer);
+DROP FUNCTION IF EXISTS ledger_unblock(text, text, text, text, text, uuid, uuid, text, integer);
 
 -- ---------------------------------------------------------------------------
 -- Helpers (run inside the write functions; no EXECUTE for anyone else).
@@ -434,7 +435,8 @@ $$;
 -- that was answered, cancelled or replaced meanwhile is QUESTION_NOT_OPEN
 -- (naming the open one, if any) and changes nothing.
 CREATE OR REPLACE FUNCTION ledger_unblock(p_fleet text, p_agent text, p_notify text, p_key text, p_hash text,
-                                          p_unit uuid, p_question uuid, p_answer text, p_lease integer)
+                                          p_unit uuid, p_question uuid, p_answer text, p_lease integer,
+                                          p_similar boolean)
 RETURNS TABLE (result text, unit work_units, info jsonb)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 #variable_conflict use_column
@@ -442,11 +444,24 @@ DECLARE
     locked uuid;
     open_question uuid;
     w work_units;
+    o work_units;
+    text_norm text;
+    others uuid[];
+    also uuid[] := '{}';
 BEGIN
     PERFORM ledger_begin(p_fleet, p_notify);
     RETURN QUERY SELECT * FROM ledger_replay(p_fleet, p_agent, p_key, p_hash);
     IF FOUND THEN
         RETURN;
+    END IF;
+    IF p_similar THEN
+        -- Every blocked unit waiting on the same text, the named one among
+        -- them, locked in id order: two such answers never deadlock.
+        SELECT q.norm INTO text_norm FROM blocking_questions q WHERE q.unit_id = p_unit AND q.status = 'open';
+        SELECT array_agg(l.id ORDER BY l.id) INTO others FROM (
+            SELECT u.id FROM work_units u JOIN blocking_questions q ON q.unit_id = u.id AND q.status = 'open'
+             WHERE u.fleet = p_fleet AND q.fleet = p_fleet AND q.norm = text_norm AND u.state = 'blocked'
+             ORDER BY u.id FOR NO KEY UPDATE OF u) l;
     END IF;
     SELECT u.id INTO locked FROM work_units u WHERE u.fleet = p_fleet AND u.id = p_unit AND u.state = 'blocked'
        FOR NO KEY UPDATE;
@@ -472,7 +487,25 @@ BEGIN
      WHERE q.id = open_question;
     PERFORM ledger_log(p_fleet, w.id, w.current_attempt_id, 'unblocked', 'blocked', w.state, p_agent,
                        jsonb_build_object('question_id', open_question), p_key, p_hash);
-    RETURN QUERY SELECT 'ok'::text, w, '{}'::jsonb;
+    -- The same answer for every other open question with the same text:
+    -- each unit unblocked as its own answer would, with its own event.
+    FOR o IN
+        UPDATE work_units u
+           SET state = CASE WHEN u.claimed_by IS NULL THEN 'ready' ELSE 'in_progress' END::work_state,
+               lease_expires_at = CASE WHEN u.claimed_by IS NULL THEN NULL ELSE now() + p_lease * interval '1 second' END
+         WHERE u.id = ANY (coalesce(others, '{}')) AND u.id <> p_unit AND u.state = 'blocked'
+           AND EXISTS (SELECT 1 FROM blocking_questions q
+                        WHERE q.unit_id = u.id AND q.status = 'open' AND q.norm = text_norm)
+        RETURNING u.*
+    LOOP
+        UPDATE blocking_questions q SET status = 'answered', answer = p_answer, answered_by = p_agent, answered_at = now()
+         WHERE q.unit_id = o.id AND q.status = 'open'
+        RETURNING q.id INTO open_question;
+        PERFORM ledger_log(p_fleet, o.id, o.current_attempt_id, 'unblocked', 'blocked', o.state, p_agent,
+                           jsonb_build_object('question_id', open_question, 'answered_with', p_unit), NULL, NULL);
+        also := also || o.id;
+    END LOOP;
+    RETURN QUERY SELECT 'ok'::text, w, jsonb_build_object('also_answered', to_jsonb(also));
 END
 $$;
 
@@ -727,7 +760,7 @@ BEGIN
         'ledger_heartbeat(text, text, text, uuid, integer)',
         'ledger_transition(text, text, text, text, text, uuid, uuid, text, text)',
         'ledger_block(text, text, text, text, text, uuid, uuid, text, text)',
-        'ledger_unblock(text, text, text, text, text, uuid, uuid, text, integer)',
+        'ledger_unblock(text, text, text, text, text, uuid, uuid, text, integer, boolean)',
         'ledger_release(text, text, text, text, text, uuid, uuid, text, text)',
         'ledger_record_cost(text, text, text, text, text, uuid, uuid, bigint, boolean)',
         'ledger_dispose(text, text, text, text, text, uuid, uuid, text, text, text, text, text[], text[])',
@@ -741,7 +774,7 @@ BEGIN
         'ledger_heartbeat(text, text, text, uuid, integer)',
         'ledger_transition(text, text, text, text, text, uuid, uuid, text, text)',
         'ledger_block(text, text, text, text, text, uuid, uuid, text, text)',
-        'ledger_unblock(text, text, text, text, text, uuid, uuid, text, integer)',
+        'ledger_unblock(text, text, text, text, text, uuid, uuid, text, integer, boolean)',
         'ledger_release(text, text, text, text, text, uuid, uuid, text, text)',
         'ledger_record_cost(text, text, text, text, text, uuid, uuid, bigint, boolean)',
         'ledger_dispose(text, text, text, text, text, uuid, uuid, text, text, text, text, text[], text[])',
