@@ -7,6 +7,7 @@
 //! | [`events`] | the event log: reads in delivery order, notifications |
 //! | [`units`] | single-unit lookups, what an agent holds |
 //! | [`reads`] | keyset pages, DataLoader batches and the SQL views |
+//! | [`situation`] | what is left to claim (`claimSituation`), whether a domain exists |
 //! | [`tokens`] | `api_tokens` |
 //! | [`reader_logins`] | per-fleet Grafana logins |
 //! | [`target`], [`primary`] | multi-host URLs: finding and following the read-write server |
@@ -21,6 +22,7 @@ pub mod primary;
 pub mod questions;
 pub mod reader_logins;
 pub mod reads;
+pub mod situation;
 pub mod target;
 pub mod tokens;
 pub mod units;

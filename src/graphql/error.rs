@@ -4,9 +4,10 @@
 //! Refusals made outside GraphQL execution (HTTP before parsing, the
 //! WebSocket protocol) are built from the same mapping by [`error_object`].
 
-use async_graphql::{Error, ErrorExtensions, ServerError};
+use async_graphql::{Error, ErrorExtensions, Name, ServerError, Value as GqlValue};
 use serde_json::{Value, json};
 
+use crate::auth::Permission;
 use crate::ledger::LedgerError;
 
 impl From<LedgerError> for Error {
@@ -37,6 +38,9 @@ impl From<LedgerError> for Error {
                     ext.set("questionId", question_id.to_string());
                     ext.set("openQuestionId", open_question.map(|q| q.to_string()));
                 }
+                LedgerError::DispositionImmutable { may_register, .. } => {
+                    ext.set("nextStep", next_step("registerUnits", Permission::UnitsRegister, *may_register))
+                }
                 LedgerError::Forbidden(permission) => ext.set("permission", permission.as_str()),
                 LedgerError::InvalidInput { argument, .. } => ext.set("argument", argument.clone()),
                 LedgerError::EvidenceRequired { .. } => ext.set("argument", "evidenceUrl"),
@@ -45,6 +49,20 @@ impl From<LedgerError> for Error {
             }
         })
     }
+}
+
+/// `extensions.nextStep`: the operation a refusal names as the way on,
+/// the permission it needs and whether the caller's token has it.
+fn next_step(operation: &str, permission: Permission, permitted: bool) -> GqlValue {
+    GqlValue::Object(
+        [
+            (Name::new("operation"), GqlValue::from(operation)),
+            (Name::new("permission"), GqlValue::from(permission.as_str())),
+            (Name::new("permitted"), GqlValue::from(permitted)),
+        ]
+        .into_iter()
+        .collect(),
+    )
 }
 
 /// One GraphQL error object (`message`, `extensions`) for a refusal made

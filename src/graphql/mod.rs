@@ -1,5 +1,6 @@
 //! The GraphQL surface: one module per area, merged here into the schema.
 
+mod agent_reads;
 mod aggregates;
 pub mod error;
 mod guidance;
@@ -22,12 +23,20 @@ use async_graphql::{Context, MergedObject, Schema};
 
 use crate::auth::Principal;
 use crate::ledger::{Ledger, LedgerError};
+use crate::live::Live;
 
 pub use error::{Result, error_body, error_object};
 pub use subscription::Subscription;
 
 #[derive(MergedObject, Default)]
-pub struct Query(query::MetaQuery, units::UnitQuery, reads::ReadQuery, aggregates::MetricsQuery, triage::TriageQuery);
+pub struct Query(
+    query::MetaQuery,
+    units::UnitQuery,
+    reads::ReadQuery,
+    aggregates::MetricsQuery,
+    agent_reads::AgentQuery,
+    triage::TriageQuery,
+);
 
 #[derive(MergedObject, Default)]
 pub struct Mutation(units::UnitMutation, work::WorkMutation);
@@ -46,9 +55,11 @@ pub const MAX_DEPTH: usize = 12;
 pub const MAX_COMPLEXITY: usize = 50_000;
 
 /// `metrics`: count and time every operation (the service exports metrics).
-pub fn build_schema(ledger: Ledger, metrics: bool) -> LedgerSchema {
+/// `live` feeds `waitForAnswer`.
+pub fn build_schema(ledger: Ledger, live: Live, metrics: bool) -> LedgerSchema {
     Schema::build(Query::default(), Mutation::default(), Subscription)
         .data(ledger)
+        .data(agent_reads::LiveFeeds(live))
         .extension(loaders::LoadersPerOperation)
         .extension(guidance::Guidance)
         .extension(notes::ResponseNotes)

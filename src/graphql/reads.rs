@@ -204,7 +204,8 @@ impl ReadQuery {
         Ok(connection(page, List::Questions, key, BlockingQuestion))
     }
 
-    /// Open work per domain (`v_queue_depth`); an empty fleet gives an empty list.
+    /// Open work per domain (`v_queue_depth`); an empty fleet gives an empty list. A
+    /// `domain` whose units are all finished gives one row of zeros; an unknown one, none.
     async fn queue_depth(&self, ctx: &Context<'_>, domain: Option<String>) -> Result<Vec<QueueDepth>> {
         Ok(ledger(ctx).queue_depth(principal(ctx)?, domain).await?.into_iter().map(QueueDepth::from).collect())
     }

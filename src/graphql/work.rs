@@ -12,7 +12,7 @@ use super::notes::note;
 use super::types::WorkUnit;
 use super::{Result, ledger, principal};
 use crate::db::entities::{AttemptOutcome, Disposition, WorkState};
-use crate::ledger::{CostTarget, Dispose, LedgerError, Release, Unblock};
+use crate::ledger::{ClaimSituation, CostTarget, Dispose, LedgerError, Release, Unblock};
 
 #[derive(Default)]
 pub struct WorkMutation;
@@ -41,12 +41,20 @@ macro_rules! work_mutation {
             #[graphql(desc = $key)]
             idempotency_key: Option<String>,
         ) -> Result<Option<WorkUnit>> {
-            let claimed = ledger(ctx).claim_next(principal(ctx)?, domain, lease_seconds, idempotency_key).await?;
-                let Some((outcome, unit)) = claimed else {
-                    return Ok(None);
-                };
-                note(ctx, "claim", json!({ "outcome": outcome.name() }));
-                Ok(Some(WorkUnit(unit)))
+            let (ledger, who) = (ledger(ctx), principal(ctx)?);
+            let claimed = ledger.claim_next(who, domain.clone(), lease_seconds, idempotency_key).await?;
+            let Some((outcome, unit)) = claimed else {
+                // Nothing claimable: say whether to stop or to wait, and for how long.
+                let situation = ledger.claim_situation(who, domain).await?;
+                let outcome = if situation.drained { "drained" } else { "busy" };
+                let ClaimSituation { ready, stale, blocked, leased, earliest_lease_end, .. } = situation;
+                let said = json!({ "outcome": outcome, "ready": ready, "stale": stale, "blocked": blocked,
+                                   "leased": leased, "earliestLeaseEnd": earliest_lease_end });
+                note(ctx, "claim", said);
+                return Ok(None);
+            };
+            note(ctx, "claim", json!({ "outcome": outcome.name() }));
+            Ok(Some(WorkUnit(unit)))
         }
 
         /// Claims a named unit that is READY or stale (`extensions.claim.outcome` as for `claimNext`).

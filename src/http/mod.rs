@@ -138,7 +138,7 @@ impl Application {
         };
         let live = Live::new(&ledger, config.live);
         let connections = TaskTracker::new();
-        let schema = build_schema(ledger.clone(), metrics_listener.is_some());
+        let schema = build_schema(ledger.clone(), live.clone(), metrics_listener.is_some());
         let descriptions = Arc::new(quickstart::Descriptions::of_schema(&schema).await);
         let policy = surface::Policy::new(&config.surface, listen);
         let metrics_policy = config.metrics_listen.as_deref().map(|addr| surface::Policy::new(&config.surface, addr));

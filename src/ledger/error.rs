@@ -56,12 +56,15 @@ pub enum LedgerError {
     #[error("{action} requires `evidenceUrl`, an absolute http(s) link to the evidence (a commit, a PR, a CI run)")]
     EvidenceRequired { action: &'static str },
 
+    /// `may_register`: whether the caller's token may take the next step
+    /// the message names (`registerUnits`, permission `units:register`).
     #[error(
-        "unit {unit_id} was already disposed as {} at {disposed_at}; dispositions are permanent: register a \
-         new unit to record a superseding decision",
-        disposition.as_sql()
+        "unit {unit_id} was already disposed as {} at {disposed_at}; dispositions are permanent. A superseding \
+         decision is recorded by registering a new unit with `registerUnits` (permission `units:register`): {}",
+        disposition.as_sql(),
+        if *may_register { "your token has it" } else { "your token lacks it: ask an operator" }
     )]
-    DispositionImmutable { unit_id: Uuid, disposition: Disposition, disposed_at: DateTime<Utc> },
+    DispositionImmutable { unit_id: Uuid, disposition: Disposition, disposed_at: DateTime<Utc>, may_register: bool },
 
     #[error("{}", question_not_open_message(*unit_id, *question_id, *open_question))]
     QuestionNotOpen { unit_id: Uuid, question_id: Uuid, open_question: Option<Uuid> },

@@ -9,6 +9,7 @@
 //! | [`lifecycle`] | `transition`, `block`, `unblock`, `release`, `recordCost`, `dispose` |
 //! | [`state_machine`] | legal next actions and the dispose rules |
 //! | [`reads`] | validated keyset pages and the DataLoaders' batches |
+//! | [`situation`] | what is left to claim, for an agent whose `claimNext` found nothing |
 //! | [`error`](LedgerError) | the domain error enum and its codes |
 
 pub mod aggregates;
@@ -20,6 +21,7 @@ mod lifecycle;
 pub mod notifier;
 pub mod reads;
 mod scans;
+pub mod situation;
 pub mod state_machine;
 mod triage;
 pub mod validate;
@@ -28,6 +30,7 @@ mod write;
 pub use claims::ClaimOutcome;
 pub use error::{LedgerError, UnitFacts};
 pub use lifecycle::{CostTarget, Dispose, Release, Unblock};
+pub use situation::ClaimSituation;
 use std::sync::Arc;
 
 use sea_orm::{DatabaseConnection, DatabaseTransaction};

@@ -7,9 +7,9 @@ use super::cursor::{Cursor, CursorText, List};
 use super::{Ledger, LedgerError, UnitModel, validate};
 use crate::auth::Principal;
 use crate::db::entities::{Disposition, attempt, event, question};
-use crate::db::events;
 use crate::db::reads::{self, AttemptEndRow, CostRow, DisposalRow, DispositionRow, Query, QueueDepthRow, UnitCount};
 pub use crate::db::reads::{EventFilter, QuestionFilter, Range, UnitFilter};
+use crate::db::{events, situation};
 
 /// One page of a keyset list.
 pub struct Page<T> {
@@ -33,6 +33,11 @@ fn split<T>(mut rows: Vec<T>, first: i32, total: Total) -> Page<T> {
     let has_next = rows.len() > first as usize;
     rows.truncate(first as usize);
     Page { items: rows, has_next, total }
+}
+
+/// The `v_queue_depth` row of a domain whose units are all finished.
+fn no_open_work(domain: String) -> QueueDepthRow {
+    QueueDepthRow { domain, ready: 0, claimed: 0, in_progress: 0, blocked: 0, verified: 0, stalled: 0 }
 }
 
 /// Validates paging arguments: `first` within bounds, `after` a cursor of `list`.
@@ -170,6 +175,9 @@ impl Ledger {
         Ok(split(rows, first, total))
     }
 
+    /// Open work per domain (`v_queue_depth`). A domain asked by name that
+    /// has units but none open reads as one row of zeros (the view has no
+    /// row for it); an unknown domain as no row.
     pub async fn queue_depth(
         &self,
         who: &Principal,
@@ -177,8 +185,18 @@ impl Ledger {
     ) -> Result<Vec<QueueDepthRow>, LedgerError> {
         validate::filter("domain", domain.as_deref())?;
         let fleet = who.fleet.clone();
-        self.scan(who, move |tx| Box::pin(async move { Ok(reads::queue_depth(tx, &fleet, domain.as_deref()).await?) }))
-            .await
+        self.scan(who, move |tx| {
+            Box::pin(async move {
+                let rows = reads::queue_depth(tx, &fleet, domain.as_deref()).await?;
+                match domain {
+                    Some(domain) if rows.is_empty() && situation::domain_exists(tx, &fleet, &domain).await? => {
+                        Ok(vec![no_open_work(domain)])
+                    }
+                    _ => Ok(rows),
+                }
+            })
+        })
+        .await
     }
 
     pub async fn disposition_summary(

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::state_machine::legal_actions;
 use super::{Ledger, LedgerError, UnitFacts, UnitModel, idempotency, validate};
-use crate::auth::Principal;
+use crate::auth::{Permission, Principal};
 use crate::db::writes::{self, Written};
 
 pub(super) const RETRIES: usize = 4;
@@ -117,7 +117,9 @@ pub fn disposed(unit: &UnitModel, who: &Principal, action: &str, dispose: bool) 
     }
     Some(match (dispose, unit.disposition, unit.disposed_at) {
         (true, Some(disposition), Some(disposed_at)) => {
-            LedgerError::DispositionImmutable { unit_id: unit.id, disposition, disposed_at }.about(facts(unit, who))
+            let may_register = who.has(Permission::UnitsRegister);
+            LedgerError::DispositionImmutable { unit_id: unit.id, disposition, disposed_at, may_register }
+                .about(facts(unit, who))
         }
         _ => illegal(unit, who, action),
     })

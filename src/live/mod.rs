@@ -10,7 +10,8 @@
 //! security and broadcasts them; each subscription's [`tail`] takes them in
 //! delivery order exactly once and its resolver turns them into GraphQL
 //! payloads. The [`sweeper`] appends `stalled` events, which travel the same
-//! way. The event table is the truth and notifications are only hints, which
+//! way, and a `waitForAnswer` request waits on its fleet's feed ([`wait`]).
+//! The event table is the truth and notifications are only hints, which
 //! is what makes reconnects, replicas, resumed streams and forged
 //! notifications harmless.
 
@@ -18,6 +19,7 @@ pub mod feed;
 pub mod listener;
 pub mod sweeper;
 pub mod tail;
+pub mod wait;
 pub mod warden;
 
 use std::collections::HashMap;

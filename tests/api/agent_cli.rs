@@ -162,13 +162,22 @@ async fn block_release_and_abandon_through_the_cli() {
     assert_eq!((dead["state"].as_str(), dead["disposition"].as_str()), (Some("ABANDONED"), Some("DEAD")));
 }
 
+/// Nothing to claim: exit 3 while units are leased or blocked elsewhere
+/// (wait), exit 7 once the domain is drained (stop); the line says which.
 #[tokio::test]
-async fn nothing_to_claim_exits_3() {
+async fn nothing_to_claim_exits_3_when_busy_and_7_when_drained() {
     let app = spawn_app().await;
     let token = app.token("f", "agent-cli", Role::Agent).await;
-    let out = agent(&app, &token, &["claim", "--domain", "empty"]).await;
-    let err = refused(&out, 3);
-    assert_eq!(err["code"], "NOTHING_TO_CLAIM", "{err}");
+    let err = refused(&agent(&app, &token, &["claim", "--domain", "empty"]).await, 7);
+    assert_eq!((err["code"].as_str(), err["outcome"].as_str()), (Some("NOTHING_TO_CLAIM"), Some("drained")), "{err}");
+
+    register(&app, &["cli/busy"]).await;
+    let other = app.token("f", "other-agent", Role::Agent).await;
+    unit(&agent(&app, &other, &["claim"]).await);
+    let err = refused(&agent(&app, &token, &["claim"]).await, 3);
+    assert_eq!((err["code"].as_str(), err["outcome"].as_str()), (Some("NOTHING_TO_CLAIM"), Some("busy")), "{err}");
+    assert_eq!(err["leased"], 1, "{err}");
+    assert!(err["earliestLeaseEnd"].is_string(), "when to look again: {err}");
 }
 
 #[tokio::test]

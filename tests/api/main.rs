@@ -5,6 +5,7 @@ mod skip;
 mod ws_client;
 
 mod agent_cli;
+mod agent_reads;
 mod agents;
 mod auth;
 mod claims;

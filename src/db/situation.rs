@@ -1,0 +1,80 @@
+//! SQL of `claimSituation`: what is left to claim in a fleet or one of its
+//! domains, counted over the claim path's own partial indexes (never a scan
+//! of the fleet's finished units), and whether a domain exists at all.
+//!
+//! Each scope (fleet, or fleet and domain) has a statement text of its own
+//! rather than `($2 IS NULL OR domain = $2)`, which a generic plan could
+//! only serve with the wider index.
+
+use chrono::{DateTime, Utc};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbErr, FromQueryResult};
+
+use super::stmt;
+
+/// The open work of a fleet or a domain, counted where `claimNext` looks.
+#[derive(Debug, Clone, FromQueryResult)]
+pub struct SituationRow {
+    /// READY units (`work_units_claimable_idx`, or its domain twin).
+    pub ready: i64,
+    /// CLAIMED or IN_PROGRESS with an expired lease: `claimNext` takes these
+    /// first (the stall condition of `v_stall_list`).
+    pub stale: i64,
+    /// CLAIMED or IN_PROGRESS under a live lease.
+    pub leased: i64,
+    /// When the first of those leases ends.
+    pub earliest_lease_end: Option<DateTime<Utc>>,
+    /// BLOCKED units (held or released), waiting for an answer.
+    pub blocked: i64,
+}
+
+/// READY units are counted on the claimable index of the scope (an
+/// index-only scan, proportional to the READY units alone). Everything else
+/// comes from the fleet's live set (CLAIMED, IN_PROGRESS, BLOCKED: bounded
+/// by its agents and open questions), read whole through the live-claim
+/// index's predicate and only then narrowed to the domain: MATERIALIZED
+/// keeps the planner from reaching a domain's live units through the domain
+/// index instead, which would read every finished unit of the domain (the
+/// state conditions cannot be index conditions under row-level security:
+/// enum equality is not leakproof).
+fn statement(domain: bool) -> String {
+    let (ready_domain, live_domain) = if domain { (" AND domain = $2", " WHERE domain = $2") } else { ("", "") };
+    format!(
+        "WITH live AS MATERIALIZED (
+             SELECT domain, state, lease_expires_at FROM work_units
+              WHERE fleet = $1 AND state IN ('claimed', 'in_progress', 'blocked'))
+         SELECT (SELECT count(*) FROM work_units WHERE fleet = $1 AND state = 'ready'{ready_domain}) AS ready,
+                count(*) FILTER (WHERE state <> 'blocked' AND lease_expires_at < now()) AS stale,
+                count(*) FILTER (WHERE state <> 'blocked' AND lease_expires_at >= now()) AS leased,
+                min(lease_expires_at) FILTER (WHERE state <> 'blocked' AND lease_expires_at >= now())
+                    AS earliest_lease_end,
+                count(*) FILTER (WHERE state = 'blocked') AS blocked
+           FROM live{live_domain}"
+    )
+}
+
+/// The open work of `fleet`, or of its `domain` alone.
+pub async fn situation(tx: &DatabaseTransaction, fleet: &str, domain: Option<&str>) -> Result<SituationRow, DbErr> {
+    let statement = match domain {
+        Some(domain) => stmt(&statement(true), [fleet.into(), domain.into()]),
+        None => stmt(&statement(false), [fleet.into()]),
+    };
+    // An aggregate without GROUP BY always answers one row.
+    SituationRow::find_by_statement(statement)
+        .one(tx)
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound("claim situation answered no row".to_owned()))
+}
+
+/// True when `fleet` has any unit in `domain`, finished ones too. The
+/// ORDER BY is the one `work_units_cost_groups_idx` (fleet, domain, state,
+/// ...) yields: it makes the planner walk that index and stop at its first
+/// entry. An EXISTS would let a generic plan, which expects a domain to hold
+/// a share of the fleet, scan the table for the first match instead: the
+/// whole table when the domain is unknown.
+pub async fn domain_exists(tx: &DatabaseTransaction, fleet: &str, domain: &str) -> Result<bool, DbErr> {
+    let statement = stmt(
+        "SELECT domain FROM work_units WHERE fleet = $1 AND domain = $2 ORDER BY state LIMIT 1",
+        [fleet.into(), domain.into()],
+    );
+    Ok(tx.query_one_raw(statement).await?.is_some())
+}
