@@ -103,7 +103,8 @@ const CODES: &[(&str, &str)] = &[
     ("NOT_CLAIM_HOLDER", "another agent holds the unit"),
     ("LEASE_LOST", "your attempt was superseded after its lease expired: stop, call claimNext"),
     ("EVIDENCE_REQUIRED", "pass `evidenceUrl`, an https link to the evidence"),
-    ("DISPOSITION_IMMUTABLE", "dispositions are permanent"),
+    ("DISPOSITION_IMMUTABLE", "dispositions are permanent: registerUnits (units:register) records a new decision"),
+    ("QUESTION_NOT_OPEN", "the question you answer is no longer the unit's open one (`extensions.openQuestionId`)"),
     ("IDEMPOTENCY_KEY_REUSED", "that key was used for another request: use a fresh key"),
     ("GRAPHQL_VALIDATION_FAILED", "the document does not fit the schema; the message suggests names"),
     ("GRAPHQL_PARSE_FAILED", "the document does not parse"),
@@ -152,6 +153,20 @@ pub fn render(base: &str, descriptions: &Descriptions) -> String {
     }
     // `http://` gives `ws://`, `https://` gives `wss://`.
     let ws_base = format!("ws{}", base.strip_prefix("http").unwrap_or(base));
+    text.push_str(&format!(
+        "\nTRIAGE  with a token of role triage (`questions:answer`):\n\
+         - Subscribe over {ws_base}/graphql/ws (below) to the questions agents ask:\n\
+         \x20  subscription {{ blockingQuestionOpened(assigneeGroup: \"agent-questions\", includeOpen: true) {{\n\
+         \x20    id unitId question assigneeGroup similarAnswered {{ answer answeredBy }} }} }}\n\
+         \x20  includeOpen (the default) sends the questions open now first, so a restarted triage misses none.\n\
+         \x20  Follow the assigneeGroup your agents ask with: `agent-questions` unless they pass another\n\
+         \x20  (`{{ openQuestionGroups {{ question waiting questionIds }} }}` shows every open one, most-waited first).\n\
+         - Answer with unblock, always naming the question (a late or repeated delivery is then QUESTION_NOT_OPEN,\n\
+         \x20  never an answer to a newer question); alsoAnswerSimilar answers every open question with the same text:\n\
+         \x20  mutation {{ unblock(unitId: \"<unitId>\", questionId: \"<id>\", answer: \"...\", alsoAnswerSimilar: true,\n\
+         \x20    idempotencyKey: \"triage/<id>\") {{ id state }} }}   -> extensions.unblock.alsoAnswered\n\
+         \x20  The same through MCP: open_question_groups, then answer_question with the same arguments.\n"
+    ));
     text.push_str(&format!(
         "\nSUBSCRIPTIONS  {ws_base}/graphql/ws, protocol graphql-transport-ws, token in connection_init:\n\
          \x20  {{\"Authorization\": \"Bearer <token>\"}}; blockingQuestionOpened, unitStalled, ledgerEvents(after:).\n\

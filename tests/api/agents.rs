@@ -179,7 +179,11 @@ async fn a_client_that_is_not_a_browser_gets_a_quick_start_whose_documents_are_v
     let content_type = resp.headers()["content-type"].to_str().expect("type").to_owned();
     assert!(content_type.starts_with("text/plain"), "{content_type}");
     let text = resp.text().await.expect("text");
-    for needed in ["Authorization: Bearer", "/graphql", "/mcp", "claim_next", "DISPOSITION_IMMUTABLE", "legalActions"] {
+    for needed in ["Authorization: Bearer", "/graphql", "/mcp", "claim_next", "DISPOSITION_IMMUTABLE", "legalActions"]
+        .into_iter()
+        // The triage desk's section: what to subscribe to, which group, how to answer, on both doors.
+        .chain(["TRIAGE", "includeOpen", "agent-questions", "questionId", "alsoAnswerSimilar", "answer_question"])
+    {
         assert!(text.contains(needed), "{needed} missing from:\n{text}");
     }
     // The schema's own description of claimNext explains the step.
