@@ -192,3 +192,49 @@ async fn triage_answers_a_group_through_mcp_with_the_same_contract() {
         assert_eq!(unblocked_events(&app, unit).await, 1);
     }
 }
+
+/// The triage example (examples/triage.mjs, the npm `graphql-ws` client, as
+/// a newcomer would write it from the quick start): subscribed with
+/// `includeOpen`, it clears a burst of identical questions with one answer
+/// and leaves the question it does not know open.
+#[tokio::test]
+async fn the_triage_example_clears_a_burst_with_one_answer() {
+    let Some(node_dir) = crate::node_client::client_dir().await else { return };
+    let app = spawn_app().await;
+    let mut questions: Vec<&str> = ROUNDING.to_vec();
+    questions.push("Which codepage does PAY001 write?");
+    let units = blocked(&app, "f", &questions).await;
+    let triage = app.token("f", "triage", Role::Triage).await;
+
+    // The example beside the test clients' node_modules, as `npm install graphql-ws ws` would leave it.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/triage.mjs");
+    std::fs::copy(&example, dir.path().join("triage.mjs")).expect("copy the example");
+    std::os::unix::fs::symlink(node_dir.join("node_modules"), dir.path().join("node_modules")).expect("link");
+    let answers = dir.path().join("answers.json");
+    std::fs::write(
+        &answers,
+        json!({ "Is the ROUNDING_MODE flag still read by the nightly batch?": "No." }).to_string(),
+    )
+    .expect("answers");
+    let run = tokio::process::Command::new("node")
+        .arg(dir.path().join("triage.mjs"))
+        .arg(app.url(""))
+        .arg(&triage)
+        .arg(&answers)
+        .arg("6")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(crate::ws_client::GUARD * 2, run).await.expect("guard").expect("run node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    assert_eq!(lines.len(), 1, "one answer for the burst: {stdout}");
+    assert_eq!(lines[0]["alsoAnswered"], 5, "{stdout}");
+
+    let answers = app
+        .sql_i64("SELECT count(*) FROM work_unit_events WHERE event_type = 'unblocked' AND agent_id = 'triage'")
+        .await;
+    assert_eq!(answers, 6, "each unit of the burst answered once");
+    assert_eq!(unblocked_events(&app, &units[6].0).await, 0, "the unknown question stays open");
+}

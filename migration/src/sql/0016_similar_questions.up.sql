@@ -3,7 +3,7 @@
 -- runs of white space and trailing punctuation ("Is X used?" = "is  x used").
 CREATE FUNCTION ledger_question_norm(q text) RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, public, pg_temp
-RETURN regexp_replace(regexp_replace(lower(btrim(q)), '\s+', ' ', 'g'), '[[:space:][:punct:]]+$', '');
+RETURN regexp_replace(btrim(regexp_replace(lower(q), '\s+', ' ', 'g')), '[[:space:][:punct:]]+$', '');
 
 ALTER TABLE blocking_questions ADD COLUMN norm text GENERATED ALWAYS AS (ledger_question_norm(question)) STORED;
 
