@@ -18,6 +18,13 @@ use crate::ledger::Ledger;
 use crate::operator::{AnyError, audit, backup, import};
 
 pub async fn run() -> Result<ExitCode, AnyError> {
+    // `work-ledger agent ...` is an HTTP client with a grammar of its own: the
+    // database flags of the other commands are not its flags.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|arg| arg == "agent") {
+        let agent = agent_cli::AgentCli::parse_from(argv.into_iter().skip(1));
+        return Ok(agent_cli::run(agent.args).await);
+    }
     let cli = Cli::parse();
     match cli.command {
         // Neither needs a database: the agent talks to a server over HTTP.

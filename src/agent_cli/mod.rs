@@ -57,6 +57,15 @@ Example:
   work-ledger agent verify https://github.com/acme/estate/pull/42
   work-ledger agent dispose migrated";
 
+/// `work-ledger agent` on its own (without the database flags of the
+/// other commands): what `work-ledger agent ...` is parsed with.
+#[derive(Debug, clap::Parser)]
+#[command(name = "work-ledger agent", bin_name = "work-ledger agent", version, after_help = AFTER_HELP)]
+pub struct AgentCli {
+    #[command(flatten)]
+    pub args: AgentArgs,
+}
+
 /// `work-ledger agent`: connection and retries, then one verb.
 #[derive(Debug, Args, Clone)]
 pub struct AgentArgs {

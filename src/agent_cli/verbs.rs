@@ -91,11 +91,14 @@ fn command(verb: &'static str) -> Command {
     let first_line = about.split(['\n']).next().unwrap_or_default().to_owned();
     let mut command = Command::new(verb).about(first_line).long_about(about);
     for (op, arg) in verb_args(verb) {
-        let help = arg.description.clone().unwrap_or_default();
+        let mut help = arg.description.clone().unwrap_or_default();
+        if value_name(arg) == "DURATION" {
+            help.push_str(" Here a duration: 90s, 15m, 1h (a bare number is seconds).");
+        }
         let mut cli = if op.positional == Some(arg.name.as_str()) {
             Arg::new(arg.name.clone()).required(true).value_name(kebab(&arg.name).to_uppercase())
         } else {
-            Arg::new(arg.name.clone()).long(flag(&arg.name)).action(ArgAction::Set)
+            Arg::new(arg.name.clone()).long(flag(&arg.name)).action(ArgAction::Set).value_name(value_name(arg))
         };
         cli = cli.help(help).allow_negative_numbers(arg.base() == "Int");
         if let Some(values) = shape::enum_values(arg.base()) {
@@ -105,6 +108,11 @@ fn command(verb: &'static str) -> Command {
         command = command.arg(cli);
     }
     command
+}
+
+/// What a flag takes, as help shows it: `DURATION` for `...Seconds`, else the GraphQL type.
+fn value_name(arg: &FieldArg) -> String {
+    if arg.base() == "Int" && arg.name.ends_with("Seconds") { "DURATION".to_owned() } else { arg.base().to_uppercase() }
 }
 
 /// The arguments a command line gave, as GraphQL variables of `op`.

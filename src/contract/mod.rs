@@ -116,16 +116,14 @@ pub const OPERATIONS: &[Operation] = &[
     Operation {
         tool: Some("claim_next"),
         verb: Some("claim"),
-        note: "`outcome` says what happened: `claimed` (a new attempt), `renewed` (the unit you already hold, lease \
-               extended), `held` (your BLOCKED unit, nothing written); with no unit, `drained` (nothing left to \
-               claim in the domain: stop) or `busy` (units are blocked or leased elsewhere: `blocked`, `leased` and \
-               `earliestLeaseEnd` say how many and when to look again).",
+        note: "Here `outcome` (and, with no unit, `ready`, `stale`, `blocked`, `leased`, `earliestLeaseEnd`) are \
+               fields of the result.",
         ..op("claimNext", Root::Mutation, AGENT)
     },
     Operation {
         tool: Some("claim_unit"),
         verb: Some("claim"),
-        note: "`outcome` as for claim_next.",
+        note: "Here `outcome` is a field of the result.",
         ..op("claimUnit", Root::Mutation, AGENT)
     },
     Operation { tool: Some("heartbeat"), verb: Some("heartbeat"), ..op("heartbeat", Root::Mutation, AGENT) },

@@ -18,9 +18,10 @@ use crate::ledger::{ClaimSituation, CostTarget, Dispose, LedgerError, Release, U
 pub struct WorkMutation;
 
 /// The mutations, with the argument descriptions several of them share
-/// written once (`$key`: the idempotency key; `$fence`: the attempt fence).
+/// written once (`$key`: the idempotency key; `$fence`: the attempt fence;
+/// `$lease`: the lease length).
 macro_rules! work_mutation {
-    ($key:tt, $fence:tt) => {
+    ($key:tt, $fence:tt, $lease:tt) => {
     #[Object]
     impl WorkMutation {
         /// Claims the oldest claimable unit (stale units first): a new attempt and
@@ -36,8 +37,8 @@ macro_rules! work_mutation {
         async fn claim_next(
             &self,
             ctx: &Context<'_>,
-            domain: Option<String>,
-            lease_seconds: Option<i32>,
+            #[graphql(desc = "Only units of this domain (any domain when omitted).")] domain: Option<String>,
+            #[graphql(desc = $lease)] lease_seconds: Option<i32>,
             #[graphql(desc = $key)]
             idempotency_key: Option<String>,
         ) -> Result<Option<WorkUnit>> {
@@ -62,7 +63,7 @@ macro_rules! work_mutation {
             &self,
             ctx: &Context<'_>,
             id: Uuid,
-            lease_seconds: Option<i32>,
+            #[graphql(desc = $lease)] lease_seconds: Option<i32>,
             #[graphql(desc = $key)]
             idempotency_key: Option<String>,
         ) -> Result<WorkUnit> {
@@ -72,7 +73,12 @@ macro_rules! work_mutation {
         }
 
         /// Extends the lease of your current attempt (also after expiry, unless someone reclaimed the unit).
-        async fn heartbeat(&self, ctx: &Context<'_>, attempt_id: Uuid, lease_seconds: Option<i32>) -> Result<WorkUnit> {
+        async fn heartbeat(
+            &self,
+            ctx: &Context<'_>,
+            #[graphql(desc = "The `currentAttemptId` of the unit you hold.")] attempt_id: Uuid,
+            #[graphql(desc = $lease)] lease_seconds: Option<i32>,
+        ) -> Result<WorkUnit> {
             Ok(WorkUnit(ledger(ctx).heartbeat(principal(ctx)?, attempt_id, lease_seconds).await?))
         }
 
@@ -210,5 +216,6 @@ macro_rules! work_mutation {
 
 work_mutation!(
     "Your idempotency key, scoped to you (fleet and token name): resending it with the same arguments returns the current unit and writes nothing; with other arguments it is IDEMPOTENCY_KEY_REUSED. Another agent's identical key is unrelated.",
-    "Your current attempt: when given and not the unit's current attempt (a newer claim replaced it), the write is LEASE_LOST and changes nothing."
+    "Your current attempt: when given and not the unit's current attempt (a newer claim replaced it), the write is LEASE_LOST and changes nothing.",
+    "Lease length in seconds, 30..86400 (default 900): heartbeat before it runs out, or the unit becomes reclaimable."
 );
