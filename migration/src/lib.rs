@@ -71,6 +71,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261130_000013_reader_warden", "0013_reader_warden"),
             // Foreign sessions: writer markers out of other logins' reach, notifications that name no fleet.
             sql_migration!("m20261130_000014_foreign_sessions", "0014_foreign_sessions"),
+            // The fleet roster: v_agents (one row per agent name), live and silent claiming agents.
+            sql_migration!("m20261130_000017_roster", "0017_roster"),
         ]
     }
 }

@@ -11,6 +11,7 @@ mod query;
 mod read_budget;
 mod reads;
 pub mod request_errors;
+mod roster;
 mod stalls;
 mod subscription;
 mod types;
@@ -26,7 +27,7 @@ pub use error::{Result, error_body, error_object};
 pub use subscription::Subscription;
 
 #[derive(MergedObject, Default)]
-pub struct Query(query::MetaQuery, units::UnitQuery, reads::ReadQuery, aggregates::MetricsQuery);
+pub struct Query(query::MetaQuery, units::UnitQuery, reads::ReadQuery, aggregates::MetricsQuery, roster::RosterQuery);
 
 #[derive(MergedObject, Default)]
 pub struct Mutation(units::UnitMutation, work::WorkMutation);

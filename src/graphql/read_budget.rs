@@ -20,14 +20,16 @@ use async_graphql::{Pos, ServerError, ServerResult, Variables};
 use super::request_errors::VALIDATION_FAILED;
 
 /// The reads that scan the caller's whole fleet, whatever they return.
-pub const FLEET_READS: [&str; 8] = [
+pub const FLEET_READS: [&str; 10] = [
     "queueDepth",
     "costSummary",
+    "costTotal",
     "throughput",
     "weeklyMetrics",
     "claimingAgents",
     "dispositionSummary",
     "stalls",
+    "agents",
     "totalCount",
 ];
 /// Fleet-wide reads in one operation: a dashboard's handful.
