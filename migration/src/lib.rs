@@ -73,6 +73,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261130_000014_foreign_sessions", "0014_foreign_sessions"),
             // The triage desk: questions compare by their normalised text (similarAnswered, alsoAnswerSimilar).
             sql_migration!("m20261201_000016_similar_questions", "0016_similar_questions"),
+            // The fleet roster: v_agents (one row per agent name), live and silent claiming agents.
+            sql_migration!("m20261130_000017_roster", "0017_roster"),
         ]
     }
 }

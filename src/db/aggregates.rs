@@ -55,6 +55,35 @@ pub fn cost_summary_query(fleet: &str, group: CostGroup, range: &Range, domain: 
     q
 }
 
+/// Units and cost of the whole fleet (key `TOTAL`) with the arguments of
+/// `costSummary`: the sum of its groups by domain, in one statement around
+/// that very query, so it equals the sum of the groups by DOMAIN, STATE or
+/// DISPOSITION (each unit is in exactly one of those groups) to the cent.
+pub async fn cost_total(
+    tx: &DatabaseTransaction,
+    fleet: &str,
+    range: &Range,
+    domain: Option<&str>,
+) -> Result<CostSummaryRow, DbErr> {
+    let rows: Vec<CostSummaryRow> = cost_total_query(fleet, range, domain).rows(tx).await?;
+    // An aggregate without GROUP BY answers one row, zeros on an empty fleet.
+    Ok(rows.into_iter().next().unwrap_or(CostSummaryRow { key: TOTAL.to_owned(), units: 0, cost_cents: 0 }))
+}
+
+/// The key of [`cost_total`]'s row.
+pub const TOTAL: &str = "TOTAL";
+
+/// The statement of [`cost_total`].
+pub fn cost_total_query(fleet: &str, range: &Range, domain: Option<&str>) -> Query {
+    cost_summary_query(fleet, CostGroup::Domain, range, domain).around(
+        &format!(
+            "SELECT '{TOTAL}' AS key, coalesce(sum(g.units), 0)::bigint AS units, \
+                    coalesce(sum(g.cost_cents), 0)::bigint AS cost_cents FROM ("
+        ),
+        ") AS g",
+    )
+}
+
 /// The group of a unit, on columns of `alias` (the grouped rows).
 fn unit_key(group: CostGroup, alias: &str) -> String {
     match group {
@@ -145,7 +174,8 @@ fn agent_cost_in(fleet: &str, range: &Range, domain: Option<&str>) -> Query {
 }
 
 /// Units disposed per bucket and disposition (the `throughput` SQL function
-/// of migration 0007, which the v_throughput_* views read too).
+/// of migration 0007, which the v_throughput_* views read too), with the
+/// totals of the row's whole bucket (every disposition).
 #[derive(Debug, Clone, FromQueryResult)]
 pub struct ThroughputRow {
     pub start: DateTime<Utc>,
@@ -153,6 +183,8 @@ pub struct ThroughputRow {
     pub units: i64,
     pub cost_cents: i64,
     pub distinct_agents: i64,
+    pub bucket_units: i64,
+    pub bucket_cost_cents: i64,
 }
 
 pub async fn throughput(
@@ -167,8 +199,13 @@ pub async fn throughput(
 
 /// The statement of [`throughput`] (the reads bench explains it).
 pub fn throughput_query(fleet: &str, bucket: &str, range: &Range, domain: Option<&str>) -> Query {
+    // The bucket's totals are window sums over the very rows returned, so
+    // they equal the sum of the bucket's rows exactly.
     let mut q = Query::new(
-        "SELECT t.start, t.disposition::text AS disposition, t.units, t.cost_cents, t.distinct_agents FROM throughput(",
+        "SELECT t.start, t.disposition::text AS disposition, t.units, t.cost_cents, t.distinct_agents, \
+                (sum(t.units) OVER bucket)::bigint AS bucket_units, \
+                (sum(t.cost_cents) OVER bucket)::bigint AS bucket_cost_cents \
+           FROM throughput(",
     );
     let args = [bucket.into(), range.from.into(), range.until.into(), domain.map(str::to_owned).into()]
         .map(|v: sea_orm::Value| q.bind(v))
@@ -176,7 +213,7 @@ pub fn throughput_query(fleet: &str, bucket: &str, range: &Range, domain: Option
     q.push(&format!("{args}) t WHERE t.fleet = "));
     let p = q.bind(fleet);
     q.push(&p);
-    q.push(" ORDER BY t.start, t.disposition");
+    q.push(" WINDOW bucket AS (PARTITION BY t.start) ORDER BY t.start, t.disposition");
     q
 }
 
@@ -221,16 +258,21 @@ pub async fn weekly(tx: &DatabaseTransaction, fleet: &str, range: &Range) -> Res
     WeekRow::find_by_statement(stmt(sql, [fleet.into(), range.from.into(), range.until.into()])).all(tx).await
 }
 
-/// Distinct agents that claimed, per UTC day (`v_claiming_agents_daily`).
+/// Distinct agents that claimed, per UTC day (`v_claiming_agents_daily`);
+/// on the current day, how many of them now hold a unit with a live lease,
+/// a BLOCKED unit, or a unit whose lease expired (NULL on earlier days).
 #[derive(Debug, Clone, FromQueryResult)]
 pub struct DayRow {
     pub day: DateTime<Utc>,
     pub agents: i64,
     pub claims: i64,
+    pub live: Option<i64>,
+    pub blocked: Option<i64>,
+    pub silent: Option<i64>,
 }
 
 pub async fn claiming_agents(tx: &DatabaseTransaction, fleet: &str, range: &Range) -> Result<Vec<DayRow>, DbErr> {
-    let sql = "SELECT day, agents, claims FROM v_claiming_agents_daily
+    let sql = "SELECT day, agents, claims, live, blocked, silent FROM v_claiming_agents_daily
                 WHERE fleet = $1 AND day >= coalesce($2, '-infinity') AND day < coalesce($3, 'infinity')
                 ORDER BY day";
     DayRow::find_by_statement(stmt(sql, [fleet.into(), range.from.into(), range.until.into()])).all(tx).await

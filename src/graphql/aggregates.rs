@@ -60,6 +60,15 @@ pub enum ThroughputBucket {
     Week,
 }
 
+/// The whole of one `throughput` bucket, every disposition together.
+#[derive(SimpleObject)]
+pub struct ThroughputTotal {
+    /// Units disposed in the bucket: the sum of `count` over the bucket's rows.
+    pub count: i64,
+    /// Their whole cost: the sum of `costCents` over the bucket's rows.
+    pub cost_cents: i64,
+}
+
 /// Units disposed in one bucket with one disposition.
 #[derive(SimpleObject)]
 pub struct Throughput {
@@ -72,6 +81,11 @@ pub struct Throughput {
     pub cost_cents: i64,
     /// Distinct agents that made attempts on them.
     pub distinct_agents: i64,
+    /// The row's whole bucket, every disposition (the same on each row of the
+    /// bucket): units finished that day or week, without summing by hand.
+    /// Distinct agents have no total here (an agent may work on units of
+    /// several dispositions): see `claimingAgents`.
+    pub total: ThroughputTotal,
 }
 
 impl From<ThroughputRow> for Throughput {
@@ -82,6 +96,7 @@ impl From<ThroughputRow> for Throughput {
             count: r.units,
             cost_cents: r.cost_cents,
             distinct_agents: r.distinct_agents,
+            total: ThroughputTotal { count: r.bucket_units, cost_cents: r.bucket_cost_cents },
         }
     }
 }
@@ -137,18 +152,31 @@ impl From<WeekRow> for WeekMetrics {
     }
 }
 
-/// Agents that claimed on one UTC day.
+/// Agents that claimed on one UTC day and, on the current day, which of
+/// them are still alive.
 #[derive(SimpleObject)]
 pub struct ClaimingAgents {
     pub day: DateTime<Utc>,
     /// Distinct agents that claimed.
     pub agents: i64,
     pub claims: i64,
+    /// Of `agents`, those that now hold a CLAIMED or IN_PROGRESS unit under a
+    /// live lease (`agents` status ACTIVE). Set on the current UTC day's row
+    /// only: null on earlier days, a lease being a fact of now.
+    pub live: Option<i64>,
+    /// Of `agents`, those that now hold a BLOCKED unit (status BLOCKED).
+    /// Current day only, as `live`.
+    pub blocked: Option<i64>,
+    /// Of `agents`, those that now hold a CLAIMED or IN_PROGRESS unit whose
+    /// lease expired without a heartbeat (status SILENT: the ghosts). Current
+    /// day only, as `live`. The rest of `agents` hold nothing now.
+    pub silent: Option<i64>,
 }
 
 impl From<DayRow> for ClaimingAgents {
     fn from(r: DayRow) -> Self {
-        Self { day: r.day, agents: r.agents, claims: r.claims }
+        let DayRow { day, agents, claims, live, blocked, silent } = r;
+        Self { day, agents, claims, live, blocked, silent }
     }
 }
 
@@ -173,9 +201,28 @@ impl MetricsQuery {
         Ok(rows.into_iter().map(CostGroupSummary::from).collect())
     }
 
+    /// Units, cost and average of the whole fleet as one group, key `TOTAL`,
+    /// with the arguments of `costSummary` and its rules (without `from`/`to`
+    /// every unit with its whole cost; with them, the cost recorded in
+    /// `[from, to)` and the units it was recorded for). Computed around the
+    /// very statement of `costSummary(groupBy: DOMAIN)`, so it equals the sum
+    /// of `costSummary`'s groups by DOMAIN, STATE or DISPOSITION exactly (not
+    /// of AGENT's: a unit attempted by two agents is in both their groups).
+    async fn cost_total(
+        &self,
+        ctx: &Context<'_>,
+        from: Option<DateTime<Utc>>,
+        to: Option<DateTime<Utc>>,
+        domain: Option<String>,
+    ) -> Result<CostGroupSummary> {
+        let range = Range { from, until: to };
+        Ok(ledger(ctx).cost_total(principal(ctx)?, range, domain).await?.into())
+    }
+
     /// Units disposed per UTC day or week and disposition, disposed in
     /// `[from, until)`, oldest bucket first (the SQL of `v_throughput_daily`
     /// and `v_throughput_weekly`). Buckets without dispositions are left out.
+    /// Each row's `total` is its whole bucket (every disposition).
     async fn throughput(
         &self,
         ctx: &Context<'_>,
@@ -205,7 +252,8 @@ impl MetricsQuery {
         Ok(rows.into_iter().map(WeekMetrics::from).collect())
     }
 
-    /// Distinct claiming agents per UTC day in `[from, until)` (`v_claiming_agents_daily`), oldest first.
+    /// Distinct claiming agents per UTC day in `[from, until)` (`v_claiming_agents_daily`), oldest first;
+    /// the current day's row also says how many of them are `live`, `blocked` or `silent` now.
     async fn claiming_agents(
         &self,
         ctx: &Context<'_>,

@@ -12,6 +12,7 @@ mod query;
 mod read_budget;
 mod reads;
 pub mod request_errors;
+mod roster;
 mod stalls;
 mod subscription;
 mod triage;
@@ -36,6 +37,7 @@ pub struct Query(
     aggregates::MetricsQuery,
     agent_reads::AgentQuery,
     triage::TriageQuery,
+    roster::RosterQuery,
 );
 
 #[derive(MergedObject, Default)]

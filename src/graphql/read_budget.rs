@@ -24,11 +24,13 @@ pub const FLEET_READS: &[&str] = &[
     "queueDepth",
     "openQuestionGroups",
     "costSummary",
+    "costTotal",
     "throughput",
     "weeklyMetrics",
     "claimingAgents",
     "dispositionSummary",
     "stalls",
+    "agents",
     "totalCount",
 ];
 /// Fleet-wide reads in one operation: a dashboard's handful.

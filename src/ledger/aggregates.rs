@@ -32,6 +32,23 @@ impl Ledger {
         .await
     }
 
+    /// Units and cost of the whole fleet, key `TOTAL`: the sum of
+    /// `cost_summary`'s groups by domain, state or disposition.
+    pub async fn cost_total(
+        &self,
+        who: &Principal,
+        range: Range,
+        domain: Option<String>,
+    ) -> Result<CostSummaryRow, LedgerError> {
+        validate::range("from", "to", &range)?;
+        validate::filter("domain", domain.as_deref())?;
+        let fleet = who.fleet.clone();
+        self.scan(who, move |tx| {
+            Box::pin(async move { Ok(aggregates::cost_total(tx, &fleet, &range, domain.as_deref()).await?) })
+        })
+        .await
+    }
+
     /// Units disposed per bucket (UTC days, or weeks from Monday) and disposition.
     pub async fn throughput(
         &self,

@@ -25,6 +25,8 @@ pub enum List {
     CostPerUnit,
     Rework,
     Dispositions,
+    /// The roster, by name (its cursors carry a name: [`encode_name`]).
+    Agents,
 }
 
 impl List {
@@ -54,6 +56,7 @@ impl List {
             Self::CostPerUnit => "c",
             Self::Rework => "r",
             Self::Dispositions => "d",
+            Self::Agents => "a",
         }
     }
 }
@@ -117,15 +120,32 @@ impl EventCursor {
     }
 }
 
+/// The opaque cursor of a list keyed by a name (the roster): `wl1:<list>:<name>`.
+pub fn encode_name(list: List, name: &str) -> String {
+    URL_SAFE_NO_PAD.encode(format!("wl1:{}:{name}", list.tag()))
+}
+
+/// The name a cursor of [`encode_name`] carries; anything else is INVALID_INPUT.
+pub fn decode_name(list: List, cursor: &str) -> Result<String, LedgerError> {
+    let text = URL_SAFE_NO_PAD.decode(cursor).ok().and_then(|bytes| String::from_utf8(bytes).ok());
+    let name = text.as_deref().and_then(|t| t.strip_prefix("wl1:")).and_then(|t| t.strip_prefix(list.tag()));
+    match name.and_then(|t| t.strip_prefix(':')) {
+        Some(name) if !name.is_empty() => Ok(name.to_owned()),
+        _ => Err(not_a_cursor()),
+    }
+}
+
+fn not_a_cursor() -> LedgerError {
+    LedgerError::invalid(
+        "after",
+        "not a cursor of this list in this order: pass the `endCursor` (or an edge `cursor`) this same list \
+         returned, with the same `order`",
+    )
+}
+
 /// `wl1:<list>:<micros>:<id>`, and for events an optional `:<floor>`.
 fn parse(list: List, cursor: &str) -> Result<(Cursor, Option<i64>), LedgerError> {
-    let invalid = || {
-        LedgerError::invalid(
-            "after",
-            "not a cursor of this list in this order: pass the `endCursor` (or an edge `cursor`) this same list \
-             returned, with the same `order`",
-        )
-    };
+    let invalid = not_a_cursor;
     let bytes = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| invalid())?;
     let text = String::from_utf8(bytes).map_err(|_| invalid())?;
     let mut parts = text.split(':');
@@ -179,6 +199,13 @@ mod tests {
         assert_eq!(EventCursor::decode(&text).ok(), Some(listed));
         assert_eq!(Cursor::decode(List::Events, &text).ok(), Some(cursor), "pages like any event cursor");
         assert!(Cursor::decode(List::Units, &text).is_err());
+        let named = encode_name(List::Agents, "agent:7 é");
+        assert_eq!(decode_name(List::Agents, &named).ok().as_deref(), Some("agent:7 é"));
+        assert!(Cursor::decode(List::Units, &named).is_err(), "a name cursor pages no other list");
+        assert!(decode_name(List::Agents, &encoded).is_err(), "nor does another list's cursor page the roster");
+        for garbage in ["", "!!!", &URL_SAFE_NO_PAD.encode("wl1:a:"), &URL_SAFE_NO_PAD.encode("wl1:ab:x")] {
+            assert!(decode_name(List::Agents, garbage).is_err(), "{garbage}");
+        }
         let streamed = EventCursor { at: cursor, floor: None, list: List::Events };
         assert_eq!(streamed.encode(), cursor.encode(List::Events));
         assert_eq!(EventCursor::decode(&streamed.encode()).ok(), Some(streamed));

@@ -3,11 +3,13 @@
 
 use uuid::Uuid;
 
-use super::cursor::{Cursor, CursorText, List};
+use super::cursor::{self, Cursor, CursorText, List};
 use super::{Ledger, LedgerError, UnitModel, validate};
 use crate::auth::Principal;
 use crate::db::entities::{Disposition, attempt, event, question};
-use crate::db::reads::{self, AttemptEndRow, CostRow, DisposalRow, DispositionRow, Query, QueueDepthRow, UnitCount};
+use crate::db::reads::{
+    self, AgentRow, AgentStatus, AttemptEndRow, CostRow, DisposalRow, DispositionRow, Query, QueueDepthRow, UnitCount,
+};
 pub use crate::db::reads::{EventFilter, QuestionFilter, Range, UnitFilter};
 use crate::db::{events, situation};
 
@@ -172,6 +174,23 @@ impl Ledger {
         let total = Total(query.count());
         query.page_on("v", "unit_id", cursor, false, first + 1);
         let rows = self.read(who, move |tx| Box::pin(async move { Ok(query.rows::<CostRow>(tx).await?) })).await?;
+        Ok(split(rows, first, total))
+    }
+
+    /// The roster (`v_agents`), by name; `status` keeps the agents of one
+    /// status. Fleet-wide: every name of the fleet is looked at.
+    pub async fn agents_page(
+        &self,
+        who: &Principal,
+        args: PageArgs,
+        status: Option<AgentStatus>,
+    ) -> Result<Page<AgentRow>, LedgerError> {
+        let first = validate::first(args.first)?;
+        let after = args.after.as_deref().map(|c| cursor::decode_name(List::Agents, c)).transpose()?;
+        let mut query = reads::agents(&who.fleet, status);
+        let total = Total(query.count());
+        query.page_by_text("v.name", after, first + 1);
+        let rows = self.scan(who, move |tx| Box::pin(async move { Ok(query.rows::<AgentRow>(tx).await?) })).await?;
         Ok(split(rows, first, total))
     }
 

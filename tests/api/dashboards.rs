@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use sea_orm::sqlx::{AssertSqlSafe, Column, Connection, Executor, SqlSafeStr, Statement};
+use sea_orm::sqlx::{AssertSqlSafe, Column, Connection, Executor, Row, SqlSafeStr, Statement};
 use serde_json::{Value, json};
 use work_ledger::auth::Role;
 
@@ -95,6 +95,21 @@ fn expected_columns() -> BTreeMap<&'static str, Vec<&'static str>> {
             "table Claimed and never transitioned (anti-metric)",
             vec!["external_ref", "domain", "agent_id", "attempt_no", "outcome", "started_at", "ended_at"],
         ),
+        (
+            "table Fleet roster",
+            vec![
+                "name",
+                "status",
+                "held_external_ref",
+                "held_state",
+                "lease_expires_at",
+                "last_claim_at",
+                "last_heartbeat_at",
+                "claims_today",
+                "cost_cents_today",
+                "token_last_used_at",
+            ],
+        ),
     ])
 }
 
@@ -104,6 +119,10 @@ async fn every_panel_query_runs_as_a_reader_and_every_metric_exists() {
     config.metrics_listen = Some("127.0.0.1:0".into());
     let app = spawn_app_with(config).await;
     worked_ledger(&app).await;
+    // Another fleet's agent, holding a unit: never on this fleet's roster.
+    let other = Agent::new(&app, "other", "other-agent", Role::Operator).await;
+    app.register(&other.token, &["other-unit"]).await;
+    other.claim_next(json!({})).await.data();
     let role = format!("grafana_t{}", uuid::Uuid::new_v4().simple());
     let made = work_ledger(&app, &["reader", "create", "--fleet", "f", "--name", &role, "--password", "s3cret"], None);
     assert!(made.status.success(), "{}", text(&made.stderr));
@@ -131,6 +150,15 @@ async fn every_panel_query_runs_as_a_reader_and_every_metric_exists() {
     }
     assert_eq!(seen, expected.keys().copied().collect(), "every expected panel is on a dashboard");
     assert!(rows_seen > 0, "the worked ledger shows on the dashboard");
+
+    // The roster panel: the reader's own fleet's agents (the names of tokens
+    // that may claim and of attempts), the one that waits on triage first.
+    let (_, roster) = sql.iter().find(|(panel, _)| panel == "table Fleet roster").expect("roster panel");
+    let rows = (&mut reader).fetch_all(AssertSqlSafe(roster.clone())).await.expect("roster");
+    let agents: Vec<(String, String)> =
+        rows.iter().map(|r| (r.get::<String, _>("name"), r.get::<String, _>("status"))).collect();
+    let expected_roster = [("agent-b", "BLOCKED"), ("agent-a", "IDLE"), ("op", "IDLE")];
+    assert_eq!(agents, expected_roster.map(|(n, s)| (n.to_owned(), s.to_owned())), "{agents:?}");
 
     // The metric families the Prometheus panels read, against what the service exports
     // (after actions that make every labelled family appear).

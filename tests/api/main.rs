@@ -39,6 +39,7 @@ mod outsiders;
 mod reads;
 mod register;
 mod restart;
+mod roster;
 mod round_trips;
 mod schema;
 mod slow_clients;

@@ -90,7 +90,7 @@ async fn dispose(app: &TestApp, unit: &str, disposition: &str, at: &str) {
     .await;
 }
 
-async fn calendar(app: &TestApp) {
+pub(crate) async fn calendar(app: &TestApp) {
     app.sql(
         "INSERT INTO work_units (fleet, external_ref, domain, created_at) VALUES
            ('g', 'g1', 'default', '2026-01-05T09:00:00Z'), ('g', 'g2', 'default', '2026-01-05T09:10:00Z'),

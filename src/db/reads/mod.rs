@@ -10,10 +10,12 @@
 //! | [`lists`] | the filtered lists: units, events, questions, units of a view |
 //! | [`batches`] | the DataLoaders' batched loads |
 //! | [`views`] | queue depth, disposition summary, cost per unit |
+//! | [`roster`] | the fleet's agents (`v_agents`), paged by name |
 
 mod batches;
 mod lists;
 mod query;
+mod roster;
 mod views;
 
 pub use batches::{
@@ -24,4 +26,5 @@ pub use lists::{
     EventFilter, QuestionFilter, UnitFilter, events, events_page, questions, questions_page, units, units_in_view,
 };
 pub use query::{Cursor, Query, Range};
+pub use roster::{AgentRow, AgentStatus, agents};
 pub use views::{CostRow, DispositionRow, QueueDepthRow, cost_per_unit, disposition_summary, queue_depth};

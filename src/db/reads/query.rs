@@ -1,5 +1,5 @@
 //! The statement builder of the read path: SQL text and its positional
-//! values, keyset paging on `(created_at, id)` (never OFFSET), time ranges,
+//! values, keyset paging on `(created_at, id)` or a name (never OFFSET), time ranges,
 //! and the `count(*)` of a list, run only for a `totalCount` the client
 //! asked for.
 
@@ -74,6 +74,18 @@ impl Query {
         self
     }
 
+    /// Keyset condition and order on one unique text column (a name):
+    /// rows after `after`, in that column's order.
+    pub fn page_by_text(&mut self, column: &str, after: Option<String>, limit: i32) -> &mut Self {
+        if let Some(after) = after {
+            let p = self.bind(after);
+            self.sql.push_str(&format!(" AND {column} > {p}"));
+        }
+        let l = self.bind(i64::from(limit));
+        self.sql.push_str(&format!(" ORDER BY {column} LIMIT {l}"));
+        self
+    }
+
     /// Rows in `[from, until)` of a timestamp column; open where a bound is None.
     pub fn range(&mut self, column: &str, range: &Range) -> &mut Self {
         if let Some(from) = range.from {
@@ -88,7 +100,12 @@ impl Query {
     /// The number of rows the query (not yet paged) selects: the `totalCount`
     /// of its list, with the very same filter.
     pub fn count(&self) -> Query {
-        Query { sql: format!("SELECT count(*) AS n FROM ({}) AS listed", self.sql), values: self.values.clone() }
+        self.around("SELECT count(*) AS n FROM (", ") AS listed")
+    }
+
+    /// This query as a subquery: `before`, its SQL, `after`, with its values.
+    pub fn around(&self, before: &str, after: &str) -> Query {
+        Query { sql: format!("{before}{}{after}", self.sql), values: self.values.clone() }
     }
 
     /// The SQL text and its values, e.g. to EXPLAIN the very statement a read sends.
