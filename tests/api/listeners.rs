@@ -218,7 +218,7 @@ async fn mcp_answers_a_trickled_body_with_408() {
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(after >= limit - Duration::from_millis(100), "answered after {after:?}");
     let body: Value = serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap_or_default()).expect("JSON");
-    assert_eq!(body["error"]["extensions"]["code"], "INVALID_INPUT", "{body:#}");
+    assert_eq!(body["errors"][0]["extensions"]["code"], "INVALID_INPUT", "the body /graphql sends: {body:#}");
 
     // Over the size limit: 413, without reading further.
     let big = "x".repeat(work_ledger::http::MAX_BODY_BYTES + 1);
