@@ -197,6 +197,15 @@ pub const OPERATIONS: &[Operation] = &[
         ..op("openQuestionGroups", Root::Query, TRIAGE)
     },
     Operation {
+        tool: Some("fleet_roster"),
+        selection: "{ totalCount pageInfo { hasNextPage endCursor } nodes { name status \
+            heldUnit { id externalRef state leaseExpiresAt } lastClaimAt lastHeartbeatAt claimsToday costCentsToday \
+            tokenLastUsedAt } }",
+        result: "agents",
+        note: "Who is alive: SILENT agents hold a unit whose lease ran out.",
+        ..op("agents", Root::Query, READER)
+    },
+    Operation {
         tool: Some("queue_depth"),
         selection: QUEUE_DEPTH,
         result: "queueDepth",

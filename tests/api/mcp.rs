@@ -42,6 +42,7 @@ async fn the_official_mcp_client_drives_a_lifecycle_and_meets_refusals() {
             "claim_next",
             "claim_unit",
             "dispose",
+            "fleet_roster",
             "get_unit",
             "get_unit_by_ref",
             "heartbeat",
@@ -78,7 +79,7 @@ async fn the_official_mcp_client_drives_a_lifecycle_and_meets_refusals() {
     assert_eq!(disposed["body"]["unit"]["state"], "DONE");
     assert_eq!(disposed["body"]["unit"]["disposition"], "MIGRATED");
 
-    assert_eq!(step("reader tools")["tools"], json!(["get_unit", "get_unit_by_ref", "queue_depth"]));
+    assert_eq!(step("reader tools")["tools"], json!(["fleet_roster", "get_unit", "get_unit_by_ref", "queue_depth"]));
     let forbidden = step("reader claim_next");
     assert_eq!(forbidden["isError"], true);
     assert_eq!(forbidden["body"]["code"], "FORBIDDEN");
