@@ -17,6 +17,7 @@ use async_graphql::extensions::{
 use async_graphql::parser::types::{
     BaseType, DocumentOperations, ExecutableDocument, OperationDefinition, OperationType, Type,
 };
+use async_graphql::registry::{MetaType, Registry};
 use async_graphql::{Positioned, Request, Response, ServerError, ServerResult, ValidationResult, Variables};
 
 pub const PARSE_FAILED: &str = "GRAPHQL_PARSE_FAILED";
@@ -81,7 +82,8 @@ impl Extension for PerRequest {
             if operation.node.ty == OperationType::Subscription && ctx.data_opt::<ExecutionStarted>().is_some() {
                 return Err(subscription_over_http(operation.pos));
             }
-            required_variables(operation, variables).map_err(|err| with_code(err, VALIDATION_FAILED))?;
+            let registry = &ctx.schema_env.registry;
+            required_variables(registry, operation, variables).map_err(|err| with_code(err, VALIDATION_FAILED))?;
         }
         Ok(document)
     }
@@ -135,17 +137,25 @@ fn selected<'a>(document: &'a ExecutableDocument, name: Option<&str>) -> Option<
 }
 
 /// A variable of a non-null type with no default needs a non-null value,
-/// and a value of a built-in scalar type (or a UUID) must be one.
-fn required_variables(operation: &Positioned<OperationDefinition>, variables: &Variables) -> ServerResult<()> {
+/// and a value of a built-in scalar type (or a UUID) must be one, also
+/// inside an input object (`$filter: EventFilter` with a `unitId` that is
+/// not a UUID is refused here, naming the field, instead of failing at
+/// execution without a code).
+fn required_variables(
+    registry: &Registry,
+    operation: &Positioned<OperationDefinition>,
+    variables: &Variables,
+) -> ServerResult<()> {
     for definition in &operation.node.variable_definitions {
         let definition = &definition.node;
         let name = definition.name.node.as_str();
         let value = variables.get(name);
         if let Some(value) = value
-            && !coerces(&definition.var_type.node, value)
+            && let Err(field) = coerces(registry, &definition.var_type.node, value)
         {
+            let inside = field.map(|field| format!(" (field `{field}`)")).unwrap_or_default();
             return Err(ServerError::new(
-                format!("variable `${name}` got a value that is not a `{}`", definition.var_type.node),
+                format!("variable `${name}` got a value that is not a `{}`{inside}", definition.var_type.node),
                 Some(definition.name.pos),
             ));
         }
@@ -163,22 +173,39 @@ fn required_variables(operation: &Positioned<OperationDefinition>, variables: &V
     Ok(())
 }
 
-/// Whether `value` can be a `ty`, as far as scalars with a fixed shape go
-/// (enums, input objects and other scalars are left to execution).
-fn coerces(ty: &Type, value: &ConstValue) -> bool {
+/// Whether `value` can be a `ty`, as far as scalars with a fixed shape go,
+/// looking into input objects (enums and other scalars are left to
+/// execution). `Err` names the input object field that cannot be, if any.
+fn coerces(registry: &Registry, ty: &Type, value: &ConstValue) -> Result<(), Option<String>> {
+    let fits = |ok: bool| if ok { Ok(()) } else { Err(None) };
     match (value, &ty.base) {
-        (ConstValue::Null, _) => ty.nullable,
-        (ConstValue::List(items), BaseType::List(inner)) => items.iter().all(|item| coerces(inner, item)),
-        (_, BaseType::List(inner)) => coerces(inner, value),
+        (ConstValue::Null, _) => fits(ty.nullable),
+        (ConstValue::List(items), BaseType::List(inner)) => {
+            items.iter().try_for_each(|item| coerces(registry, inner, item))
+        }
+        (_, BaseType::List(inner)) => coerces(registry, inner, value),
         (_, BaseType::Named(name)) => match (name.as_str(), value) {
-            ("Int", ConstValue::Number(n)) => n.as_i64().is_some_and(|n| i32::try_from(n).is_ok()),
-            ("Float", ConstValue::Number(_)) => true,
-            ("String", ConstValue::String(_)) | ("Boolean", ConstValue::Boolean(_)) => true,
-            ("ID", ConstValue::String(_)) => true,
-            ("ID", ConstValue::Number(n)) => n.is_i64() || n.is_u64(),
-            ("UUID", ConstValue::String(s)) => uuid::Uuid::parse_str(s).is_ok(),
-            ("Int" | "Float" | "String" | "Boolean" | "ID" | "UUID", _) => false,
-            _ => true,
+            ("Int", ConstValue::Number(n)) => fits(n.as_i64().is_some_and(|n| i32::try_from(n).is_ok())),
+            ("Float", ConstValue::Number(_)) => Ok(()),
+            ("String", ConstValue::String(_)) | ("Boolean", ConstValue::Boolean(_)) => Ok(()),
+            ("ID", ConstValue::String(_)) => Ok(()),
+            ("ID", ConstValue::Number(n)) => fits(n.is_i64() || n.is_u64()),
+            ("UUID", ConstValue::String(s)) => fits(uuid::Uuid::parse_str(s).is_ok()),
+            ("Int" | "Float" | "String" | "Boolean" | "ID" | "UUID", _) => Err(None),
+            (other, ConstValue::Object(fields)) => match registry.types.get(other) {
+                Some(MetaType::InputObject { input_fields, .. }) => {
+                    for (field, value) in fields {
+                        let Some(declared) = input_fields.get(field.as_str()) else { continue };
+                        let Some(field_type) = Type::new(&declared.ty) else { continue };
+                        coerces(registry, &field_type, value).map_err(|inner| {
+                            Some(inner.map_or_else(|| field.to_string(), |inner| format!("{field}.{inner}")))
+                        })?;
+                    }
+                    Ok(())
+                }
+                _ => Ok(()),
+            },
+            _ => Ok(()),
         },
     }
 }

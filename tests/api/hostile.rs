@@ -16,8 +16,6 @@
 //! then a generated set of cases (proptest strategies, a deterministic seed,
 //! so a failure reproduces) mixes random strings and numbers.
 
-use std::io::Write;
-
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::Datelike;
@@ -397,27 +395,6 @@ fn expect(rule: Rule, value: &Value) -> Expect {
     }
 }
 
-/// Where the server and SPEC §9 disagree today, each with where it is being
-/// fixed. A case that meets one is printed (`KNOWN GAP`), not failed; the
-/// conditions are narrow, so that everything the server already enforces
-/// (NUL, control characters, invisible formatting characters in identifiers
-/// and links) stays a failure when it breaks.
-const NESTED_PARSE_ERROR_WITHOUT_CODE: &str =
-    "SPEC 5: a nested input's parse error (EventFilter.unitId) has no extensions.code";
-const KNOWN_GAPS: &[&str] = &[NESTED_PARSE_ERROR_WITHOUT_CODE];
-
-fn known_gap(expected: Expect, body: &Value) -> Option<&'static str> {
-    match expected {
-        Expect::Validation
-            if body["errors"][0]["extensions"]["code"].is_null()
-                && body["errors"][0]["message"].as_str().is_some_and(|m| m.contains("occurred while parsing")) =>
-        {
-            Some(NESTED_PARSE_ERROR_WITHOUT_CODE)
-        }
-        _ => None,
-    }
-}
-
 /// Every value of the schema's enums.
 fn is_enum_name(s: &str) -> bool {
     const NAMES: &[&str] = &[
@@ -572,8 +549,6 @@ struct World<'a> {
     /// Every case that got another answer than the oracle's: all of them
     /// are reported at the end, not only the first.
     wrong: std::sync::Mutex<Vec<String>>,
-    /// The known gaps (below) that some case met: how many cases, and the first.
-    gaps: std::sync::Mutex<std::collections::BTreeMap<&'static str, (usize, String)>>,
     operator: Agent<'a>,
     /// The unit and attempt the reads name.
     unit: String,
@@ -661,14 +636,8 @@ impl<'a> World<'a> {
         };
         let after = self.app.snapshot(unit).await;
         let mut wrong = Vec::new();
-        let gap = arg.as_ref().and_then(|_| known_gap(expected, &resp.body));
-        match (ok, gap) {
-            (true, _) => {}
-            (false, Some(gap)) => {
-                let mut gaps = self.gaps.lock().unwrap_or_else(|e| e.into_inner());
-                gaps.entry(gap).or_insert_with(|| (0, what.clone())).0 += 1;
-            }
-            (false, None) => wrong.push(format!("another answer: {what}")),
+        if !ok {
+            wrong.push(format!("another answer: {what}"));
         }
         if (!accepted || !op.is_write()) && after != before {
             wrong.push(format!("wrote although it was refused or a read: {what}"));
@@ -689,22 +658,10 @@ impl<'a> World<'a> {
         self.wrong.lock().unwrap_or_else(|e| e.into_inner()).extend(wrong);
     }
 
-    /// Prints the known gaps met (to stderr itself, so that `cargo test`
-    /// shows them for a passing test too), then fails on anything else.
+    /// Fails on every case that went wrong, all of them listed.
     fn assert_all_right(&self, cases: usize) {
-        for (gap, (n, first)) in self.gaps.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            let _ = writeln!(std::io::stderr(), "KNOWN GAP ({gap}): {n} of {cases} cases, first: {first}");
-        }
         let wrong = self.wrong.lock().unwrap_or_else(|e| e.into_inner());
         assert!(wrong.is_empty(), "{} of {cases} cases went wrong:\n{}", wrong.len(), wrong.join("\n"));
-    }
-
-    /// The fixed pass meets every known gap: one it no longer meets has been
-    /// fixed, and its entry must go (so the list never hides a regression).
-    fn assert_gaps_still_open(&self) {
-        let met = self.gaps.lock().unwrap_or_else(|e| e.into_inner());
-        let fixed: Vec<&str> = KNOWN_GAPS.iter().copied().filter(|gap| !met.contains_key(gap)).collect();
-        assert!(fixed.is_empty(), "no longer happens, remove it from KNOWN_GAPS in tests/api/hostile.rs: {fixed:?}");
     }
 
     async fn newest_units(&self) -> Value {
@@ -753,7 +710,7 @@ async fn world(app: &TestApp) -> World<'_> {
     let claim = agent.claim_next(json!({})).await;
     let (unit, attempt) = (claim.str("id"), claim.str("currentAttemptId"));
     agent.transition(&unit, "IN_PROGRESS", json!({})).await.data();
-    World { app, wrong: Default::default(), gaps: Default::default(), operator, unit, attempt }
+    World { app, wrong: Default::default(), operator, unit, attempt }
 }
 
 #[tokio::test]
@@ -773,7 +730,6 @@ async fn every_argument_of_every_operation_refuses_hostile_input_cleanly() {
         }
     }
     world.assert_all_right(n);
-    world.assert_gaps_still_open();
 }
 
 /// Random strings (any Unicode scalar, control characters and
