@@ -1,11 +1,15 @@
 //! Bearer tokens, permissions and the request principal (SPEC §8), and the
 //! one place a bearer token is turned into a principal ([`authenticate`]),
-//! for HTTP requests and WebSocket `connection_init` alike.
+//! for HTTP requests, MCP and WebSocket `connection_init` alike: unknown,
+//! revoked and expired tokens are refused there, and the token's last use is
+//! recorded from there ([`LastUse`]).
 //!
 //! Tokens are 32 random bytes shown once as `wl_<base64url>`; the database
 //! keeps only their SHA-256. A high-entropy secret needs no slow hash: the
 //! hash only has to make a leaked table useless.
 
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::str::FromStr;
@@ -15,12 +19,14 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chrono::{DateTime, SecondsFormat, Utc};
 use rand::RngCore;
-use sea_orm::{ConnectionTrait, DbErr};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::db;
+use crate::db::tokens::{LiveToken, Lookup};
 
 /// An explicit permission. Code checks these, never role names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -124,10 +130,10 @@ pub struct Forbidden(pub Permission);
 /// Why a request could not be authenticated.
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
-    /// No token, a malformed header, or an unknown or revoked token
-    /// (UNAUTHENTICATED); the text is the client's message.
+    /// No token, a malformed header, or an unknown, revoked or expired
+    /// token (UNAUTHENTICATED); the text is the client's message.
     #[error("{0}")]
-    Unauthenticated(&'static str),
+    Unauthenticated(Cow<'static, str>),
     /// The database could not be asked.
     #[error("cannot check the token: {0}")]
     Database(#[from] DbErr),
@@ -136,33 +142,128 @@ pub enum AuthError {
 /// The SHA-256 of a token's secret, which is all the database keeps.
 pub type TokenHash = [u8; 32];
 
+/// What an authenticated token is known by, and when it stops working.
+#[derive(Debug, Clone, Copy)]
+pub struct Credential {
+    pub hash: TokenHash,
+    /// `None` for a token that never expires.
+    pub expiry: Option<Expiry>,
+}
+
+/// When an authenticated token expires.
+#[derive(Debug, Clone, Copy)]
+pub struct Expiry {
+    /// As the database keeps it (what a refusal quotes).
+    pub at: DateTime<Utc>,
+    /// The same moment on this process's monotonic clock: the lookup's start
+    /// plus the time the database said was left, so that a skewed wall clock
+    /// never lets a WebSocket outlive its token.
+    pub deadline: tokio::time::Instant,
+}
+
 /// Authenticates the value of an `Authorization` header (or of the
-/// `connection_init` payload's `Authorization` field): the principal and
-/// the hash its token is known by.
+/// `connection_init` payload's `Authorization` field): the principal, the
+/// hash its token is known by and its expiry.
 ///
 /// Every request asks the database (one indexed statement), on every
 /// surface: a revocation is a committed row, so the first request that
 /// starts after `token revoke` returned is refused on every replica. A
 /// cache would need a proof that nothing was revoked since its lookup, and
 /// the only proof is a read of the database, which costs what the lookup does.
+/// The same statement says whether the token expired (by the database's
+/// clock) and whether its last use is due to be recorded, which `last_use`
+/// then does without the request waiting for it.
 pub async fn authenticate(
-    db: &impl ConnectionTrait,
+    db: &DatabaseConnection,
+    last_use: &LastUse,
     authorization: Option<&str>,
-) -> Result<(Principal, TokenHash), AuthError> {
+) -> Result<(Principal, Credential), AuthError> {
     let hash = hash_token(parse_bearer(authorization)?);
-    let principal = principal_of(db, &hash).await?.ok_or(AuthError::Unauthenticated(UNKNOWN_TOKEN))?;
-    Ok((principal, hash))
+    let asked = tokio::time::Instant::now();
+    let token = match db::tokens::authenticate(db, &hash).await? {
+        Some(Lookup::Live(token)) => token,
+        Some(Lookup::Expired { at }) => return Err(AuthError::Unauthenticated(expired(at).into())),
+        None => return Err(AuthError::Unauthenticated(UNKNOWN_TOKEN.into())),
+    };
+    if token.touch_due {
+        last_use.record(db, token.id);
+    }
+    let expiry = token.expiry.map(|(at, left)| Expiry { at, deadline: asked + left });
+    Ok((principal(token), Credential { hash, expiry }))
 }
 
-/// The principal of a live token, `None` when it is unknown or revoked.
+/// The principal of a live token, `None` when it is unknown, revoked or expired.
 pub async fn principal_of(db: &impl ConnectionTrait, hash: &TokenHash) -> Result<Option<Principal>, DbErr> {
-    Ok(db::tokens::authenticate(db, hash).await?.map(|token| Principal {
+    Ok(match db::tokens::authenticate(db, hash).await? {
+        Some(Lookup::Live(token)) => Some(principal(token)),
+        Some(Lookup::Expired { .. }) | None => None,
+    })
+}
+
+fn principal(token: LiveToken) -> Principal {
+    Principal {
         token_id: token.id,
         fleet: token.fleet,
         name: token.name,
         // Unknown names (from a newer release) grant nothing.
         permissions: token.permissions.iter().filter_map(|p| p.parse().ok()).collect(),
-    }))
+    }
+}
+
+/// The refusal of a token that expired at `at` (short enough for a
+/// WebSocket close reason, 123 bytes, after "Forbidden: ").
+pub fn expired(at: DateTime<Utc>) -> String {
+    format!(
+        "this token expired at {}; ask an operator for a new one (`work-ledger token create`)",
+        at.to_rfc3339_opts(SecondsFormat::Secs, true)
+    )
+}
+
+/// Records tokens' last use (`api_tokens.last_used_at`) off the requests'
+/// path: a call that is due (the lookup found the last record older than a
+/// minute) is spawned and nobody waits for it, and the process sends at
+/// most one a minute per token (a burst of requests of one token would
+/// otherwise each send one before the first commits). The database keeps it
+/// to one write a minute across replicas (`ledger_token_touch`). One per
+/// [`crate::ledger::Ledger`].
+#[derive(Debug, Default)]
+pub struct LastUse {
+    /// When this process last sent a token's record.
+    sent: Mutex<HashMap<Uuid, Instant>>,
+}
+
+impl LastUse {
+    /// A token's use is recorded at most this often.
+    const EVERY: Duration = Duration::from_secs(60);
+    /// Tokens remembered before the ones sent over a minute ago are forgotten.
+    const REMEMBERED: usize = 4096;
+
+    /// Records a use of `token` in the background, unless this process did
+    /// within the minute. A failure is logged: it costs only the record.
+    pub fn record(&self, db: &DatabaseConnection, token: Uuid) {
+        if !self.admit(token, Instant::now()) {
+            return;
+        }
+        let db = db.clone();
+        tokio::spawn(async move {
+            if let Err(err) = db::tokens::touch(&db, token).await {
+                tracing::warn!(%token, error = %err, "cannot record the token's last use");
+            }
+        });
+    }
+
+    fn admit(&self, token: Uuid, now: Instant) -> bool {
+        let mut sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
+        let recent = |at: &Instant| now.duration_since(*at) < Self::EVERY;
+        if sent.get(&token).is_some_and(recent) {
+            return false;
+        }
+        if sent.len() >= Self::REMEMBERED {
+            sent.retain(|_, at| recent(at));
+        }
+        sent.insert(token, now);
+        true
+    }
 }
 
 const TOKEN_PREFIX: &str = "wl_";
@@ -183,15 +284,15 @@ pub fn hash_token(secret: &str) -> TokenHash {
 /// Extracts the secret from an `Authorization` header value
 /// (`Bearer <token>`, scheme case-insensitive).
 fn parse_bearer(header: Option<&str>) -> Result<&str, AuthError> {
-    let header = header.ok_or(AuthError::Unauthenticated(MISSING_TOKEN))?;
-    let malformed = AuthError::Unauthenticated(MALFORMED_TOKEN);
-    let (scheme, token) = header.trim().split_once(' ').ok_or(malformed)?;
+    let header = header.ok_or(AuthError::Unauthenticated(MISSING_TOKEN.into()))?;
+    let malformed = || AuthError::Unauthenticated(MALFORMED_TOKEN.into());
+    let (scheme, token) = header.trim().split_once(' ').ok_or_else(malformed)?;
     let token = token.trim();
     let well_formed = scheme.eq_ignore_ascii_case("bearer")
         && token.starts_with(TOKEN_PREFIX)
         && token.len() == TOKEN_PREFIX.len() + 43
         && URL_SAFE_NO_PAD.decode(&token[TOKEN_PREFIX.len()..]).is_ok();
-    if well_formed { Ok(token) } else { Err(AuthError::Unauthenticated(MALFORMED_TOKEN)) }
+    if well_formed { Ok(token) } else { Err(malformed()) }
 }
 
 pub const MISSING_TOKEN: &str = "missing token: send `Authorization: Bearer <token>`; an operator mints tokens with \
@@ -214,7 +315,7 @@ pub fn log_failure(client: Option<SocketAddr>, via: &'static str, err: &AuthErro
     let admitted = FAILURE_LOG.lock().unwrap_or_else(|e| e.into_inner()).admit(Instant::now());
     if let Some(left_out) = admitted {
         let client = client.map_or_else(|| "unknown".to_owned(), |a| a.to_string());
-        tracing::warn!(%client, via, reason, total, left_out, "authentication failed");
+        tracing::warn!(%client, via, %reason, total, left_out, "authentication failed");
     }
 }
 
@@ -268,5 +369,24 @@ mod tests {
         // The next window's first line says how many were left out.
         assert_eq!(limit.admit(start + RateLimit::WINDOW + Duration::from_secs(1)), Some(990));
         assert_eq!(limit.admit(start + RateLimit::WINDOW + Duration::from_secs(2)), Some(0));
+    }
+
+    #[test]
+    fn a_token_s_last_use_is_sent_at_most_once_a_minute() {
+        let last_use = LastUse::default();
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let start = Instant::now();
+        assert!(last_use.admit(a, start));
+        assert!(!last_use.admit(a, start + Duration::from_secs(59)), "a burst sends one");
+        assert!(last_use.admit(b, start + Duration::from_secs(1)), "each token its own");
+        assert!(last_use.admit(a, start + LastUse::EVERY), "and again after the minute");
+    }
+
+    #[test]
+    fn an_expiry_refusal_fits_a_websocket_close_reason() {
+        let at = DateTime::parse_from_rfc3339("2026-12-01T10:00:00.123456Z").expect("time").to_utc();
+        let message = format!("Forbidden: {}", expired(at));
+        assert!(message.contains("expired at 2026-12-01T10:00:00Z"), "{message}");
+        assert!(message.len() <= 123, "{} bytes: {message}", message.len());
     }
 }

@@ -11,6 +11,8 @@ use crate::agent_cli;
 use crate::auth::{self, Role};
 use crate::config::{Cli, Command, DatabaseArgs, ImportArgs, ReaderCommand, ServeArgs, TokenCommand};
 use crate::db;
+use crate::db::entities::api_token;
+use crate::db::tokens::Expiry;
 use crate::embedded_pg::EmbeddedPostgres;
 use crate::graphql;
 use crate::http::Application;
@@ -146,7 +148,7 @@ async fn serve(args: ServeArgs, url: &str) -> Result<(), AnyError> {
     let config = args.config();
     let pool = db::connect_limited(url, args.db_pool_size, config.db).await?;
     if !db::tokens::any_live(&pool).await? {
-        let secret = mint(&pool, &args.fleet, "operator", Role::Operator).await?;
+        let secret = mint(&pool, &args.fleet, "operator", Role::Operator, None).await?;
         eprintln!("first start: minted an operator token for fleet `{}` (shown once):", args.fleet);
         println!("{secret}");
     }
@@ -176,13 +178,27 @@ async fn shutdown_signal() {
     }
 }
 
-async fn mint(db: &DatabaseConnection, fleet: &str, name: &str, role: Role) -> Result<String, AnyError> {
+async fn mint(
+    db: &DatabaseConnection,
+    fleet: &str,
+    name: &str,
+    role: Role,
+    expiry: Option<Expiry>,
+) -> Result<String, AnyError> {
     let (secret, hash) = auth::new_token();
-    db::tokens::insert(db, fleet, name, &role.permissions(), &hash).await.map_err(|err| {
-        if db::violation(&err).is_some_and(|(code, _)| code == "23514") {
-            "invalid token: fleet must match [A-Za-z0-9][A-Za-z0-9._-]{0,62}, name 1..256 printable characters".into()
-        } else {
-            AnyError::from(err)
+    db::tokens::insert_expiring(db, fleet, name, &role.permissions(), &hash, expiry).await.map_err(|err| {
+        match db::violation(&err) {
+            // The flags said a future time; the database's clock disagrees.
+            Some((code, constraint)) if code == "23514" && constraint == db::tokens::EXPIRY_CONSTRAINT => {
+                "invalid --expires-at or --expires-in: the token would expire before it is minted (by the \
+                 database's clock); give a time in the future"
+                    .into()
+            }
+            Some((code, _)) if code == "23514" => {
+                "invalid token: fleet must match [A-Za-z0-9][A-Za-z0-9._-]{0,62}, name 1..256 printable characters"
+                    .into()
+            }
+            _ => AnyError::from(err),
         }
     })?;
     Ok(secret)
@@ -190,33 +206,66 @@ async fn mint(db: &DatabaseConnection, fleet: &str, name: &str, role: Role) -> R
 
 async fn token(cmd: TokenCommand, db: &DatabaseConnection) -> Result<(), AnyError> {
     match cmd {
-        TokenCommand::Create { fleet, name, role } => {
-            let secret = mint(db, &fleet, &name, role).await?;
+        TokenCommand::Create { fleet, name, role, expires_in, expires_at } => {
+            let expiry = expires_at.map(Expiry::At).or(expires_in.map(Expiry::In));
+            let secret = mint(db, &fleet, &name, role, expiry).await?;
             println!("{secret}");
         }
-        TokenCommand::List => {
-            let mut out = std::io::stdout().lock();
-            writeln!(out, "{:<36}  {:<16}  {:<24}  {:<8}  PERMISSIONS", "ID", "FLEET", "NAME", "STATUS")?;
-            for t in db::tokens::list(db).await? {
-                let status = if t.revoked_at.is_some() { "revoked" } else { "live" };
-                writeln!(
-                    out,
-                    "{:<36}  {:<16}  {:<24}  {:<8}  {}",
-                    t.id,
-                    t.fleet,
-                    t.name,
-                    status,
-                    t.permissions.join(",")
-                )?;
-            }
-        }
-        TokenCommand::Revoke { id } => {
+        TokenCommand::List => print_tokens(&db::tokens::list(db).await?)?,
+        TokenCommand::Revoke { id: Some(id), .. } => {
             if db::tokens::revoke(db, id).await? {
                 eprintln!("token {id} revoked");
             } else {
                 return Err(format!("no live token with id {id}").into());
             }
         }
+        TokenCommand::Revoke { id: None, unused_for } => {
+            // clap requires one of the two.
+            let unused_for = unused_for.ok_or("give a token id or --unused-for")?;
+            let revoked = db::tokens::revoke_unused(db, unused_for).await?;
+            let unused = crate::duration::display(unused_for);
+            if revoked.is_empty() {
+                eprintln!("no live token was unused for {unused}");
+            } else {
+                print_tokens(&revoked)?;
+                eprintln!("revoked {} token(s) unused for {unused}", revoked.len());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Tokens as `token list` shows them, one line each: times in RFC 3339
+/// (UTC), `never` for no expiry and no recorded use, and the status
+/// `live`, `expired` or `revoked`.
+fn print_tokens(tokens: &[api_token::Model]) -> std::io::Result<()> {
+    let time = |at: Option<chrono::DateTime<chrono::Utc>>| {
+        at.map_or_else(|| "never".to_owned(), |at| at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+    };
+    let now = chrono::Utc::now();
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{:<36}  {:<16}  {:<24}  {:<8}  {:<20}  {:<20}  PERMISSIONS",
+        "ID", "FLEET", "NAME", "STATUS", "EXPIRES_AT", "LAST_USED_AT"
+    )?;
+    for t in tokens {
+        let status = match (t.revoked_at, t.expires_at) {
+            (Some(_), _) => "revoked",
+            (None, Some(at)) if at <= now => "expired",
+            _ => "live",
+        };
+        writeln!(
+            out,
+            "{:<36}  {:<16}  {:<24}  {:<8}  {:<20}  {:<20}  {}",
+            t.id,
+            t.fleet,
+            t.name,
+            status,
+            time(t.expires_at),
+            time(t.last_used_at),
+            t.permissions.join(",")
+        )?;
     }
     Ok(())
 }

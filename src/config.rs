@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use chrono::{DateTime, Utc};
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use uuid::Uuid;
 
 use crate::agent_cli;
@@ -321,11 +322,37 @@ pub enum TokenCommand {
         name: String,
         #[arg(long, value_enum)]
         role: Role,
+        /// The token stops working this long after it is minted: `90s`, `15m`, `12h`, `30d`.
+        /// Without it (or `--expires-at`) the token never expires.
+        #[arg(long, value_name = "DURATION", value_parser = crate::duration::parse, conflicts_with = "expires_at")]
+        expires_in: Option<Duration>,
+        /// The token stops working at this RFC 3339 time (`2027-01-31T18:00:00Z`), which must be in the future.
+        #[arg(long, value_name = "TIME", value_parser = future_time)]
+        expires_at: Option<DateTime<Utc>>,
     },
-    /// List tokens (never their secrets).
+    /// List tokens (never their secrets): status, expiry and last use.
     List,
-    /// Revoke a token by id; takes effect on its next request.
-    Revoke { id: Uuid },
+    /// Revoke a token by id, or every token unused for a while; takes effect on its next request.
+    #[command(group(ArgGroup::new("which").required(true).args(["id", "unused_for"])))]
+    Revoke {
+        /// The token to revoke.
+        id: Option<Uuid>,
+        /// Revoke every token not used for this long instead (`30d`); a token never used counts from its
+        /// creation. Prints what it revoked.
+        #[arg(long, value_name = "DURATION", value_parser = crate::duration::parse)]
+        unused_for: Option<Duration>,
+    },
+}
+
+/// A time a token may expire at: RFC 3339, and in the future.
+fn future_time(text: &str) -> Result<DateTime<Utc>, String> {
+    let at = DateTime::parse_from_rfc3339(text.trim())
+        .map_err(|e| format!("`{text}` is not an RFC 3339 time like 2027-01-31T18:00:00Z ({e})"))?
+        .to_utc();
+    if at <= Utc::now() {
+        return Err(format!("`{text}` is not in the future: a token must expire after it is minted"));
+    }
+    Ok(at)
 }
 
 #[cfg(test)]

@@ -25,6 +25,15 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(seconds))
 }
 
+/// A duration as [`parse`] reads it, in its largest whole unit (`30d`, `90s`).
+pub fn display(duration: Duration) -> String {
+    let millis = duration.as_millis();
+    [(86_400_000, "d"), (3_600_000, "h"), (60_000, "m"), (1000, "s")]
+        .into_iter()
+        .find(|(unit, _)| millis.is_multiple_of(*unit))
+        .map_or_else(|| format!("{millis}ms"), |(unit, name)| format!("{}{name}", millis / unit))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -40,5 +49,12 @@ mod tests {
         assert!(parse("0s").is_err());
         assert!(parse("5w").is_err());
         assert!(parse("soon").is_err());
+    }
+
+    #[test]
+    fn durations_read_back() {
+        for text in ["30d", "12h", "90s", "250ms", "36h", "15m"] {
+            assert_eq!(display(parse(text).expect(text)), text);
+        }
     }
 }

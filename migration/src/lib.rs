@@ -71,6 +71,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261130_000013_reader_warden", "0013_reader_warden"),
             // Foreign sessions: writer markers out of other logins' reach, notifications that name no fleet.
             sql_migration!("m20261130_000014_foreign_sessions", "0014_foreign_sessions"),
+            // Tokens that expire and say when they were used: expires_at, last_used_at, authentication that says "expired".
+            sql_migration!("m20261130_000015_token_expiry", "0015_token_expiry"),
             // The triage desk: questions compare by their normalised text (similarAnswered, alsoAnswerSimilar).
             sql_migration!("m20261201_000016_similar_questions", "0016_similar_questions"),
             // The fleet roster: v_agents (one row per agent name), live and silent claiming agents.

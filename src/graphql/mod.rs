@@ -81,7 +81,7 @@ pub fn sdl() -> String {
 /// The request's principal, put there by the HTTP layer after authentication.
 fn principal<'a>(ctx: &Context<'a>) -> std::result::Result<&'a Principal, LedgerError> {
     ctx.data_opt::<Principal>()
-        .ok_or(LedgerError::Unauthenticated("missing token: send `Authorization: Bearer <token>`"))
+        .ok_or(LedgerError::Unauthenticated("missing token: send `Authorization: Bearer <token>`".into()))
 }
 
 fn ledger<'a>(ctx: &Context<'a>) -> &'a Ledger {

@@ -14,9 +14,10 @@ use uuid::Uuid;
 use super::loaders::{AttemptId, UnitId};
 use super::types::{Attempt, BlockingQuestion, WorkUnit, WorkUnitEvent};
 use super::{Result, ledger, principal};
-use crate::auth::{Permission, Principal};
+use crate::auth::{self, Permission, Principal};
 use crate::db::entities::{EventType, QuestionStatus, question, work_unit};
 use crate::db::events::LiveEvent;
+use crate::db::tokens::Dead;
 use crate::ledger::cursor::{Cursor, CursorText, List};
 use crate::ledger::reads::{PageArgs, QuestionFilter};
 use crate::ledger::{Ledger, LedgerError};
@@ -141,12 +142,15 @@ impl Subscription {
 
 /// The subscription's token is still live: asked after its tail has taken
 /// its starting point (so the check delays nothing it will deliver) and
-/// before anything is sent. Revoked: UNAUTHENTICATED, like any request.
+/// before anything is sent. Revoked or expired: UNAUTHENTICATED, like any
+/// request.
 async fn still_live(live: &Live, who: &Principal) -> std::result::Result<(), LedgerError> {
-    if live.token_is_live(who.token_id).await? {
-        Ok(())
-    } else {
-        Err(LedgerError::Unauthenticated("the token was revoked: ask an operator for a valid one"))
+    match live.token_dead(who.token_id).await? {
+        None => Ok(()),
+        Some(Dead::Revoked) => {
+            Err(LedgerError::Unauthenticated("the token was revoked: ask an operator for a valid one".into()))
+        }
+        Some(Dead::Expired(at)) => Err(LedgerError::Unauthenticated(auth::expired(at).into())),
     }
 }
 

@@ -393,14 +393,14 @@ async fn authenticate(state: &AppState, headers: &HeaderMap, client: SocketAddr)
 }
 
 /// The one authentication of every surface (`http`, `websocket`, `mcp`):
-/// the token looked up on every request (so a revocation counts at once),
-/// a failure logged and counted for `surface` ([`auth_failed`]).
+/// the token looked up on every request (so a revocation or an expiry counts
+/// at once), a failure logged and counted for `surface` ([`auth_failed`]).
 pub(crate) async fn authenticate_token(
     ledger: &Ledger,
     authorization: Option<&str>,
     client: Option<SocketAddr>,
     surface: &'static str,
-) -> Result<(Principal, auth::TokenHash), LedgerError> {
+) -> Result<(Principal, auth::Credential), LedgerError> {
     let authenticated = ledger.authenticate(authorization).await;
     if let Err(err) = &authenticated {
         auth_failed(ledger, client, surface, err);

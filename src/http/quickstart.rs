@@ -93,7 +93,7 @@ pub fn documents() -> impl Iterator<Item = (String, &'static str)> {
 
 /// The error codes of SPEC §5 and what to do about each.
 const CODES: &[(&str, &str)] = &[
-    ("UNAUTHENTICATED", "no, unknown or revoked token (HTTP 401): send `Authorization: Bearer <token>`"),
+    ("UNAUTHENTICATED", "no, unknown, revoked or expired token (HTTP 401): send `Authorization: Bearer <token>`"),
     ("FORBIDDEN", "the token lacks the permission the message names"),
     ("NOT_FOUND", "no such unit/attempt/question in your fleet"),
     ("INVALID_INPUT", "an argument breaks a rule; `extensions.argument` names it"),

@@ -1,6 +1,8 @@
 //! The domain error enum: every refusal an agent can meet, each with the code
 //! of SPEC §5 and a message that names the broken rule and the next legal step.
 
+use std::borrow::Cow;
+
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
@@ -10,7 +12,7 @@ use crate::db::entities::{Disposition, WorkState};
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
     #[error("{0}")]
-    Unauthenticated(&'static str),
+    Unauthenticated(Cow<'static, str>),
 
     #[error("this token lacks the permission `{0}`; ask an operator for a token whose role grants it")]
     Forbidden(Permission),

@@ -60,6 +60,7 @@ pub struct Ledger {
     metrics: Arc<Metrics>,
     notifier: Arc<Notifier>,
     scans: Arc<scans::ScanGate>,
+    last_use: Arc<auth::LastUse>,
 }
 
 impl Ledger {
@@ -71,12 +72,12 @@ impl Ledger {
     /// A ledger whose writes announce their events as `notify` says.
     pub fn notifying(db: DatabaseConnection, notify: Notify) -> Self {
         let notifier = Arc::new(Notifier::new(db.clone(), notify));
-        Self { db, metrics: Metrics::new(), notifier, scans: Arc::default() }
+        Self { db, metrics: Metrics::new(), notifier, scans: Arc::default(), last_use: Arc::default() }
     }
 
     /// Authenticates an `Authorization` header value (`auth::authenticate`).
-    pub async fn authenticate(&self, authorization: Option<&str>) -> Result<(Principal, auth::TokenHash), AuthError> {
-        auth::authenticate(&self.db, authorization).await
+    pub async fn authenticate(&self, authorization: Option<&str>) -> Result<(Principal, auth::Credential), AuthError> {
+        auth::authenticate(&self.db, &self.last_use, authorization).await
     }
 
     pub fn db(&self) -> &DatabaseConnection {

@@ -308,22 +308,24 @@ impl Live {
         }
     }
 
-    /// Whether `token` is still live, asked now: a subscription asks once
-    /// its tail has its starting point, before it sends anything, so that a
-    /// revocation takes effect on the next request (SPEC §8) and not only
-    /// when its notice arrives.
-    pub async fn token_is_live(&self, token: Uuid) -> Result<bool, DbErr> {
-        Ok(db::tokens::revoked_among(&self.0.db, vec![token]).await?.is_empty())
+    /// Why `token` no longer works, asked now (`None`: it does): a
+    /// subscription asks once its tail has its starting point, before it
+    /// sends anything, so that a revocation takes effect on the next request
+    /// (SPEC §8) and not only when its notice arrives.
+    pub async fn token_dead(&self, token: Uuid) -> Result<Option<db::tokens::Dead>, DbErr> {
+        Ok(db::tokens::dead_among(&self.0.db, vec![token]).await?.pop().map(|(_, dead)| dead))
     }
 
-    /// Closes the connections of every tracked token that was revoked or deleted.
+    /// Closes the connections of every tracked token that was revoked,
+    /// deleted or expired (an expired one's connections close on their own
+    /// timers; this catches any left).
     async fn check_tokens(&self) {
         let tokens: Vec<Uuid> = self.0.tokens.lock().unwrap_or_else(|e| e.into_inner()).keys().copied().collect();
         if tokens.is_empty() {
             return;
         }
-        match db::tokens::revoked_among(&self.0.db, tokens).await {
-            Ok(revoked) => revoked.into_iter().for_each(|t| self.token_revoked(t)),
+        match db::tokens::dead_among(&self.0.db, tokens).await {
+            Ok(dead) => dead.into_iter().for_each(|(t, _)| self.token_revoked(t)),
             Err(err) => tracing::warn!(error = %err, "cannot re-check the tokens of open subscriptions"),
         }
     }

@@ -45,6 +45,7 @@ mod schema;
 mod slow_clients;
 mod soak;
 mod surface;
+mod tokens;
 mod traces;
 mod triage;
 mod views;

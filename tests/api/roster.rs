@@ -102,6 +102,13 @@ async fn every_status_is_reached_through_the_api_and_another_fleet_stays_out_of_
     let reader = roster_fleet(&app).await;
     // A token used, as the tokens work records it (migration 0015).
     app.sql("UPDATE api_tokens SET last_used_at = '2026-11-30T12:00:00Z' WHERE fleet = 'f' AND name = 'idle'").await;
+    // `op` was used through the API: the service records its use beside its requests.
+    let op_used = "SELECT last_used_at FROM api_tokens WHERE fleet = 'f' AND name = 'op'";
+    let deadline = std::time::Instant::now() + crate::ws_client::GUARD;
+    while app.sql_json(op_used).await[0]["last_used_at"].is_null() {
+        assert!(std::time::Instant::now() < deadline, "op's use recorded within the guard");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 
     let d = reader.run(ROSTER, json!({})).await;
     let conn = &d.data()["agents"];
@@ -144,7 +151,7 @@ async fn every_status_is_reached_through_the_api_and_another_fleet_stays_out_of_
     assert_eq!(agent["idle"]["lastClaimAt"], Value::Null);
     assert_eq!(agent["idle"]["lastHeartbeatAt"], Value::Null);
     assert_eq!(time(&agent["idle"]["tokenLastUsedAt"]), time(&json!("2026-11-30T12:00:00Z")));
-    assert_eq!(agent["op"]["tokenLastUsedAt"], Value::Null);
+    assert_eq!(time(&agent["op"]["tokenLastUsedAt"]), db_time(&app, op_used).await, "recorded by its requests");
 
     // Row-level security alone keeps the roster in its fleet, token names
     // included: a query that forgets the fleet sees only its own, and a

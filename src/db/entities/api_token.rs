@@ -12,6 +12,10 @@ pub struct Model {
     pub token_hash: Vec<u8>,
     pub created_at: DateTimeUtc,
     pub revoked_at: Option<DateTimeUtc>,
+    /// `None`: never expires.
+    pub expires_at: Option<DateTimeUtc>,
+    /// Recorded at most once a minute; `None` until the first request.
+    pub last_used_at: Option<DateTimeUtc>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

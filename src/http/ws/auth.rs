@@ -10,12 +10,12 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::close::{self, Closing};
-use crate::auth::{Principal, TokenHash};
+use crate::auth::{Credential, Principal};
 use crate::ledger::{Ledger, LedgerError};
 use crate::live::Live;
 
 /// What `on_connection_init` decided, for the connection loop to act on.
-pub(super) type Verdict = Result<(Uuid, TokenHash), Closing>;
+pub(super) type Verdict = Result<(Uuid, Credential), Closing>;
 
 /// Authenticates `connection_init`'s payload `{"Authorization": "Bearer <token>"}`
 /// (key in any case) and returns the operations' context.
@@ -32,7 +32,7 @@ pub(super) async fn init(
         fields.iter().find(|(key, _)| key.eq_ignore_ascii_case("authorization")).and_then(|(_, v)| v.as_str())
     });
     match crate::http::authenticate_token(&ledger, header, Some(client), "websocket").await {
-        Ok((principal, hash)) => {
+        Ok((principal, credential)) => {
             let Some(slot) = live.try_track_token(principal.token_id, max_per_token) else {
                 let reason = format!(
                     "Too many WebSockets for this token: at most {max_per_token} at once; close one, or run all \
@@ -42,7 +42,7 @@ pub(super) async fn init(
                 return Err(async_graphql::Error::new(reason));
             };
             *lock(&tracked) = Some(slot);
-            *lock(&verdict) = Some(Ok((principal.token_id, hash)));
+            *lock(&verdict) = Some(Ok((principal.token_id, credential)));
             let mut data = Data::default();
             data.insert::<Principal>(principal);
             data.insert(live);

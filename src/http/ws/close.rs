@@ -10,7 +10,7 @@ pub const INTERNAL_ERROR: u16 = 1011;
 pub const BAD_REQUEST: u16 = 4400;
 /// `subscribe` before `connection_ack`.
 pub const UNAUTHORIZED: u16 = 4401;
-/// A missing, unknown or revoked token.
+/// A missing, unknown, revoked or expired token.
 pub const FORBIDDEN: u16 = 4403;
 /// The client did not offer `graphql-transport-ws`.
 pub const SUBPROTOCOL_NOT_ACCEPTABLE: u16 = 4406;

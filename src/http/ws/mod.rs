@@ -8,9 +8,14 @@
 //! `connection_init` in time each close the connection with the protocol's
 //! code. The token is checked in `on_connection_init` and a refusal closes
 //! with 4403 (async-graphql would say 1002). Revoking the token closes the
-//! connection with 4403 too. The server sends WebSocket pings so that idle
-//! sockets survive proxies, and drops a peer that stops answering. A
-//! connection holds at most `max_subscriptions` operations.
+//! connection with 4403 too, and so does its expiry, when the database said
+//! it comes: a timer per connection, since the instant is known at
+//! `connection_init` and nothing needs asking again (the token checker of
+//! revocations runs on notices and reconnects only; run every few seconds
+//! it would close late and ask the database all day for nothing). The
+//! server sends WebSocket pings so that idle sockets survive proxies, and
+//! drops a peer that stops answering. A connection holds at most
+//! `max_subscriptions` operations.
 //!
 //! | module | holds |
 //! | --- | --- |
@@ -135,6 +140,10 @@ async fn serve(conn: Connection, socket: WebSocket) {
     tokio::pin!(init_deadline);
     let mut ping = tokio::time::interval_at(Instant::now() + config.ping_interval, config.ping_interval);
     let mut heard = Instant::now();
+    // Set once the token is acknowledged, if it expires.
+    let mut expiry = None;
+    let expired = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(expired);
 
     let closing = loop {
         let next = tokio::select! {
@@ -162,9 +171,16 @@ async fn serve(conn: Connection, socket: WebSocket) {
                 }
             }
             revoked = revocations.recv(), if session.has_token() => session.revocation(revoked, &conn.ledger).await,
+            _ = &mut expired, if expiry.is_some() => expiry.map_or(Next::Continue, Session::expired),
         };
         if let Next::Close(closing) = next {
             break closing;
+        }
+        if expiry.is_none()
+            && let Some(at) = session.expiry()
+        {
+            expired.as_mut().reset(at.deadline);
+            expiry = Some(at);
         }
     };
     session.finish(closing).await;

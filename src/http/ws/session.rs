@@ -1,7 +1,7 @@
 //! The protocol state of one connection: where it is in the handshake, the
 //! operations it runs, its token; what each client frame, each message of
-//! async-graphql and each revocation notice does to it; and its writes, each
-//! bounded in time.
+//! async-graphql and each revocation notice does to it, and when its token
+//! expires; and its writes, each bounded in time.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -17,7 +17,7 @@ use uuid::Uuid;
 use super::auth::{Verdict, lock};
 use super::close::{self, Closing};
 use super::protocol::{Inbound, completed, parse, too_many};
-use crate::auth::{self, TokenHash};
+use crate::auth::{self, Credential, Expiry};
 use crate::ledger::Ledger;
 
 /// A send that takes longer means the peer stopped reading.
@@ -52,7 +52,7 @@ pub(super) struct Session {
     /// The token's connection slot, taken by `connection_init`.
     tracked: Arc<Mutex<Option<crate::live::TrackedToken>>>,
     /// The token, once acknowledged, and its registration for revocation checks.
-    token: Option<(Uuid, TokenHash)>,
+    token: Option<(Uuid, Credential)>,
     _tracked: Option<crate::live::TrackedToken>,
     max_subscriptions: usize,
 }
@@ -89,6 +89,11 @@ impl Session {
     /// Acknowledged with a token, whose revocation closes the connection.
     pub(super) fn has_token(&self) -> bool {
         self.token.is_some()
+    }
+
+    /// When the acknowledged token expires, which closes the connection.
+    pub(super) fn expiry(&self) -> Option<Expiry> {
+        self.token.and_then(|(_, credential)| credential.expiry)
     }
 
     /// A frame from the client: checked against the protocol, then handed to
@@ -164,19 +169,27 @@ impl Session {
 
     /// A revocation notice: closes the connection when it names this
     /// connection's token (or, when notices were missed, when the database
-    /// says the token is no longer live).
+    /// says the token is no longer live). The token checker names expired
+    /// tokens too, once their connections' own timers are past.
     pub(super) async fn revocation(&self, revoked: Result<Uuid, RecvError>, ledger: &Ledger) -> Next {
-        let Some((mine, hash)) = self.token else { return Next::Continue };
+        let Some((mine, credential)) = self.token else { return Next::Continue };
         let revoked = match revoked {
             Ok(id) => id == mine,
-            Err(RecvError::Lagged(_)) => matches!(auth::principal_of(ledger.db(), &hash).await, Ok(None)),
+            Err(RecvError::Lagged(_)) => matches!(auth::principal_of(ledger.db(), &credential.hash).await, Ok(None)),
             Err(RecvError::Closed) => false,
         };
-        if revoked {
-            Next::Close(Some((close::FORBIDDEN, "Forbidden: the token was revoked".into())))
-        } else {
-            Next::Continue
+        if !revoked {
+            return Next::Continue;
         }
+        match credential.expiry {
+            Some(expiry) if expiry.deadline <= tokio::time::Instant::now() => Self::expired(expiry),
+            _ => Next::Close(Some((close::FORBIDDEN, "Forbidden: the token was revoked".into()))),
+        }
+    }
+
+    /// The token expired: 4403, saying when.
+    pub(super) fn expired(expiry: Expiry) -> Next {
+        Next::Close(Some((close::FORBIDDEN, format!("Forbidden: {}", auth::expired(expiry.at)))))
     }
 
     pub(super) async fn send_or_close(&mut self, message: Message) -> Next {

@@ -35,6 +35,7 @@
 -- Signatures this file no longer defines.
 DROP FUNCTION IF EXISTS ledger_unblock(text, text, text, text, text, uuid, text, integer);
 DROP FUNCTION IF EXISTS ledger_unblock(text, text, text, text, text, uuid, uuid, text, integer);
+DROP FUNCTION IF EXISTS ledger_token_create(text, text, text[], bytea);
 
 -- ---------------------------------------------------------------------------
 -- Helpers (run inside the write functions; no EXECUTE for anyone else).
@@ -726,17 +727,57 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_
     SELECT (SELECT count(*) FROM expired), (SELECT count(*) FROM reported);
 $$;
 
--- Tokens: created with their hash (never the secret), revoked once.
-CREATE OR REPLACE FUNCTION ledger_token_create(p_fleet text, p_name text, p_permissions text[], p_hash bytea)
-RETURNS uuid LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
-    INSERT INTO api_tokens (fleet, name, permissions, token_hash) VALUES (p_fleet, p_name, p_permissions, p_hash)
-    RETURNING id;
+-- Tokens: created with their hash (never the secret) and an optional expiry,
+-- an instant (p_expires_at) or a lifetime from now by the database's clock
+-- (p_expires_in), not both. An expiry that is not after the token's
+-- creation breaks api_tokens_expires_after_creation (23514).
+CREATE OR REPLACE FUNCTION ledger_token_create(p_fleet text, p_name text, p_permissions text[], p_hash bytea,
+                                               p_expires_at timestamptz DEFAULT NULL,
+                                               p_expires_in interval DEFAULT NULL)
+RETURNS uuid LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+DECLARE
+    created timestamptz := clock_timestamp();
+    minted uuid;
+BEGIN
+    IF p_expires_at IS NOT NULL AND p_expires_in IS NOT NULL THEN
+        RAISE EXCEPTION 'a token expires at a time or after a lifetime, not both' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO api_tokens (fleet, name, permissions, token_hash, created_at, expires_at)
+    VALUES (p_fleet, p_name, p_permissions, p_hash, created, coalesce(p_expires_at, created + p_expires_in))
+    RETURNING id INTO minted;
+    RETURN minted;
+END
 $$;
 
 CREATE OR REPLACE FUNCTION ledger_token_revoke(p_id uuid)
 RETURNS boolean LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
     WITH r AS (UPDATE api_tokens SET revoked_at = clock_timestamp() WHERE id = p_id AND revoked_at IS NULL RETURNING 1)
     SELECT EXISTS (SELECT 1 FROM r);
+$$;
+
+-- `token revoke --unused-for`: every token not yet revoked whose last use
+-- (or, never used, its creation) is older than p_unused_for; the rows as
+-- they are now revoked. A lifetime that is not positive revokes nothing.
+CREATE OR REPLACE FUNCTION ledger_token_revoke_unused(p_unused_for interval)
+RETURNS SETOF api_tokens LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+    UPDATE api_tokens t SET revoked_at = clock_timestamp()
+     WHERE t.revoked_at IS NULL AND p_unused_for > interval '0'
+       AND coalesce(t.last_used_at, t.created_at) < clock_timestamp() - p_unused_for
+    RETURNING t.*;
+$$;
+
+-- A token's last use, at most one write a minute per token whatever the
+-- number of replicas and requests: the service calls this after
+-- authenticating a request whose token's last use is older (without
+-- waiting for it), and a call within the minute matches no row. The row
+-- lock it takes is never one a request waits for: authentication only reads.
+CREATE OR REPLACE FUNCTION ledger_token_touch(p_id uuid)
+RETURNS boolean LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+    WITH t AS (UPDATE api_tokens SET last_used_at = clock_timestamp()
+                WHERE id = p_id AND revoked_at IS NULL
+                  AND (last_used_at IS NULL OR last_used_at < clock_timestamp() - interval '60 seconds')
+               RETURNING 1)
+    SELECT EXISTS (SELECT 1 FROM t);
 $$;
 
 -- ---------------------------------------------------------------------------
@@ -783,9 +824,13 @@ BEGIN
     ] LOOP
         EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO work_ledger_app', f);
     END LOOP;
-    -- Token writes are the operator CLI's, as the owner: nobody else.
-    REVOKE ALL ON FUNCTION ledger_token_create(text, text, text[], bytea) FROM PUBLIC;
+    -- Token writes are the operator CLI's, as the owner: nobody else, but
+    -- for the service's record of a token's last use.
+    REVOKE ALL ON FUNCTION ledger_token_create(text, text, text[], bytea, timestamptz, interval) FROM PUBLIC;
     REVOKE ALL ON FUNCTION ledger_token_revoke(uuid) FROM PUBLIC;
+    REVOKE ALL ON FUNCTION ledger_token_revoke_unused(interval) FROM PUBLIC;
+    REVOKE ALL ON FUNCTION ledger_token_touch(uuid) FROM PUBLIC;
+    GRANT EXECUTE ON FUNCTION ledger_token_touch(uuid) TO work_ledger_app;
     REVOKE ALL ON FUNCTION ledger_report_stalls(integer) FROM PUBLIC;
 END
 $$;
