@@ -361,3 +361,33 @@ async fn cost_total_and_throughput_totals_equal_the_sums_of_their_parts() {
         assert_eq!((&today[0]["agents"], &today[0]["live"], &today[0]["silent"]), (&json!(1), &json!(1), &json!(0)));
     }
 }
+
+/// A name whose every token expired is as dead as a revoked one: REVOKED,
+/// while a name with a live token and nothing held is IDLE.
+#[tokio::test]
+async fn a_name_whose_tokens_all_expired_is_revoked() {
+    let app = spawn_app().await;
+    Agent::new(&app, "f", "expired", Role::Agent).await;
+    Agent::new(&app, "f", "current", Role::Agent).await;
+    app.sql(
+        "UPDATE api_tokens SET created_at = now() - interval '2 days', expires_at = now() - interval '1 day'
+          WHERE name = 'expired'",
+    )
+    .await;
+    let reader = Agent::new(&app, "f", "reader", Role::Reader).await;
+    let roster = reader.run("{ agents { edges { node { name status } } } }", json!({})).await;
+    let statuses: Vec<(String, String)> = roster.data()["agents"]["edges"]
+        .as_array()
+        .expect("edges")
+        .iter()
+        .map(|e| {
+            (e["node"]["name"].as_str().unwrap_or("").to_owned(), e["node"]["status"].as_str().unwrap_or("").to_owned())
+        })
+        .collect();
+    assert_eq!(
+        statuses,
+        [("current".to_owned(), "IDLE".to_owned()), ("expired".to_owned(), "REVOKED".to_owned())],
+        "{:#}",
+        roster.body
+    );
+}

@@ -25,7 +25,8 @@ CREATE FUNCTION agent_tokens()
 RETURNS TABLE (fleet text, name text, tokens bigint, live_tokens bigint, claim_tokens bigint,
                last_used_at timestamptz)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
-    SELECT t.fleet, t.name, count(*), count(*) FILTER (WHERE t.revoked_at IS NULL),
+    SELECT t.fleet, t.name, count(*),
+           count(*) FILTER (WHERE t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now())),
            count(*) FILTER (WHERE 'units:claim' = ANY (t.permissions)), max(t.last_used_at)
       FROM public.api_tokens t
      WHERE t.fleet = CASE
@@ -51,7 +52,7 @@ CREATE INDEX work_unit_attempts_agent_started_idx ON work_unit_attempts (fleet, 
 --   ACTIVE   holds a CLAIMED or IN_PROGRESS unit under a live lease;
 --   SILENT   holds a CLAIMED or IN_PROGRESS unit whose lease expired (the
 --            condition of v_stall_list: reclaimable by anyone);
---   REVOKED  holds nothing, and every token of that name is revoked;
+--   REVOKED  holds nothing, and every token of that name is revoked or expired;
 --   IDLE     holds nothing (a VERIFIED unit awaiting disposition is not held).
 -- An agent holds at most one unit (work_units_one_live_claim_per_agent).
 -- last_heartbeat_at is the last renewal of its latest attempt's lease: the

@@ -21,7 +21,7 @@ pub enum AgentStatus {
     Silent,
     /// Holds nothing (a VERIFIED unit awaiting `dispose` is not held).
     Idle,
-    /// Holds nothing, and every token of that name is revoked.
+    /// Holds nothing, and every token of that name is revoked or expired.
     Revoked,
 }
 
