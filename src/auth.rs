@@ -14,7 +14,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -229,7 +229,7 @@ pub fn expired(at: DateTime<Utc>) -> String {
 #[derive(Debug, Default)]
 pub struct LastUse {
     /// When this process last sent a token's record.
-    sent: Mutex<HashMap<Uuid, Instant>>,
+    sent: Arc<Mutex<HashMap<Uuid, Instant>>>,
 }
 
 impl LastUse {
@@ -245,9 +245,15 @@ impl LastUse {
             return;
         }
         let db = db.clone();
+        let sent = self.sent.clone();
         tokio::spawn(async move {
-            if let Err(err) = db::tokens::touch(&db, token).await {
-                tracing::warn!(%token, error = %err, "cannot record the token's last use");
+            match db::tokens::touch(&db, token).await {
+                Ok(Some(_)) => {}
+                // The row was busy: the next request of this token tries again.
+                Ok(None) => {
+                    sent.lock().unwrap_or_else(|e| e.into_inner()).remove(&token);
+                }
+                Err(err) => tracing::warn!(%token, error = %err, "cannot record the token's last use"),
             }
         });
     }

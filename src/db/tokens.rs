@@ -65,8 +65,9 @@ pub async fn authenticate(db: &impl ConnectionTrait, hash: &[u8; 32]) -> Result<
 }
 
 /// Records a use of the token now, unless one was recorded within the
-/// minute; true when it wrote.
-pub async fn touch(db: &impl ConnectionTrait, id: Uuid) -> Result<bool, DbErr> {
+/// minute: `Some(true)` when it wrote, `Some(false)` when nothing was due,
+/// `None` when another write held the token's row (nothing waited).
+pub async fn touch(db: &impl ConnectionTrait, id: Uuid) -> Result<Option<bool>, DbErr> {
     let row = db
         .query_one_raw(stmt("SELECT ledger_token_touch($1) AS touched", [id.into()]))
         .await?

@@ -160,15 +160,22 @@ async fn last_use_is_recorded_off_the_request_s_path_at_most_once_a_minute() {
     assert_eq!(column(&app, "agent-1", "last_used_at").await, Value::Null, "never used");
 
     // While another session holds the token's row, a request still returns,
-    // and its record of the use waits behind the lock.
+    // and its record of the use neither waits for the lock nor writes; the
+    // first request after the lock is gone records it.
     let holder = app.owner.begin().await.expect("begin");
     holder
         .execute_unprepared(&format!("SELECT 1 FROM api_tokens WHERE id = '{id}' FOR UPDATE"))
         .await
         .expect("lock the token's row");
     assert_eq!(me(&app, &agent).await.data()["me"]["name"], "agent-1");
-    app.wait_for_lock_waiters(1).await;
+    let busy = format!("SELECT ledger_token_touch('{id}') IS NULL AS skipped");
+    assert_eq!(app.app_role_query(None, &busy).await, vec![json!({ "skipped": true })], "no wait on a busy row");
+    let waiting =
+        "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'";
+    assert_eq!(app.sql_json(waiting).await, vec![json!({ "n": 0 })], "nothing waits behind the held row");
     holder.rollback().await.expect("rollback");
+    assert_eq!(column(&app, "agent-1", "last_used_at").await, Value::Null, "the busy row was skipped");
+    me(&app, &agent).await.data();
     wait_until(&app, "agent-1", "last_used_at IS NOT NULL").await;
     let first = column(&app, "agent-1", "last_used_at").await;
     assert_eq!(column(&app, "agent-1", "last_used_at <= now()").await, json!("true"));

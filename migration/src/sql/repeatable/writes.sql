@@ -771,13 +771,21 @@ $$;
 -- authenticating a request whose token's last use is older (without
 -- waiting for it), and a call within the minute matches no row. The row
 -- lock it takes is never one a request waits for: authentication only reads.
+-- Nor does it wait itself, holding a connection: a token row another write
+-- holds (a revocation committing) is skipped. The answer: true when it
+-- wrote, false when no write was due (or the token is gone or revoked),
+-- NULL when the row was busy (the service then tries on the next request).
 CREATE OR REPLACE FUNCTION ledger_token_touch(p_id uuid)
 RETURNS boolean LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
-    WITH t AS (UPDATE api_tokens SET last_used_at = clock_timestamp()
-                WHERE id = p_id AND revoked_at IS NULL
-                  AND (last_used_at IS NULL OR last_used_at < clock_timestamp() - interval '60 seconds')
-               RETURNING 1)
-    SELECT EXISTS (SELECT 1 FROM t);
+    WITH free AS (SELECT t.id, t.revoked_at IS NULL
+                               AND (t.last_used_at IS NULL OR t.last_used_at < clock_timestamp() - interval '60 seconds') AS due
+                    FROM api_tokens t WHERE t.id = p_id
+                     FOR NO KEY UPDATE SKIP LOCKED),
+         touched AS (UPDATE api_tokens t SET last_used_at = clock_timestamp()
+                      WHERE t.id IN (SELECT f.id FROM free f WHERE f.due) RETURNING 1)
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM free) THEN EXISTS (SELECT 1 FROM touched)
+                WHEN EXISTS (SELECT 1 FROM api_tokens t WHERE t.id = p_id) THEN NULL
+                ELSE false END;
 $$;
 
 -- ---------------------------------------------------------------------------
