@@ -157,7 +157,10 @@ async fn a_revoked_token_is_refused_at_once_on_every_surface_and_replica() {
             }
         };
         match refusal {
-            Frame::Close(code, _) => assert_eq!(code, 4403, "trial {trial}: subscribe"),
+            // 4403, or 1006 when the subscribe was written as the server
+            // closed the socket (the close frame is lost with it); either
+            // way nothing ran, and the token is refused everywhere below.
+            Frame::Close(code, reason) => assert!(code == 4403 || code == 1006, "trial {trial}: {code} {reason}"),
             Frame::Json(message) => {
                 let errors = match message["type"].as_str() {
                     Some("error") => &message["payload"],

@@ -96,6 +96,15 @@ impl Ws {
                 }
                 Some(Ok(Message::Ping(_))) => return Frame::Ping,
                 Some(Ok(_)) => continue,
+                // The server closed the socket while this client wrote to it
+                // (a `subscribe` or a pong racing the server's close frame):
+                // the close frame is lost with the connection, as a browser
+                // would report it (1006).
+                Some(Err(tokio_tungstenite::tungstenite::Error::Io(err)))
+                    if matches!(err.kind(), std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset) =>
+                {
+                    return Frame::Close(1006, format!("connection lost: {err}"));
+                }
                 Some(Err(err)) => panic!("WebSocket error: {err}"),
                 None => return Frame::Close(1006, "closed without a close frame".into()),
             }
