@@ -333,3 +333,40 @@ async fn help_documents_the_exit_codes() {
         assert!(help.contains(line), "`{line}` in: {help}");
     }
 }
+
+/// Fleet isolation and revocation through the CLI, the fourth door: another
+/// fleet's unit named with `--unit` is NOT_FOUND for every verb and nothing
+/// of it changes; a revoked token's very next command is refused.
+#[tokio::test]
+async fn another_fleets_unit_is_not_found_and_a_revoked_token_is_refused_at_once() {
+    let app = spawn_app().await;
+    let theirs = app.token("a", "op", Role::Operator).await;
+    let secret = app.register(&theirs, &["a/secret"]).await[0]["id"].as_str().expect("id").to_owned();
+    let holder = app.token("a", "holder", Role::Agent).await;
+    unit(&agent(&app, &holder, &["claim"]).await);
+    let before = app.snapshot(&secret).await;
+
+    let stranger = app.token("b", "stranger", Role::Agent).await;
+    for args in [
+        &["claim", "--unit", &secret][..],
+        &["start", "--unit", &secret],
+        &["heartbeat", "--unit", &secret],
+        &["cost", "5", "--unit", &secret],
+        &["verify", "https://ci.example/b", "--unit", &secret],
+        &["block", "mine now?", "--unit", &secret],
+        &["release", "--unit", &secret],
+        &["dispose", "dead", "--evidence-url", "https://ci.example/b", "--unit", &secret],
+        &["wait", "--unit", &secret],
+    ] {
+        let err = refused(&agent(&app, &stranger, args).await, 4);
+        assert_eq!(err["code"], "NOT_FOUND", "{args:?}: {err}");
+        assert!(!err.to_string().contains("holder") && !err.to_string().contains("a/secret"), "{args:?}: {err}");
+    }
+    app.assert_unchanged(&secret, &before, "another fleet's commands").await;
+
+    // Revoked: the next command, not a later one, is refused.
+    let id = app.sql_id("SELECT id::text AS id FROM api_tokens WHERE name = 'holder'").await;
+    assert!(work_ledger::db::tokens::revoke(&app.owner, id.parse().expect("uuid")).await.expect("revoke"));
+    let err = refused(&agent(&app, &holder, &["status"]).await, 5);
+    assert_eq!(err["code"], "UNAUTHENTICATED", "{err}");
+}
