@@ -11,23 +11,7 @@ use serde_json::{Map, Value, json};
 use work_ledger::auth::Role;
 
 use crate::helpers::{Agent, TestApp, spawn_app};
-
-/// One `tools/call` without a session; the JSON-RPC result.
-async fn tool(app: &TestApp, token: &str, name: &str, arguments: Value) -> Value {
-    let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": name, "arguments": arguments } });
-    let resp = app
-        .http
-        .post(app.url("/mcp"))
-        .header("authorization", format!("Bearer {token}"))
-        .header("accept", "application/json, text/event-stream")
-        .json(&call)
-        .send()
-        .await
-        .expect("POST /mcp");
-    assert_eq!(resp.status(), 200);
-    let body: Value = resp.json().await.expect("a JSON response");
-    body["result"].clone()
-}
+use crate::mcp::tool;
 
 /// The tools `tools/list` shows to `token`.
 async fn tools(app: &TestApp, token: &str) -> Vec<String> {

@@ -143,7 +143,7 @@ async fn a_tool_call_by_hand_needs_no_session() {
 
 /// One `tools/call` by hand, without a session (a plain POST, 200 with a
 /// JSON body); the JSON-RPC result.
-async fn tool(app: &TestApp, token: &str, name: &str, arguments: Value) -> Value {
+pub async fn tool(app: &TestApp, token: &str, name: &str, arguments: Value) -> Value {
     let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": name, "arguments": arguments } });
     let resp = app
         .http
