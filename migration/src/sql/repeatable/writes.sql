@@ -475,36 +475,36 @@ BEGIN
                                                  jsonb_build_object('question_id', p_question, 'open_question_id', open_question));
         RETURN;
     END IF;
-    UPDATE work_units u
-       SET state = CASE WHEN u.claimed_by IS NULL THEN 'ready' ELSE 'in_progress' END::work_state,
-           lease_expires_at = CASE WHEN u.claimed_by IS NULL THEN NULL ELSE now() + p_lease * interval '1 second' END
-     WHERE u.id = locked
-    RETURNING u.* INTO w;
-    IF w.id IS NULL THEN
+    IF locked IS NULL THEN
         RETURN QUERY SELECT * FROM ledger_refusal(p_agent, p_unit, NULL, false, true);
         RETURN;
     END IF;
-    UPDATE blocking_questions q SET status = 'answered', answer = p_answer, answered_by = p_agent, answered_at = now()
-     WHERE q.id = open_question;
-    PERFORM ledger_log(p_fleet, w.id, w.current_attempt_id, 'unblocked', 'blocked', w.state, p_agent,
-                       jsonb_build_object('question_id', open_question), p_key, p_hash);
-    -- The same answer for every other open question with the same text:
-    -- each unit unblocked as its own answer would, with its own event.
+    -- The named unit, and with p_similar every other blocked unit waiting
+    -- on the same text: each back to its holder (or READY when released),
+    -- its open question answered, with its own event.
     FOR o IN
         UPDATE work_units u
            SET state = CASE WHEN u.claimed_by IS NULL THEN 'ready' ELSE 'in_progress' END::work_state,
                lease_expires_at = CASE WHEN u.claimed_by IS NULL THEN NULL ELSE now() + p_lease * interval '1 second' END
-         WHERE u.id = ANY (coalesce(others, '{}')) AND u.id <> p_unit AND u.state = 'blocked'
-           AND EXISTS (SELECT 1 FROM blocking_questions q
-                        WHERE q.unit_id = u.id AND q.status = 'open' AND q.norm = text_norm)
+         WHERE u.state = 'blocked'
+           AND (u.id = locked
+                OR (u.id = ANY (coalesce(others, '{}'))
+                    AND EXISTS (SELECT 1 FROM blocking_questions q
+                                 WHERE q.unit_id = u.id AND q.status = 'open' AND q.norm = text_norm)))
         RETURNING u.*
     LOOP
         UPDATE blocking_questions q SET status = 'answered', answer = p_answer, answered_by = p_agent, answered_at = now()
          WHERE q.unit_id = o.id AND q.status = 'open'
         RETURNING q.id INTO open_question;
-        PERFORM ledger_log(p_fleet, o.id, o.current_attempt_id, 'unblocked', 'blocked', o.state, p_agent,
-                           jsonb_build_object('question_id', open_question, 'answered_with', p_unit), NULL, NULL);
-        also := also || o.id;
+        IF o.id = locked THEN
+            w := o;
+            PERFORM ledger_log(p_fleet, o.id, o.current_attempt_id, 'unblocked', 'blocked', o.state, p_agent,
+                               jsonb_build_object('question_id', open_question), p_key, p_hash);
+        ELSE
+            PERFORM ledger_log(p_fleet, o.id, o.current_attempt_id, 'unblocked', 'blocked', o.state, p_agent,
+                               jsonb_build_object('question_id', open_question, 'answered_with', p_unit), NULL, NULL);
+            also := also || o.id;
+        END IF;
     END LOOP;
     RETURN QUERY SELECT 'ok'::text, w, jsonb_build_object('also_answered', to_jsonb(also));
 END
