@@ -31,8 +31,13 @@ pub fn path(explicit: Option<&Path>, url: &str, token: &str) -> Option<PathBuf> 
         Some(dir) => PathBuf::from(dir),
         None => PathBuf::from(std::env::var_os("HOME").filter(|dir| !dir.is_empty())?).join(".local/state"),
     };
+    Some(under(&base, url, token))
+}
+
+/// The state file for `url` and `token` under the state directory `base`.
+fn under(base: &Path, url: &str, token: &str) -> PathBuf {
     let digest = Sha256::digest(format!("{url}\n{token}").as_bytes());
-    Some(base.join("work-ledger").join(format!("agent-{}.json", hex::encode(&digest[..8]))))
+    base.join("work-ledger").join(format!("agent-{}.json", hex::encode(&digest[..8])))
 }
 
 /// The last claim recorded in `path`; none when the file is missing or unreadable.
@@ -63,10 +68,11 @@ mod tests {
         save(&file, &claim).expect("save");
         assert_eq!(load(&file), Some(claim));
         let _ = std::fs::remove_dir_all(&dir);
-        let one = path(None, "http://x", "t1");
-        if one.is_some() {
-            assert_ne!(one, path(None, "http://x", "t2"));
-        }
+        let base = Path::new("/state");
+        assert_ne!(under(base, "http://x", "t1"), under(base, "http://x", "t2"), "one file per token");
+        assert_ne!(under(base, "http://x", "t1"), under(base, "http://y", "t1"), "one file per server");
+        assert_eq!(under(base, "http://x", "t1"), under(base, "http://x", "t1"));
+        assert!(under(base, "http://x", "t1").starts_with("/state/work-ledger"));
         assert_eq!(path(Some(Path::new("/tmp/s.json")), "u", "t"), Some(PathBuf::from("/tmp/s.json")));
     }
 }

@@ -238,3 +238,25 @@ async fn the_triage_example_clears_a_burst_with_one_answer() {
     assert_eq!(answers, 6, "each unit of the burst answered once");
     assert_eq!(unblocked_events(&app, &units[6].0).await, 0, "the unknown question stays open");
 }
+
+/// SPEC §9 on the triage read: `first` within 1..500, a filter by the
+/// rule of the label it matches; refused before anything runs.
+#[tokio::test]
+async fn open_question_groups_refuses_bad_arguments_by_name() {
+    let app = spawn_app().await;
+    let triage = app.token("f", "triage", Role::Triage).await;
+    let groups =
+        "query($first: Int, $group: String) { openQuestionGroups(first: $first, assigneeGroup: $group) { waiting } }";
+    for (vars, argument) in [
+        (json!({ "first": 0 }), "first"),
+        (json!({ "first": 501 }), "first"),
+        (json!({ "group": "a\u{0}b" }), "assigneeGroup"),
+        (json!({ "group": "rtl\u{202e}group" }), "assigneeGroup"),
+    ] {
+        let refused = app.gql(&triage, groups, vars.clone()).await;
+        refused.assert_code("INVALID_INPUT");
+        assert_eq!(refused.body["errors"][0]["extensions"]["argument"], argument, "{vars}: {:#}", refused.body);
+    }
+    let ok = app.gql(&triage, groups, json!({ "first": 500, "group": "agent-questions" })).await;
+    assert_eq!(ok.data()["openQuestionGroups"], json!([]));
+}
