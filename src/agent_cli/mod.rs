@@ -22,7 +22,7 @@ use clap::Args;
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
-use crate::contract::{Operation, Surface, UNIT, envelope};
+use crate::contract::{Operation, Surface, envelope};
 use client::Client;
 pub use failure::Failure;
 
@@ -205,18 +205,16 @@ impl Agent {
     /// when there is none; otherwise the server's own refusal (with its
     /// legal actions) teaches better than a guess of the CLI's.
     async fn target(&self, op: &Operation, unit: Option<Uuid>, given: &Map<String, Value>) -> Result<Value, Failure> {
-        let selection = UNIT.replace("SURFACE", "CLI");
         if let Some(id) = unit {
-            let response = self
-                .client
-                .run(&format!("query($id: UUID!) {{ unit(id: $id) {selection} }}"), json!({ "id": id }))
-                .await?;
-            return match response.get("data").and_then(|data| data.get("unit")) {
+            // The contract's own read of a unit (`get_unit`), as every surface renders it.
+            let read = bound(crate::contract::tool("get_unit"), "get_unit")?;
+            let found = self.call(read, json!({ "id": id }).as_object().cloned().unwrap_or_default()).await?;
+            return match found.get("unit") {
                 Some(unit) if !unit.is_null() => Ok(unit.clone()),
                 _ => Err(Failure::new("NOT_FOUND", format!("no unit with id {id} exists in your fleet"))),
             };
         }
-        let Mine { name, held, awaiting } = self.mine(&selection).await?;
+        let Mine { name, held, awaiting } = self.mine().await?;
         let migrate = op.field == "dispose" && given.get("disposition") == Some(&json!("MIGRATED"));
         // Bills arrive late and a verified unit still needs its disposition.
         let late = matches!(op.field, "recordCost" | "dispose");
@@ -237,18 +235,16 @@ impl Agent {
         target.ok_or_else(|| nothing_held(&name, &awaiting))
     }
 
-    async fn mine(&self, selection: &str) -> Result<Mine, Failure> {
-        let query = format!("{{ me {{ name heldUnit {selection} awaitingDisposition {selection} }} }}");
-        let mut response = self.client.run(&query, json!({})).await?;
-        let me = &mut response["data"]["me"];
+    /// What `status` shows (the contract's `me`), read to pick the unit a verb acts on.
+    async fn mine(&self) -> Result<Mine, Failure> {
+        let status = bound(crate::contract::verb("status").next(), "status")?;
+        let mut found = self.call(status, Map::new()).await?;
+        let me = found.get_mut("me").map(Value::take).unwrap_or(Value::Null);
         let Some(name) = me["name"].as_str().map(str::to_owned) else {
             return Err(Failure::unexpected(format!("`me` without a name: {me}")));
         };
-        let held = Some(me["heldUnit"].take()).filter(|unit| !unit.is_null());
-        let awaiting = match me["awaitingDisposition"].take() {
-            Value::Array(units) => units,
-            _ => Vec::new(),
-        };
+        let held = Some(me["heldUnit"].clone()).filter(|unit| !unit.is_null());
+        let awaiting = me["awaitingDisposition"].as_array().cloned().unwrap_or_default();
         Ok(Mine { name, held, awaiting })
     }
 
@@ -286,6 +282,11 @@ impl Agent {
         }
         Ok(Value::Object(result))
     }
+}
+
+/// A row of the contract the CLI relies on (a unit test checks they exist).
+fn bound(op: Option<&'static Operation>, name: &str) -> Result<&'static Operation, Failure> {
+    op.ok_or_else(|| Failure::unexpected(format!("the operation contract has no `{name}`")))
 }
 
 fn nothing_held(name: &str, awaiting: &[Value]) -> Failure {

@@ -351,5 +351,7 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), count);
+        // The rows the agent CLI reads a unit and its status through.
+        assert!(tool("get_unit").is_some() && verb("status").next().is_some());
     }
 }
