@@ -9,6 +9,8 @@ use sea_orm::{ConnectionTrait, DatabaseConnection};
 use work_ledger::db::{self, stmt};
 use work_ledger::embedded_pg::EmbeddedPostgres;
 
+pub mod seed;
+
 pub type AnyError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A freshly migrated database for one benchmark run.

@@ -77,6 +77,7 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261201_000016_similar_questions", "0016_similar_questions"),
             // The fleet roster: v_agents (one row per agent name), live and silent claiming agents.
             sql_migration!("m20261130_000017_roster", "0017_roster"),
+            sql_migration!("m20261201_000018_unit_totals", "0018_unit_totals"),
         ]
     }
 }

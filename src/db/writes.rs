@@ -79,3 +79,14 @@ pub async fn report_stalls(db: &impl ConnectionTrait, batch_size: u32) -> Result
     let reported: i64 = row.try_get("", "reported")?;
     Ok((found.max(0) as u64, reported.max(0) as u64))
 }
+
+/// Folds the deltas of `unit_totals` into one row per group
+/// (`ledger_compact_totals`, migration 0018); returns the rows folded.
+pub async fn compact_totals(db: &impl ConnectionTrait) -> Result<u64, DbErr> {
+    let row = db
+        .query_one_raw(stmt("SELECT ledger_compact_totals() AS folded", []))
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound("ledger_compact_totals".into()))?;
+    let folded: i64 = row.try_get("", "folded")?;
+    Ok(folded.max(0) as u64)
+}

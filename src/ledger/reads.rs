@@ -54,9 +54,12 @@ impl Ledger {
         list: List,
         args: PageArgs,
         query: Query,
+        counted: Option<Query>,
     ) -> Result<Page<UnitModel>, LedgerError> {
         let (first, cursor) = page_args(list, &args)?;
-        let total = Total(query.count());
+        // The unit totals answer the same count when they can (SPEC §7 at
+        // any size, issue 27); otherwise the rows are counted.
+        let total = Total(counted.unwrap_or_else(|| query.count()));
         let mut query = query;
         query.page("u", cursor, list == List::UnitsNewestFirst, first + 1);
         let rows = self.read(who, move |tx| Box::pin(async move { Ok(query.units(tx).await?) })).await?;
@@ -77,7 +80,8 @@ impl Ledger {
         validate::filter("filter.domain", filter.domain.as_deref())?;
         validate::filter("filter.claimedBy", filter.claimed_by.as_deref())?;
         validate::range("filter.from", "filter.until", &filter.created)?;
-        self.units_query(who, List::units(newest_first), args, reads::units(&who.fleet, &filter)).await
+        let counted = reads::units_counted_by_totals(&who.fleet, &filter);
+        self.units_query(who, List::units(newest_first), args, reads::units(&who.fleet, &filter), counted).await
     }
 
     /// The `totalCount` of a list.
@@ -89,12 +93,14 @@ impl Ledger {
     pub async fn stalls_page(&self, who: &Principal, args: PageArgs) -> Result<Page<UnitModel>, LedgerError> {
         who.require(crate::auth::Permission::LedgerRead)?;
         let _turn = self.scans.enter(who.token_id).await?;
-        self.units_query(who, List::Stalls, args, reads::units_in_view(&who.fleet, "v_stall_list")).await
+        self.units_query(who, List::Stalls, args, reads::units_in_view(&who.fleet, "v_stall_list"), None).await
     }
 
     /// Units that needed more than one attempt (`v_rework`).
     pub async fn rework_page(&self, who: &Principal, args: PageArgs) -> Result<Page<UnitModel>, LedgerError> {
-        self.units_query(who, List::Rework, args, reads::units_in_view(&who.fleet, "v_rework")).await
+        let mut counted = reads::counted_by_totals(&who.fleet);
+        counted.push(" AND t.reworked");
+        self.units_query(who, List::Rework, args, reads::units_in_view(&who.fleet, "v_rework"), Some(counted)).await
     }
 
     /// Disposed units with their evidence (`v_disposition_detail`).
@@ -110,13 +116,25 @@ impl Ledger {
         validate::filter("domain", domain.as_deref())?;
         let mut query = reads::units_in_view(&who.fleet, "v_disposition_detail");
         query.range("v.disposed_at", &disposed);
+        // Without a time range, the unit totals count the same units.
+        let mut counted = (disposed.from.is_none() && disposed.until.is_none()).then(|| {
+            let mut q = reads::counted_by_totals(&who.fleet);
+            q.push(" AND t.disposition IS NOT NULL");
+            q
+        });
         if let Some(d) = disposition {
             query.and("v.disposition = {}::disposition", d.as_sql().to_owned());
+            if let Some(q) = counted.as_mut() {
+                q.and("t.disposition = {}::disposition", d.as_sql().to_owned());
+            }
         }
         if let Some(domain) = domain {
+            if let Some(q) = counted.as_mut() {
+                q.and("t.domain = {}", domain.clone());
+            }
             query.and("v.domain = {}", domain);
         }
-        self.units_query(who, List::Dispositions, args, query).await
+        self.units_query(who, List::Dispositions, args, query, counted).await
     }
 
     /// Events, newest first unless not `newest_first`; each order has cursors of its own.

@@ -1,6 +1,7 @@
 //! The stall sweeper (SPEC §6): every `interval`, one `stalled` event per
 //! CLAIMED/IN_PROGRESS attempt whose lease expired. The unit stays as it is,
 //! reclaimable by `claimNext`; the event is what `unitStalled` delivers.
+//! Each pass also folds the unit totals' deltas (`ledger_compact_totals`).
 //!
 //! It runs as the pool's own role over every fleet in one statement rather
 //! than once per fleet under row-level security: the sweep is system work
@@ -50,8 +51,10 @@ impl Sweeper {
         Self { db, config, passes: watch::channel(0).0, stalls }
     }
 
-    /// One pass: reports every expired attempt not reported yet; returns how
-    /// many this pass appended.
+    /// One pass: reports every expired attempt not reported yet, then folds
+    /// the deltas of the unit totals (migration 0018) so that the reads of
+    /// them stay as cheap as the number of groups; returns how many stall
+    /// events this pass appended.
     pub async fn run_once(&self) -> Result<u64, DbErr> {
         let mut reported = 0;
         loop {
@@ -59,9 +62,11 @@ impl Sweeper {
             reported += reported_now;
             self.stalls.inc_by(reported_now);
             if found < u64::from(self.config.batch_size) {
-                return Ok(reported);
+                break;
             }
         }
+        writes::compact_totals(&self.db).await?;
+        Ok(reported)
     }
 
     /// Passes every `interval` until `stop`. A failed pass is logged and

@@ -104,6 +104,27 @@ const RULES: &[(&str, &str)] = &[
           WHERE ($1::text IS NULL OR u.fleet = $1) AND last.to_state IS DISTINCT FROM u.state",
     ),
     (
+        "unit_totals",
+        // The totals the readers use (migration 0018) equal the units they count.
+        "SELECT coalesce(u.fleet, t.fleet) AS fleet, NULL::uuid AS unit_id,
+                format('%s units, %s cents in %s', coalesce(u.units, 0), coalesce(u.cost, 0),
+                       concat_ws('/', coalesce(u.domain, t.domain), coalesce(u.state, t.state),
+                                 coalesce(u.disposition, t.disposition, 'open'),
+                                 CASE WHEN coalesce(u.reworked, t.reworked) THEN 'reworked' END)) AS expected,
+                format('%s units, %s cents in unit_totals', coalesce(t.units, 0), coalesce(t.cost, 0)) AS found
+           FROM (SELECT fleet, domain, state::text AS state, disposition::text AS disposition,
+                        attempt_count > 1 AS reworked, count(*) AS units, sum(cost_cents) AS cost
+                   FROM work_units WHERE $1::text IS NULL OR fleet = $1
+                  GROUP BY 1, 2, 3, 4, 5) u
+           FULL JOIN (SELECT fleet, domain, state::text AS state, disposition::text AS disposition, reworked,
+                             sum(units) AS units, sum(cost_cents) AS cost
+                        FROM unit_totals WHERE $1::text IS NULL OR fleet = $1
+                       GROUP BY 1, 2, 3, 4, 5 HAVING sum(units) <> 0 OR sum(cost_cents) <> 0) t
+             ON t.fleet = u.fleet AND t.domain = u.domain AND t.state = u.state
+            AND t.disposition IS NOT DISTINCT FROM u.disposition AND t.reworked = u.reworked
+          WHERE u.units IS DISTINCT FROM t.units OR u.cost IS DISTINCT FROM t.cost",
+    ),
+    (
         "no_orphans",
         // Foreign keys forbid these; a restore or disabled triggers may not.
         "SELECT a.fleet, a.unit_id, 'a unit' AS expected, 'attempt ' || a.id || ' without its unit' AS found

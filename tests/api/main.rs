@@ -46,6 +46,7 @@ mod slow_clients;
 mod soak;
 mod surface;
 mod tokens;
+mod totals;
 mod traces;
 mod triage;
 mod views;

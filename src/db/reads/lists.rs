@@ -51,15 +51,7 @@ pub fn units(fleet: &str, filter: &UnitFilter) -> Query {
     let mut q = Query::new(&format!("SELECT {UNIT_COLUMNS} FROM work_units u WHERE u.fleet = "));
     let p = q.bind(fleet);
     q.push(&p);
-    if let Some(state) = filter.state {
-        q.and("u.state = {}::work_state", state.as_sql());
-    }
-    if let Some(domain) = &filter.domain {
-        q.and("u.domain = {}", domain.clone());
-    }
-    if let Some(disposition) = filter.disposition {
-        q.and("u.disposition = {}::disposition", disposition.as_sql());
-    }
+    by_group(&mut q, "u", filter);
     if let Some(claimed_by) = &filter.claimed_by {
         q.and("u.claimed_by = {}", claimed_by.clone());
     }
@@ -74,6 +66,47 @@ pub fn units(fleet: &str, filter: &UnitFilter) -> Query {
     };
     q.range("u.created_at", &filter.created);
     q
+}
+
+/// The number of a fleet's units as the unit totals count them (migration
+/// 0018): the `totalCount` of a list whose every condition is on a column of
+/// `v_unit_totals`, exact and read from a few hundred rows at any size.
+/// `and` narrows it like [`Query::and`], on the columns of `t`.
+pub fn counted_by_totals(fleet: &str) -> Query {
+    let mut q = Query::new("SELECT coalesce(sum(t.units), 0)::bigint AS n FROM v_unit_totals t WHERE t.fleet = ");
+    let p = q.bind(fleet);
+    q.push(&p);
+    q
+}
+
+/// The `totalCount` of `units(filter)` from the unit totals, when the filter
+/// names only state, domain and disposition (else the rows are counted).
+pub fn units_counted_by_totals(fleet: &str, filter: &UnitFilter) -> Option<Query> {
+    let by_rows = filter.claimed_by.is_some()
+        || filter.external_ref_prefix.is_some()
+        || filter.stalled.is_some()
+        || filter.created.from.is_some()
+        || filter.created.until.is_some();
+    if by_rows {
+        return None;
+    }
+    let mut q = counted_by_totals(fleet);
+    by_group(&mut q, "t", filter);
+    Some(q)
+}
+
+/// The filter's conditions on the columns a unit and its group share
+/// (state, domain, disposition), on `alias`.
+fn by_group(q: &mut Query, alias: &str, filter: &UnitFilter) {
+    if let Some(state) = filter.state {
+        q.and(&format!("{alias}.state = {{}}::work_state"), state.as_sql());
+    }
+    if let Some(domain) = &filter.domain {
+        q.and(&format!("{alias}.domain = {{}}"), domain.clone());
+    }
+    if let Some(disposition) = filter.disposition {
+        q.and(&format!("{alias}.disposition = {{}}::disposition"), disposition.as_sql());
+    }
 }
 
 /// Units listed by one of the views (`v_stall_list`, `v_rework`,

@@ -1,0 +1,171 @@
+//! The unit totals (migration 0018, issue 27): the counters behind
+//! queueDepth, costSummary, costTotal, dispositionSummary and the dashboard's
+//! stats, kept by the database in the writing transaction as delta rows and
+//! folded by the sweeper. They must equal the units at every moment, under
+//! concurrent writers and folds, and the audit must notice when they do not.
+
+use serde_json::{Value, json};
+use work_ledger::auth::Role;
+
+use crate::helpers::{Agent, TestApp, spawn_app};
+use crate::operator::{text, work_ledger, worked_ledger};
+
+/// The totals per group as the readers see them, and the same groups counted
+/// from the units themselves; both sorted.
+async fn totals_and_units(app: &TestApp) -> (Vec<Value>, Vec<Value>) {
+    let totals = app
+        .sql_json(
+            "SELECT fleet, domain, state, disposition, reworked, units, cost_cents FROM v_unit_totals
+              ORDER BY 1, 2, 3, 4, 5",
+        )
+        .await;
+    let units = app
+        .sql_json(
+            "SELECT fleet, domain, state, disposition, attempt_count > 1 AS reworked, count(*) AS units,
+                    sum(cost_cents)::bigint AS cost_cents
+               FROM work_units GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5",
+        )
+        .await;
+    (totals, units)
+}
+
+#[tokio::test]
+async fn the_totals_equal_the_units_through_concurrent_writes_and_folds() {
+    let app = spawn_app().await;
+    let op = Agent::new(&app, "f", "op", Role::Operator).await;
+    let refs: Vec<String> = (0..24).map(|i| format!("t{i:02}")).collect();
+    let refs: Vec<&str> = refs.iter().map(String::as_str).collect();
+    app.register(&op.token, &refs).await;
+    let agents: Vec<Agent> = {
+        let mut v = Vec::new();
+        for i in 0..6 {
+            v.push(Agent::new(&app, "f", &format!("agent-{i}"), Role::Agent).await);
+        }
+        v
+    };
+    // Six agents work the queue while the sweeper folds the deltas, again and again.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let folding = {
+        let (live, stop) = (app.live.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut folds = 0u32;
+            while !stop.is_cancelled() {
+                live.sweep_now().await.expect("a sweeper pass");
+                folds += 1;
+            }
+            folds
+        })
+    };
+    let work = agents.iter().enumerate().map(|(i, agent)| async move {
+        for round in 0..4 {
+            let claimed = agent.claim_next(json!({})).await;
+            let Some(unit) = claimed.unit()["id"].as_str().map(str::to_owned) else { break };
+            agent.transition(&unit, "IN_PROGRESS", json!({})).await.data();
+            let cost =
+                "mutation($u: UUID!, $k: String!) { recordCost(unitId: $u, cents: 125, idempotencyKey: $k) { id } }";
+            agent.run(cost, json!({ "u": unit, "k": format!("c-{i}-{round}") })).await.data();
+            match (i + round) % 3 {
+                // Released: back to READY, reworked at its next claim.
+                0 => {
+                    agent.release(&unit, json!({ "reason": "handing over" })).await.data();
+                }
+                1 => {
+                    agent.transition(&unit, "VERIFIED", json!({ "evidence": "https://ci.example/v" })).await.data();
+                    agent.dispose(&unit, "MIGRATED", json!({ "evidence": "https://ci.example/v" })).await.data();
+                }
+                _ => {
+                    agent.dispose(&unit, "DROPPED", json!({ "evidence": "https://wiki.example/d" })).await.data();
+                }
+            }
+        }
+    });
+    futures::future::join_all(work).await;
+    stop.cancel();
+    let folds = folding.await.expect("the folding task");
+    assert!(folds >= 2, "the sweeper folded while the agents wrote ({folds} passes)");
+
+    // Reworked units exist (a released unit claimed again), so every key of the totals was exercised.
+    let states = app.sql_json("SELECT external_ref, state, attempt_count FROM work_units ORDER BY 1").await;
+    assert!(
+        app.sql_i64("SELECT count(*) FROM work_units WHERE attempt_count > 1").await > 0,
+        "some rework: {states:?}"
+    );
+    let (totals, units) = totals_and_units(&app).await;
+    assert_eq!(totals, units, "the totals equal the units before the last fold");
+    app.live.sweep_now().await.expect("a last fold");
+    let (folded, units) = totals_and_units(&app).await;
+    assert_eq!(folded, units, "and after it");
+    let rows = app.sql_i64("SELECT count(*) FROM unit_totals").await;
+    assert_eq!(rows, units.len() as i64, "a fold leaves one row per group: {folded:?}");
+
+    // What the operator reads is those totals.
+    let read = op
+        .run(
+            "{ costTotal { units costCents } dispositionSummary { disposition count costCents }
+               queueDepth { domain ready claimed inProgress blocked verified stalled } }",
+            json!({}),
+        )
+        .await;
+    let data = read.data();
+    assert_eq!(data["costTotal"]["units"], json!(24));
+    let cost = app.sql_i64("SELECT sum(cost_cents)::bigint FROM work_units").await;
+    assert_eq!(data["costTotal"]["costCents"], json!(cost));
+    let migrated = app.sql_i64("SELECT count(*) FROM work_units WHERE disposition = 'MIGRATED'").await;
+    let row = data["dispositionSummary"].as_array().and_then(|r| r.iter().find(|d| d["disposition"] == "MIGRATED"));
+    assert_eq!(row.map(|r| r["count"].clone()), Some(json!(migrated)), "{data}");
+    let ready = app.sql_i64("SELECT count(*) FROM work_units WHERE state = 'ready'").await;
+    let depth: i64 =
+        data["queueDepth"].as_array().into_iter().flatten().map(|d| d["ready"].as_i64().unwrap_or(0)).sum();
+    assert_eq!(depth, ready, "{data}");
+
+    let audit = work_ledger(&app, &["audit"], None);
+    assert!(audit.status.success(), "{}\n{}", text(&audit.stdout), text(&audit.stderr));
+}
+
+#[tokio::test]
+async fn a_corrupted_total_is_found_by_the_audit_and_a_rebuild_repairs_it() {
+    let app = spawn_app().await;
+    worked_ledger(&app).await;
+    let clean = work_ledger(&app, &["audit"], None);
+    assert!(clean.status.success(), "{}\n{}", text(&clean.stdout), text(&clean.stderr));
+
+    // A hand on the summary itself (the owner's; no role of the service can).
+    app.sql(
+        "INSERT INTO unit_totals (fleet, domain, state, disposition, reworked, units, cost_cents)
+         VALUES ('f', 'default', 'done', 'MIGRATED', false, 0, 999)",
+    )
+    .await;
+    let audit = work_ledger(&app, &["audit", "--fleet", "f"], None);
+    assert_eq!(audit.status.code(), Some(1), "{}", text(&audit.stderr));
+    let out = text(&audit.stdout);
+    let line = out.lines().find(|l| l.contains("\tunit_totals\t")).unwrap_or_else(|| panic!("no finding: {out}"));
+    assert!(line.starts_with("f\t-\tunit_totals\t"), "{line}");
+    assert!(line.contains("default/done/MIGRATED") && line.contains("cents in unit_totals"), "{line}");
+    assert_eq!(out.lines().count(), 1, "only the total is wrong: {out}");
+
+    // Folding keeps the error (it sums what is there); a rebuild recounts.
+    app.live.sweep_now().await.expect("a fold");
+    assert_eq!(work_ledger(&app, &["audit"], None).status.code(), Some(1), "a fold does not hide it");
+    app.sql("SELECT ledger_rebuild_totals()").await;
+    let repaired = work_ledger(&app, &["audit"], None);
+    assert!(repaired.status.success(), "{}", text(&repaired.stdout));
+}
+
+#[tokio::test]
+async fn the_totals_are_read_only_and_per_fleet_for_the_service_and_readers() {
+    let app = spawn_app().await;
+    let op_f = Agent::new(&app, "f", "op", Role::Operator).await;
+    let op_g = Agent::new(&app, "g", "op", Role::Operator).await;
+    app.register(&op_f.token, &["a", "b"]).await;
+    app.register(&op_g.token, &["c"]).await;
+    let insert = "INSERT INTO unit_totals VALUES ('f', 'default', 'ready', NULL, false, 100, 0)";
+    let refused = app.app_role_exec(Some("f"), insert).await.expect_err("the application role cannot write totals");
+    assert!(refused.contains("permission denied"), "{refused}");
+    let fold = app.app_role_query(Some("f"), "SELECT ledger_compact_totals() AS folded").await;
+    assert_eq!(fold.len(), 1, "the application role may fold (the sweeper does)");
+    let seen =
+        app.app_role_query(Some("f"), "SELECT fleet, sum(units)::int AS units FROM v_unit_totals GROUP BY 1").await;
+    assert_eq!(seen, vec![json!({ "fleet": "f", "units": 2 })], "fleet f sees its own totals only");
+    let rebuild = app.app_role_exec(Some("f"), "SELECT ledger_rebuild_totals()").await;
+    assert!(rebuild.is_err_and(|e| e.contains("permission denied")), "a rebuild is the owner's");
+}
