@@ -13,7 +13,11 @@
 #   deploy/ha/formation.sh crash NODE [--dir DIR] SIGKILLs the node's keeper and postgres
 #   deploy/ha/formation.sh run NODE   [--dir DIR] starts a node's keeper again (it rejoins)
 #   deploy/ha/formation.sh wait-healthy [--dir DIR] until every node is primary or secondary
-#   deploy/ha/formation.sh switchover [--dir DIR] a planned switchover
+#   deploy/ha/formation.sh wait-caught-up [--dir DIR] until every node is primary or secondary and
+#       passes the monitor's health check, and every standby has replayed the primary's WAL as it
+#       was when the wait began
+#   deploy/ha/formation.sh switchover [--dir DIR] [--wait S] a planned switchover, waiting at most
+#       S seconds (default 120) for the new primary; on failure prints the monitor's state and events
 #   deploy/ha/formation.sh stop     [--dir DIR]   kills every process and deletes DIR
 #
 # Ports: the monitor on P (default 6000), node k on P+k. --fast-failover
@@ -32,12 +36,14 @@ dir=${WORK_LEDGER_HA_DIR:-/tmp/work-ledger-ha}
 base_port=6000
 nodes=2
 fast=0
+wait_seconds=120
 while [ $# -gt 0 ]; do
   case $1 in
     --dir) dir=$2; shift 2 ;;
     --base-port) base_port=$2; shift 2 ;;
     --nodes) nodes=$2; shift 2 ;;
     --fast-failover) fast=1; shift ;;
+    --wait) wait_seconds=$2; shift 2 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -78,14 +84,18 @@ as_cmd=(env "XDG_CONFIG_HOME=$dir/xdg/config" "XDG_DATA_HOME=$dir/xdg/data" "XDG
 [ "$(id -u)" -eq 0 ] && as_cmd=(runuser -u postgres -- "${as_cmd[@]}")
 
 wait_for() { # seconds, description, command...
+  # Bounded by the clock: on a busy machine each check (psql through
+  # runuser) takes long enough that counting tries would wait far longer.
   local limit=$1 what=$2
   shift 2
-  for _ in $(seq 1 $((limit * 10))); do
-    if "$@" > /dev/null 2>&1; then return 0; fi
+  local deadline=$((SECONDS + limit))
+  until "$@" > /dev/null 2>&1; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      echo "timed out after ${limit}s waiting for $what (logs in $dir/*.log)" >&2
+      return 1
+    fi
     sleep 0.1
   done
-  echo "timed out after ${limit}s waiting for $what (logs in $dir/*.log)" >&2
-  return 1
 }
 
 healthy_count() { monitor_sql "SELECT count(*) FROM pgautofailover.node WHERE reportedstate = goalstate AND reportedstate IN ('primary', 'secondary', 'single')"; }
@@ -95,6 +105,64 @@ all_healthy() {
   [ "$(healthy_count)" = "$want" ] && [ "$(monitor_sql "SELECT count(*) FROM pgautofailover.node WHERE reportedstate = 'primary'")" = 1 ]
 }
 node_is() { [ "$(monitor_sql "SELECT reportedstate FROM pgautofailover.node WHERE nodename = '$1'")" = "$2" ]; }
+
+# As all_healthy, and the monitor's last health check of every node passed:
+# a node it finds unhealthy is sent back to catchingup, and one found so in
+# the middle of a switchover holds the switchover up.
+all_healthy_and_checked() { all_healthy && [ "$(monitor_sql "SELECT count(*) FROM pgautofailover.node WHERE health <> 1")" = 0 ]; }
+primary_port() { monitor_sql "SELECT nodeport FROM pgautofailover.node WHERE reportedstate = 'primary' AND goalstate = 'primary'"; }
+node_sql() { as_postgres psql -X -q -At -h 127.0.0.1 -p "$1" -d postgres -c "$2"; }
+# Every standby streams from the primary on port $1 and has replayed its WAL up to LSN $2.
+replayed() {
+  local standbys
+  standbys=$(($(monitor_sql "SELECT count(*) FROM pgautofailover.node") - 1))
+  [ "$(node_sql "$1" "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming' AND replay_lsn >= '$2'")" = "$standbys" ]
+}
+
+# What the monitor knows, for a failure to say why.
+diagnose() {
+  echo "--- pg_autoctl show state" >&2
+  as_postgres pg_autoctl show state --monitor "$(monitor_uri)" >&2 || true
+  echo "--- pg_autoctl show events (last 40)" >&2
+  as_postgres pg_autoctl show events --monitor "$(monitor_uri)" --count 40 >&2 || true
+}
+
+wait_healthy() {
+  wait_for 90 "every node to be primary or secondary" all_healthy || { diagnose; return 1; }
+}
+
+# Before a switchover: the nodes stable and healthy, and the standbys past the
+# primary's WAL as it is now, so that the standby to promote has nothing
+# left to replay; then stable and healthy again. Says on stderr how long it took.
+wait_caught_up() {
+  local started=$SECONDS healthy port target wal
+  wait_for 90 "every node to be primary or secondary and healthy" all_healthy_and_checked || { diagnose; return 1; }
+  healthy=$((SECONDS - started))
+  port=$(primary_port)
+  target=$(node_sql "$port" "SELECT pg_current_wal_lsn()")
+  wait_for 90 "every standby to replay the primary's WAL up to $target" replayed "$port" "$target" || {
+    node_sql "$port" "SELECT application_name, state, sent_lsn, replay_lsn, replay_lag FROM pg_stat_replication" >&2 || true
+    diagnose
+    return 1
+  }
+  wait_for 30 "every node to be primary or secondary and healthy" all_healthy_and_checked || { diagnose; return 1; }
+  # The old primary's pg_rewind in a switchover copies about this much.
+  wal=$(node_sql "$port" "SELECT pg_size_pretty(sum(size)) FROM pg_ls_waldir()")
+  echo "nodes healthy after ${healthy}s, standbys past the primary's LSN $target after $((SECONDS - started))s (its pg_wal: $wal)" >&2
+}
+
+# pg_autoctl waits for a node to report "primary": the new primary once the
+# old one has rejoined as its standby (60 s unless told).
+switchover() {
+  local started=$SECONDS
+  if as_postgres pg_autoctl perform switchover --monitor "$(monitor_uri)" --formation default --wait "$wait_seconds"; then
+    echo "switchover: a new primary in $((SECONDS - started))s" >&2
+    return 0
+  fi
+  echo "switchover: no new primary reported within ${wait_seconds}s ($((SECONDS - started))s)" >&2
+  diagnose
+  return 1
+}
 
 url() {
   local uri
@@ -191,11 +259,12 @@ case $command in
   primary) primary ;;
   crash) crash ;;
   run) run_keeper "$node" ;;
-  wait-healthy) wait_for 90 "every node to be primary or secondary" all_healthy ;;
-  switchover) as_postgres pg_autoctl perform switchover --monitor "$(monitor_uri)" --formation default ;;
+  wait-healthy) wait_healthy ;;
+  wait-caught-up) wait_caught_up ;;
+  switchover) switchover ;;
   stop) stop ;;
   *)
-    sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

@@ -45,6 +45,13 @@ const PACE: Duration = Duration::from_millis(100);
 const RETRY: Duration = Duration::from_millis(100);
 /// Bounds for a failing run only.
 const RECOVERY_GUARD: Duration = Duration::from_secs(90);
+/// How long `pg_autoctl perform switchover` may wait for the new primary
+/// (its own default is 60 s). Its wait ends when the old primary has
+/// rewound (pg_rewind copies the new primary's whole pg_wal, 64 MB here,
+/// and syncs the data directory), restarted as a standby and caught up:
+/// 6 to 12 s in this test with two CPU hogs or a disk writer beside it.
+/// On a timeout the formation prints the monitor's state and events.
+const SWITCHOVER_WAIT: Duration = Duration::from_secs(120);
 
 /// A formation started by the deploy script, stopped (processes killed,
 /// directory deleted) when dropped, also when the test fails.
@@ -65,6 +72,11 @@ impl Formation {
     }
 
     fn run(&self, args: &[&str]) -> String {
+        self.run_noted(args).0
+    }
+
+    /// `run`, also returning what the script said on stderr (its timings).
+    fn run_noted(&self, args: &[&str]) -> (String, String) {
         let out = std::process::Command::new("bash")
             .arg(&self.script)
             .args(args)
@@ -78,7 +90,7 @@ impl Formation {
             String::from_utf8_lossy(&out.stderr),
             self.logs()
         );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).trim().to_owned())
     }
 
     fn logs(&self) -> String {
@@ -529,13 +541,16 @@ async fn the_service_survives_losing_the_primary_and_a_switchover() {
         ready.iter().filter(|(t, _)| *t > crashed).map(|(_, s)| s).collect::<Vec<_>>()
     );
 
-    // 2. The old primary's keeper runs again, it rejoins as a standby, and
-    // a planned switchover moves the primary back under the same load.
+    // 2. The old primary's keeper runs again and it rejoins as a standby.
+    // Once it has replayed the new primary's WAL (a standby still replaying
+    // makes the switchover wait for it) and writes flow, a planned
+    // switchover moves the primary back under the same load.
     formation.run(&["run", &first]);
-    formation.run(&["wait-healthy"]);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, caught_up) = formation.run_noted(&["wait-caught-up"]);
+    load.wait_for_writes_after(Instant::now(), "rejoin").await;
     let switching = Instant::now();
-    formation.run(&["switchover"]);
+    formation.run(&["switchover", "--wait", &SWITCHOVER_WAIT.as_secs().to_string()]);
+    let switch_took = switching.elapsed();
     events.reconnect();
     questions.reconnect();
     formation.run(&["wait-healthy"]);
@@ -552,7 +567,8 @@ async fn the_service_survives_losing_the_primary_and_a_switchover() {
     let mut unavailable = record.unavailable.clone();
     unavailable.sort();
     eprintln!(
-        "failover drill: crash write outage {crash_outage:.1?}, switchover write outage {switch_outage:.1?}; \
+        "failover drill: crash write outage {crash_outage:.1?}, switchover write outage {switch_outage:.1?} \
+         (the switchover took {switch_took:.1?}; before it, {caught_up}); \
          {} writes acknowledged, {} UNAVAILABLE (median {:?}, max {:?}), {} transport errors; \
          subscriber reconnects: events {}, questions {}",
         record.acks.len(),
