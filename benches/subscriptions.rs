@@ -1,391 +1,603 @@
-//! Live-events benchmark (SPEC §11): many WebSocket subscribers across
-//! fleets while events commit at a steady rate; delivery latency from commit
-//! to client, the server's memory and CPU; then stall detection latency from
-//! lease expiry to the `unitStalled` payload.
+//! Live-events benchmark (SPEC §11, issue 27): many WebSocket subscribers
+//! over two replicas of the server while events commit at a steady rate,
+//! then all of them dropped at once and reconnected while the writer keeps
+//! writing; then stall detection latency from lease expiry to the
+//! `unitStalled` payload.
 //!
 //!   cargo bench --bench subscriptions -- [--subscribers 1000] [--fleets 10]
-//!       [--rate 50] [--seconds 30] [--stalls 40] [--sweep 5s]
+//!       [--rate 50] [--seconds 30] [--after 30] [--stalls 40] [--sweep 5s]
+//!       [--connecting 256]
 //!
-//! The server is the real binary (`work-ledger serve`, release build) in a
-//! process of its own, so its RSS and CPU are its own; the subscribers and
-//! the writer run here. Uses DATABASE_URL when set (a scratch database is
-//! created next to it), otherwise an embedded PostgreSQL in a temporary
-//! folder. Prints a Markdown report for docs/BENCHMARKS.md.
+//! With `--subscribers 10000` and more, `--fleets` defaults to 100 and
+//! `--rate` to 500 (issue 27's goal). Phases:
+//!
+//! 1. Two `work-ledger serve` processes (the release binary, default
+//!    settings apart from the sweep interval) on one database; the
+//!    subscribers, one token each, spread over both and over the fleets, a
+//!    third each on `ledgerEvents`, `blockingQuestionOpened` and
+//!    `unitStalled`. The writer (`subscriptions/writer.rs`) runs real ledger
+//!    operations in this process at `--rate` events per second.
+//! 2. Warm-up until every subscriber has received something, then the
+//!    steady phase (`--seconds`): commit-to-client latency, RSS, CPU.
+//! 3. The churn: replica 0 is killed (SIGKILL) and restarted on its port,
+//!    and replica 1's subscribers cut their sockets, all at once; every one
+//!    reconnects (`ledgerEvents` with the cursor of the last event it saw)
+//!    while the writer goes on for `--after` seconds. Catch-up: the time
+//!    from the cut until every subscriber's lag is back under a second.
+//! 4. The writer stops, deliveries drain, and what every subscriber
+//!    received is checked against the event log in the database
+//!    (`subscriptions/check.rs`): missing and duplicated items over both
+//!    phases.
+//!
+//! Uses DATABASE_URL when set (a scratch database is created next to it and
+//! dropped at the end), otherwise an embedded PostgreSQL in a temporary
+//! folder. Prints a Markdown report for docs/BENCHMARKS.md, then one summary
+//! line for scripts, last:
+//! `subscriptions: subscribers=N p99_ms=X missing=0 duplicated=0 rss_mib=Y catchup_s=Z`.
 
-use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use futures::{SinkExt, StreamExt};
+use futures::{StreamExt, TryStreamExt};
 use sea_orm::{ConnectionTrait, DatabaseConnection};
-use serde_json::{Value, json};
-use tokio::sync::Semaphore;
+use serde_json::Value;
+use tokio::sync::{Semaphore, mpsc};
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
-use work_ledger::auth::{self, Role};
+use work_ledger::auth::{self, Principal, Role};
 use work_ledger::db::{self, stmt};
+use work_ledger::ledger::{Ledger, RegisterUnit};
 
+#[path = "subscriptions/check.rs"]
+mod check;
+#[path = "subscriptions/client.rs"]
+mod client;
+#[path = "subscriptions/replica.rs"]
+mod replica;
 mod support;
+#[path = "subscriptions/writer.rs"]
+mod writer;
 
+use check::{Clock, Phases, Verdict};
+use client::{Kind, Shared, Subscriber};
+use replica::{Replica, ServeArgs, cpu_ticks, rss_kib};
 use support::AnyError;
+use writer::{Commits, FleetWriter};
 
 struct Args {
     subscribers: usize,
     fleets: usize,
+    /// Events per second, all fleets together.
     rate: f64,
+    /// The steady phase.
     seconds: u64,
+    /// The writer goes on this long after the churn began.
+    after: u64,
     stalls: usize,
-    /// The server's sweep interval (`WORK_LEDGER_SWEEP_INTERVAL`).
+    /// The servers' sweep interval (`WORK_LEDGER_SWEEP_INTERVAL`).
     sweep: String,
+    /// Handshakes in flight at once from this process.
+    connecting: usize,
 }
 
-fn args() -> Args {
-    let mut args = Args { subscribers: 1000, fleets: 10, rate: 50.0, seconds: 30, stalls: 40, sweep: "5s".to_owned() };
+/// The goal's size (issue 27): from this many subscribers on, the defaults
+/// are its 100 fleets and 500 events per second.
+const GOAL_SUBSCRIBERS: usize = 10_000;
+/// Catch-up and CPU after the churn are read in two windows: the goal's 15 s
+/// from the cut, and what follows.
+const CHURN_WINDOW: Duration = Duration::from_secs(15);
+/// A subscriber has caught up once its lag is back under this.
+const CAUGHT_UP_LAG: f64 = 1.0;
+/// Linux's USER_HZ: /proc's CPU times are in these ticks.
+const CLOCK_TICKS: f64 = 100.0;
+
+fn args() -> Result<Args, AnyError> {
     let argv: Vec<String> = std::env::args().collect();
-    for pair in argv.windows(2) {
-        let value = pair[1].as_str();
-        match pair[0].as_str() {
-            "--subscribers" => args.subscribers = value.parse().unwrap_or(args.subscribers),
-            "--fleets" => args.fleets = value.parse().unwrap_or(args.fleets).max(1),
-            "--rate" => args.rate = value.parse().unwrap_or(args.rate),
-            "--seconds" => args.seconds = value.parse().unwrap_or(args.seconds),
-            "--stalls" => args.stalls = value.parse().unwrap_or(args.stalls),
-            "--sweep" => args.sweep = value.to_owned(),
-            _ => {}
+    let flag = |name: &str| argv.windows(2).find(|p| p[0] == name).map(|p| p[1].clone());
+    fn parsed<T: std::str::FromStr>(name: &str, value: Option<String>, default: T) -> Result<T, AnyError> {
+        match value {
+            Some(v) => v.parse().map_err(|_| format!("{name}: cannot read {v:?}").into()),
+            None => Ok(default),
         }
     }
-    args
+    let subscribers = parsed("--subscribers", flag("--subscribers"), 1000)?;
+    let goal = subscribers >= GOAL_SUBSCRIBERS;
+    let args = Args {
+        subscribers,
+        fleets: parsed("--fleets", flag("--fleets"), if goal { 100 } else { 10 })?,
+        rate: parsed("--rate", flag("--rate"), if goal { 500.0 } else { 50.0 })?,
+        seconds: parsed("--seconds", flag("--seconds"), 30)?,
+        after: parsed("--after", flag("--after"), 30)?,
+        stalls: parsed("--stalls", flag("--stalls"), 40)?,
+        sweep: flag("--sweep").unwrap_or_else(|| "5s".to_owned()),
+        connecting: parsed("--connecting", flag("--connecting"), 256)?,
+    };
+    if args.fleets == 0 || args.rate <= 0.0 || args.connecting == 0 {
+        return Err("--fleets, --rate and --connecting must be positive".into());
+    }
+    if args.subscribers < 6 * args.fleets {
+        return Err("--subscribers must be at least 6 per fleet (3 kinds on 2 replicas)".into());
+    }
+    if Duration::from_secs(args.after) <= CHURN_WINDOW {
+        return Err(format!("--after must be longer than the {} s churn window", CHURN_WINDOW.as_secs()).into());
+    }
+    Ok(args)
 }
 
-const EVENTS: &str = "subscription { ledgerEvents { id unitId eventType createdAt } }";
-const STALLS: &str =
-    "subscription { unitStalled(includeCurrent: false) { unit { externalRef } agentId leaseExpiredAt } }";
+/// The bench holds every client socket: the open-files soft limit goes up
+/// to the hard one when `needed` is above it.
+fn raise_open_files(needed: usize) -> Result<u64, AnyError> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit only read or write the struct passed.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err("getrlimit(RLIMIT_NOFILE) failed".into());
+    }
+    if (limit.rlim_cur as usize) < needed {
+        limit.rlim_cur = limit.rlim_max;
+        // SAFETY: as above.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+            return Err("setrlimit(RLIMIT_NOFILE) failed".into());
+        }
+    }
+    if (limit.rlim_cur as usize) < needed {
+        return Err(format!(
+            "{needed} open files needed (the bench holds every subscriber's socket), the hard limit is {}",
+            limit.rlim_max
+        )
+        .into());
+    }
+    Ok(limit.rlim_cur)
+}
 
-fn pct(sorted: &[Duration], p: f64) -> f64 {
+fn pct(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i].as_secs_f64() * 1000.0
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// Which kind and replica subscriber `i` is: fleets round-robin, then the
+/// three kinds, then the two replicas, so that every fleet has every kind on
+/// both.
+fn placement(i: usize, fleets: usize) -> (usize, Kind, usize) {
+    let j = i / fleets;
+    (i % fleets, Kind::ALL[j % 3], (j / 3) % 2)
 }
 
 #[tokio::main]
 async fn main() -> Result<(), AnyError> {
-    let args = args();
+    let args = args()?;
+    let open_files = raise_open_files(args.subscribers + 512)?;
+    let sweep = work_ledger::duration::parse(&args.sweep).map_err(|e| format!("--sweep: {e}"))?;
     let support::Scratch { url, embedded } = support::scratch_database("wl_subs").await?;
-    let owner = db::connect(&url, 4).await?;
+    let owner = db::connect(&url, 16).await?;
 
     // Tokens first: `serve` mints none when live tokens exist. One per
     // subscriber, as separate processes would have: the server lets one
     // token hold at most 32 WebSockets (SPEC §9).
-    let mut readers = Vec::new();
-    for i in 0..args.subscribers {
-        readers.push(mint(&owner, &format!("fleet{}", i % args.fleets), &format!("reader-{i}")).await?);
+    eprintln!("minting {} tokens...", args.subscribers);
+    let readers: Vec<String> = futures::stream::iter(0..args.subscribers)
+        .map(|i| mint(&owner, format!("fleet{}", i % args.fleets), format!("reader-{i}"), Role::Reader))
+        .buffered(16)
+        .try_collect()
+        .await?;
+    let mut writers = Vec::new();
+    for f in 0..args.fleets {
+        let secret = mint(&owner, format!("fleet{f}"), "writer".to_owned(), Role::Operator).await?;
+        let who =
+            auth::principal_of(&owner, &auth::hash_token(&secret)).await?.ok_or("the writer's token is unknown")?;
+        writers.push(who);
     }
-    let monitor = mint(&owner, "stalls", "monitor").await?;
+    let monitor = mint(&owner, "stalls".to_owned(), "monitor".to_owned(), Role::Reader).await?;
+    let secret = mint(&owner, "stalls".to_owned(), "operator".to_owned(), Role::Operator).await?;
+    let stall_operator =
+        auth::principal_of(&owner, &auth::hash_token(&secret)).await?.ok_or("the stall operator's token is unknown")?;
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_work-ledger"))
-        .arg("serve")
-        .env("DATABASE_URL", &url)
-        .env("WORK_LEDGER_LISTEN", format!("127.0.0.1:{port}"))
-        .env("WORK_LEDGER_LOG", "warn")
-        // Every subscriber is a connection; the default cap is half the open-files limit.
-        .env("WORK_LEDGER_MAX_CONNECTIONS", (args.subscribers + 64).to_string())
-        .env("WORK_LEDGER_SWEEP_INTERVAL", &args.sweep)
-        .stdout(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
-    let pid = server.id().ok_or("server pid")?;
-    wait_ready(port).await?;
-    let rss_idle = rss_kib(pid, "VmRSS");
+    let serve = ServeArgs { url: url.clone(), max_connections: args.subscribers + 256, sweep: args.sweep.clone() };
+    let mut replicas = vec![Replica::start(&serve).await?, Replica::start(&serve).await?];
+    for r in &replicas {
+        replica::wait_ready(r.port).await?;
+    }
+    let rss_idle: Vec<u64> = replicas.iter().map(|r| rss_kib(r.pid, "VmRSS")).collect();
+    let pids = Arc::new(Mutex::new(replicas.iter().map(|r| r.pid).collect::<Vec<_>>()));
+    let sampling = CancellationToken::new();
+    let sampler = replica::sample_rss(pids.clone(), sampling.clone());
 
-    eprintln!("connecting {} subscribers over {} fleets...", args.subscribers, args.fleets);
-    let stop = CancellationToken::new();
-    let received: Arc<Vec<AtomicUsize>> = Arc::new((0..args.subscribers).map(|_| AtomicUsize::new(0)).collect());
-    let connecting = Arc::new(Semaphore::new(64));
+    eprintln!("connecting {} subscribers over {} fleets and 2 replicas...", args.subscribers, args.fleets);
+    let clock = Clock::new();
+    let cut = CancellationToken::new();
+    let shared = Arc::new(Shared {
+        received: (0..args.subscribers).map(|_| AtomicUsize::new(0)).collect(),
+        connected: AtomicUsize::new(0),
+        resubscribed: AtomicUsize::new(0),
+        connecting: Semaphore::new(args.connecting),
+        stop: CancellationToken::new(),
+    });
     let mut subscribers = Vec::new();
-    for i in 0..args.subscribers {
-        let token = readers[i].clone();
-        let (stop, received, connecting) = (stop.clone(), received.clone(), connecting.clone());
-        subscribers.push(tokio::spawn(async move {
-            let permit = connecting.acquire_owned().await;
-            let mut ws = match subscribe(port, &token, EVENTS).await {
-                Ok(ws) => ws,
-                Err(err) => {
-                    eprintln!("subscriber {i}: {err}");
-                    return Vec::new();
-                }
-            };
-            drop(permit);
-            let mut seen: Vec<(Uuid, Instant)> = Vec::new();
-            loop {
-                let frame = tokio::select! {
-                    _ = stop.cancelled() => break,
-                    frame = ws.next() => frame,
-                };
-                let Some(Ok(Message::Text(text))) = frame else {
-                    if matches!(frame, Some(Ok(Message::Ping(_)) | Ok(Message::Pong(_)))) {
-                        continue;
-                    }
-                    break;
-                };
-                let at = Instant::now();
-                let Ok(message) = serde_json::from_str::<Value>(text.as_str()) else { continue };
-                let id = message["payload"]["data"]["ledgerEvents"]["id"].as_str().and_then(|s| s.parse().ok());
-                if let Some(id) = id {
-                    seen.push((id, at));
-                    received[i].fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            seen
-        }));
+    let mut kinds = Vec::new();
+    for (i, token) in readers.into_iter().enumerate() {
+        let (_, kind, on) = placement(i, args.fleets);
+        kinds.push(kind);
+        let cut = (on == 1).then(|| cut.clone());
+        let subscriber = Subscriber { index: i, port: replicas[on].port, token, kind, cut };
+        subscribers.push(tokio::spawn(subscriber.run(shared.clone())));
+    }
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while shared.connected.load(Ordering::Relaxed) < args.subscribers {
+        if Instant::now() > deadline {
+            return Err("the subscribers did not all connect within 10 minutes".into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    // Warm-up: every subscriber has received an event, so all are live.
-    eprintln!("warming up...");
-    let warm_start = Instant::now();
-    let mut warm_events = 0;
-    while received.iter().any(|n| n.load(Ordering::Relaxed) == 0) {
-        if warm_start.elapsed() > Duration::from_secs(120) {
-            let missing = received.iter().filter(|n| n.load(Ordering::Relaxed) == 0).count();
-            return Err(format!("{missing} subscribers never received an event").into());
-        }
-        for f in 0..args.fleets {
-            produce(&owner, &format!("fleet{f}"), &format!("warm-{warm_events}")).await?;
-            warm_events += 1;
+    // Every subscription is set up in its server (its tail exists) before
+    // anything is written.
+    while futures::future::join_all(replicas.iter().map(replica::subscriptions)).await.iter().sum::<u64>()
+        < args.subscribers as u64
+    {
+        if Instant::now() > deadline {
+            return Err("the servers did not set up every subscription within 10 minutes".into());
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let rss_connected = rss_kib(pid, "VmRSS");
-    let counts_before: Vec<usize> = received.iter().map(|n| n.load(Ordering::Relaxed)).collect();
+    let connected_in = clock.at(Instant::now());
 
-    eprintln!("steady phase: {} events/s for {} s...", args.rate, args.seconds);
-    let cpu_start = cpu_ticks(pid);
-    let started = Instant::now();
-    let mut committed: HashMap<Uuid, (Instant, usize)> = HashMap::new();
-    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-    let mut rss_peak = 0;
-    let mut n = 0usize;
-    while started.elapsed() < Duration::from_secs(args.seconds) {
-        tick.tick().await;
-        let fleet = n % args.fleets;
-        let id = produce(&owner, &format!("fleet{fleet}"), &format!("e-{n}")).await?;
-        committed.insert(id, (Instant::now(), fleet));
-        n += 1;
-        if n.is_multiple_of(args.rate.max(1.0) as usize) {
-            rss_peak = rss_peak.max(rss_kib(pid, "VmRSS"));
-        }
+    // The writer: one task per fleet, paced from here.
+    let ledger = Ledger::new(db::connect(&url, 16).await?);
+    let mut lanes = Vec::new();
+    let mut writing = Vec::new();
+    for who in writers {
+        let (tx, rx) = mpsc::unbounded_channel();
+        lanes.push(tx);
+        let writer = FleetWriter { ledger: ledger.clone(), owner: owner.clone(), who };
+        writing.push(tokio::spawn(writer.run(rx)));
     }
-    let steady = started.elapsed();
-    let cpu_used = cpu_ticks(pid).saturating_sub(cpu_start);
+    let pacing = CancellationToken::new();
+    let pacer = {
+        let (pacing, rate) = (pacing.clone(), args.rate);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            let mut n = 0usize;
+            loop {
+                tokio::select! {
+                    _ = pacing.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                if lanes[n % lanes.len()].send(()).is_err() {
+                    return; // a writer failed: its error is reported when joined
+                }
+                n += 1;
+            }
+        })
+    };
 
-    // Drain: each subscriber expects its fleet's share of the steady events.
-    let per_fleet: Vec<usize> =
-        (0..args.fleets).map(|f| committed.values().filter(|(_, fleet)| *fleet == f).count()).collect();
-    let drain_start = Instant::now();
-    while drain_start.elapsed() < Duration::from_secs(20) {
-        let done = (0..args.subscribers)
-            .all(|i| received[i].load(Ordering::Relaxed) >= counts_before[i] + per_fleet[i % args.fleets]);
-        if done {
+    // Warm-up: every subscriber has received something, so all are live.
+    eprintln!("warming up at {} events/s...", args.rate);
+    let warm_deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let silent: Vec<usize> =
+            (0..args.subscribers).filter(|&i| shared.received[i].load(Ordering::Relaxed) == 0).collect();
+        if silent.is_empty() {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    stop.cancel();
-    let mut latencies = Vec::new();
-    let (mut missing, mut duplicates) = (0usize, 0usize);
-    for (i, handle) in subscribers.into_iter().enumerate() {
-        let seen = handle.await.unwrap_or_default();
-        let mut got = std::collections::HashSet::new();
-        for (id, at) in seen {
-            if let Some((sent, _)) = committed.get(&id) {
-                if !got.insert(id) {
-                    duplicates += 1;
-                }
-                latencies.push(at.saturating_duration_since(*sent));
-            }
+        if let Some(failed) = writing.iter_mut().find(|w| w.is_finished()) {
+            failed.await??;
+            return Err("a writer stopped".into());
         }
-        missing += per_fleet[i % args.fleets].saturating_sub(got.len());
+        if Instant::now() > warm_deadline {
+            let by_kind: Vec<String> = Kind::ALL
+                .iter()
+                .map(|k| format!("{} {}", silent.iter().filter(|&&i| kinds[i] == *k).count(), k.name()))
+                .collect();
+            return Err(format!("subscribers that never received anything: {}", by_kind.join(", ")).into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    latencies.sort();
+    let rss_connected: Vec<u64> = replicas.iter().map(|r| rss_kib(r.pid, "VmRSS")).collect();
 
-    // Stall detection: leases that expire spread over ten seconds, against
-    // the server's own sweeper.
-    eprintln!("stall detection: {} leases...", args.stalls);
-    let mut stall_ws = subscribe(port, &monitor, STALLS).await?;
-    seed_stalls(&owner, args.stalls).await?;
-    let mut stall_latencies = Vec::new();
-    let stall_deadline = Instant::now() + Duration::from_secs(40);
-    while stall_latencies.len() < args.stalls && Instant::now() < stall_deadline {
-        let Ok(Some(Ok(frame))) = tokio::time::timeout_at(stall_deadline.into(), stall_ws.next()).await else { break };
-        let Message::Text(text) = frame else { continue };
-        let message: Value = serde_json::from_str(text.as_str())?;
-        let expired = message["payload"]["data"]["unitStalled"]["leaseExpiredAt"].as_str();
-        if let Some(expired) = expired.and_then(|t| DateTime::parse_from_rfc3339(t).ok()) {
-            let late = Utc::now().signed_duration_since(expired.to_utc());
-            stall_latencies.push(late.to_std().unwrap_or_default());
+    eprintln!("steady phase: {} s...", args.seconds);
+    let steady_start = Instant::now();
+    let cpu_steady: Vec<u64> = replicas.iter().map(|r| cpu_ticks(r.pid)).collect();
+    tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+
+    eprintln!("churn: replica 0 killed and restarted, replica 1's subscribers cut...");
+    let cut_at = Instant::now();
+    let cpu_cut: Vec<u64> = replicas.iter().map(|r| cpu_ticks(r.pid)).collect();
+    let hwm_killed = rss_kib(replicas[0].pid, "VmHWM");
+    cut.cancel();
+    replicas[0].kill_and_restart(&serve).await?;
+    if let Ok(mut p) = pids.lock() {
+        p[0] = replicas[0].pid;
+    }
+    replica::wait_ready(replicas[0].port).await?;
+    let restarted_in = cut_at.elapsed();
+    // Re-subscriptions are counted while the CPU windows run (the sample
+    // at the end of the churn window is taken on time whatever happens).
+    let mut resubscribed_in = None;
+    while Instant::now() < cut_at + CHURN_WINDOW {
+        if resubscribed_in.is_none() && shared.resubscribed.load(Ordering::Relaxed) >= args.subscribers {
+            resubscribed_in = Some(cut_at.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cpu_window: Vec<u64> = replicas.iter().map(|r| cpu_ticks(r.pid)).collect();
+    while Instant::now() < cut_at + Duration::from_secs(args.after) {
+        if resubscribed_in.is_none() && shared.resubscribed.load(Ordering::Relaxed) >= args.subscribers {
+            resubscribed_in = Some(cut_at.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let resubscribed = shared.resubscribed.load(Ordering::Relaxed);
+    let cpu_end: Vec<u64> = replicas.iter().map(|r| cpu_ticks(r.pid)).collect();
+    let write_end = Instant::now();
+
+    pacing.cancel();
+    let _ = pacer.await;
+    let mut commits = Commits::new();
+    for w in writing {
+        commits.extend(w.await??);
+    }
+    // Drain: the last leases moved are swept, then nothing more arrives.
+    eprintln!("draining...");
+    tokio::time::sleep(sweep * 2 + Duration::from_secs(1)).await;
+    let total = || shared.received.iter().map(|n| n.load(Ordering::Relaxed)).sum::<usize>();
+    let drain_deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = total();
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = total();
+        if now == last || Instant::now() > drain_deadline {
+            break;
+        }
+        last = now;
+    }
+    shared.stop.cancel();
+    let mut outcomes = Vec::new();
+    for s in subscribers {
+        outcomes.push(s.await?);
+    }
+    sampling.cancel();
+    let rss_peak = sampler.await?;
+    let hwm: Vec<u64> = replicas.iter().map(|r| rss_kib(r.pid, "VmHWM")).collect();
+
+    eprintln!("checking against the event log...");
+    let log = check::read_log(&owner, &clock, &commits).await?;
+    let phases =
+        Phases { steady: (clock.at(steady_start), clock.at(cut_at)), cut: clock.at(cut_at), lag: CAUGHT_UP_LAG };
+    let empty = Vec::new();
+    let verdicts: Vec<Verdict> = outcomes
+        .iter()
+        .enumerate()
+        .map(|(i, o)| {
+            let (fleet, kind, _) = placement(i, args.fleets);
+            let items = log.get(&(format!("fleet{fleet}"), kind)).unwrap_or(&empty);
+            check::judge(kind, items, &o.receipts, &clock, &phases)
+        })
+        .collect();
+
+    // Deliveries per window, for the CPU per delivery.
+    let windows = [(steady_start, cut_at), (cut_at, cut_at + CHURN_WINDOW), (cut_at + CHURN_WINDOW, write_end)];
+    let mut delivered = [0usize; 3];
+    for r in outcomes.iter().flat_map(|o| &o.receipts) {
+        if let Some(w) = windows.iter().position(|(from, to)| (*from..*to).contains(&r.at)) {
+            delivered[w] += 1;
         }
     }
-    stall_latencies.sort();
+    // Replica 0's old process ends at the cut; the new one starts from zero.
+    let cpu = [
+        (cpu_cut[0] - cpu_steady[0]) + (cpu_cut[1] - cpu_steady[1]),
+        cpu_window[0] + (cpu_window[1] - cpu_cut[1]),
+        (cpu_end[0] - cpu_window[0]) + (cpu_end[1] - cpu_window[1]),
+    ];
+    let per_delivery_us =
+        |w: usize| if delivered[w] == 0 { f64::NAN } else { cpu[w] as f64 / CLOCK_TICKS * 1e6 / delivered[w] as f64 };
+    let window_s = |w: usize| windows[w].1.saturating_duration_since(windows[w].0).as_secs_f64();
+    let cores = |w: usize| 100.0 * cpu[w] as f64 / CLOCK_TICKS / window_s(w);
 
-    let rss_hwm = rss_kib(pid, "VmHWM");
-    let clock_ticks = 100.0; // USER_HZ on Linux
-    let cpu_pct = 100.0 * cpu_used as f64 / clock_ticks / steady.as_secs_f64();
-    let deliveries_per_s = latencies.len() as f64 / steady.as_secs_f64();
+    let stalls = stall_detection(replicas[1].port, &monitor, (&ledger, &stall_operator), &owner, args.stalls).await?;
 
-    println!("Machine: {}; server, subscribers and PostgreSQL share it", support::machine(&owner).await?);
+    // The report.
+    let sum = |f: fn(&Verdict) -> usize| verdicts.iter().map(f).sum::<usize>();
+    let (missing, duplicated, resent, unknown, expected) =
+        (sum(|v| v.missing), sum(|v| v.duplicated), sum(|v| v.resent), sum(|v| v.unknown), sum(|v| v.expected));
+    let mut latencies: Vec<f64> = verdicts.iter().flat_map(|v| v.latencies.iter().copied()).collect();
+    latencies.sort_by(f64::total_cmp);
+    let p99_of = |kind: Kind| {
+        let mut l: Vec<f64> = verdicts
+            .iter()
+            .zip(&kinds)
+            .filter(|(_, k)| **k == kind)
+            .flat_map(|(v, _)| v.latencies.iter().copied())
+            .collect();
+        l.sort_by(f64::total_cmp);
+        (l.len(), pct(&l, 0.99))
+    };
+    let never = verdicts.iter().filter(|v| v.catch_up.is_none()).count();
+    let mut catch_ups: Vec<f64> = verdicts.iter().filter_map(|v| v.catch_up).collect();
+    catch_ups.sort_by(f64::total_cmp);
+    let catch_up_max = if never > 0 { f64::INFINITY } else { pct(&catch_ups, 1.0) };
+    let steady_events = log
+        .iter()
+        .filter(|((_, k), _)| *k == Kind::Events)
+        .flat_map(|(_, items)| items)
+        .filter(|i| (phases.steady.0..phases.steady.1).contains(&i.committed))
+        .count();
+    let errors: Vec<&String> = outcomes.iter().flat_map(|o| &o.errors).collect();
+    let rss_max = rss_peak.iter().chain(&hwm).chain([&hwm_killed]).copied().max().unwrap_or(0);
+    let mib = |kib: u64| kib / 1024;
+
+    println!("Machine: {}; servers, subscribers, writer and PostgreSQL share it", support::machine(&owner).await?);
     println!(
-        "{} subscribers over {} fleets (ledgerEvents), {} events/s for {} s ({} events, {:.0} deliveries/s); \
-         server: release build, defaults but a sweep every {}",
+        "{} subscribers over {} fleets and 2 replicas (a third each on ledgerEvents, blockingQuestionOpened, \
+         unitStalled), {} events/s ({} committed in the {} s steady phase: {:.0}/s), churn at {} s, writer on for \
+         {} s after it; servers: release build, defaults but a sweep every {}; open-files soft limit {}",
         args.subscribers,
         args.fleets,
         args.rate,
+        steady_events,
         args.seconds,
-        committed.len(),
-        deliveries_per_s,
-        args.sweep
+        steady_events as f64 / window_s(0),
+        args.seconds,
+        args.after,
+        args.sweep,
+        open_files
     );
     println!();
     println!("| measure | value |");
     println!("| --- | ---: |");
-    println!("| deliveries measured | {} |", latencies.len());
-    println!("| missing / duplicate deliveries | {missing} / {duplicates} |");
-    println!("| delivery latency commit→client p50 | {:.1} ms |", pct(&latencies, 0.50));
-    println!("| delivery latency p99 | {:.1} ms |", pct(&latencies, 0.99));
-    println!("| delivery latency p99.9 | {:.1} ms |", pct(&latencies, 0.999));
-    println!("| delivery latency max | {:.1} ms |", pct(&latencies, 1.0));
+    println!("| items the log says were due (both phases) | {expected} |");
+    println!("| missing / duplicated (both phases) | {missing} / {duplicated} |");
+    println!("| re-sent by the includeOpen/includeCurrent snapshot after the reconnect | {resent} |");
+    println!("| received but not in the log | {unknown} |");
+    println!("| steady phase: deliveries measured | {} |", latencies.len());
     println!(
-        "| server RSS idle / {} subscribers / peak (VmHWM) | {} / {} / {} MiB |",
-        args.subscribers,
-        rss_idle / 1024,
-        rss_connected.max(rss_peak) / 1024,
-        rss_hwm / 1024
+        "| steady: commit→client p50 / p99 / p99.9 / max | {:.1} / {:.1} / {:.1} / {:.1} ms |",
+        pct(&latencies, 0.5),
+        pct(&latencies, 0.99),
+        pct(&latencies, 0.999),
+        pct(&latencies, 1.0)
     );
-    println!("| server CPU during the steady phase | {cpu_pct:.0}% of one core |");
-    println!("| stall reports received | {} of {} |", stall_latencies.len(), args.stalls);
-    println!("| stall detection lease expiry→client p50 | {:.0} ms |", pct(&stall_latencies, 0.50));
-    println!(
-        "| stall detection p99 / max | {:.0} / {:.0} ms |",
-        pct(&stall_latencies, 0.99),
-        pct(&stall_latencies, 1.0)
-    );
-
-    let _ = tokio::process::Command::new("kill").arg("-TERM").arg(pid.to_string()).status().await;
-    let _ = tokio::time::timeout(Duration::from_secs(10), server.wait()).await;
-    owner.close().await?;
-    if let Some(pg) = embedded {
-        pg.stop().await;
+    for kind in Kind::ALL {
+        let (n, p99) = p99_of(kind);
+        println!("| steady: p99 of {} ({n} deliveries) | {p99:.1} ms |", kind.name());
     }
+    println!(
+        "| server RSS idle / connected (replica 0, 1) | {} + {} / {} + {} MiB |",
+        mib(rss_idle[0]),
+        mib(rss_idle[1]),
+        mib(rss_connected[0]),
+        mib(rss_connected[1])
+    );
+    println!(
+        "| server RSS max sampled every 250 ms (replica 0, 1) / VmHWM (0 before kill, 0 after, 1) | {} , {} / {} , {} , {} MiB |",
+        mib(rss_peak[0]),
+        mib(rss_peak[1]),
+        mib(hwm_killed),
+        mib(hwm[0]),
+        mib(hwm[1])
+    );
+    let names = ["steady", "churn: first 15 s from the cut", "after the churn"];
+    for w in 0..3 {
+        println!(
+            "| CPU {} (both servers) | {:.0}% of one core, {} deliveries/s, {:.1} µs per delivery |",
+            names[w],
+            cores(w),
+            (delivered[w] as f64 / window_s(w)).round(),
+            per_delivery_us(w)
+        );
+    }
+    println!("| {} subscribers connected and subscribed after | {connected_in:.1} s |", args.subscribers);
+    println!("| replica 0 restarted and ready after | {:.1} s |", restarted_in.as_secs_f64());
+    let resubscribed_in = resubscribed_in.map_or("not all".to_owned(), |t| format!("{:.1} s", t.as_secs_f64()));
+    println!(
+        "| subscriptions sent again after the cut | {resubscribed} (all {} after: {resubscribed_in}) |",
+        args.subscribers
+    );
+    println!(
+        "| catch-up (lag back under {CAUGHT_UP_LAG} s, nothing missing) p50 / p99 / max | {:.1} / {:.1} / {:.1} s |",
+        pct(&catch_ups, 0.5),
+        pct(&catch_ups, 0.99),
+        catch_up_max
+    );
+    println!("| subscribers never caught up (something missing) | {never} |");
+    println!(
+        "| connection attempts refused during the churn / server errors instead of items | {} / {} |",
+        outcomes.iter().map(|o| o.refused).sum::<usize>(),
+        errors.len()
+    );
+    println!("| stall reports received | {} of {} |", stalls.len(), args.stalls);
+    println!(
+        "| stall detection lease expiry→client p50 / p99 / max | {:.0} / {:.0} / {:.0} ms |",
+        pct(&stalls, 0.5),
+        pct(&stalls, 0.99),
+        pct(&stalls, 1.0)
+    );
+    for e in errors.iter().take(5) {
+        eprintln!("error: {e}");
+    }
+
+    for r in replicas {
+        eprintln!("server log: {}", replica::log_path(r.port).display());
+        r.stop().await;
+    }
+    owner.close().await?;
+    match embedded {
+        Some(pg) => pg.stop().await,
+        None => support::drop_scratch(&url).await?,
+    }
+    println!();
+    println!(
+        "subscriptions: subscribers={} p99_ms={:.1} missing={missing} duplicated={duplicated} rss_mib={} catchup_s={:.1}",
+        args.subscribers,
+        pct(&latencies, 0.99),
+        mib(rss_max),
+        catch_up_max
+    );
     Ok(())
 }
 
-async fn mint(db: &DatabaseConnection, fleet: &str, name: &str) -> Result<String, AnyError> {
+async fn mint(db: &DatabaseConnection, fleet: String, name: String, role: Role) -> Result<String, AnyError> {
     let (secret, hash) = auth::new_token();
-    db::tokens::insert(db, fleet, name, &Role::Reader.permissions(), &hash).await?;
+    db::tokens::insert(db, &fleet, &name, &role.permissions(), &hash).await?;
     Ok(secret)
 }
 
-async fn wait_ready(port: u16) -> Result<(), AnyError> {
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        let ready = client.get(format!("http://127.0.0.1:{port}/readyz")).send().await;
-        if ready.is_ok_and(|r| r.status().is_success()) {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err("the server did not become ready".into())
-}
-
-type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-/// Connects, authenticates and starts one subscription (id "1").
-async fn subscribe(port: u16, token: &str, query: &str) -> Result<Socket, AnyError> {
-    let mut request = format!("ws://127.0.0.1:{port}/graphql/ws").into_client_request()?;
-    request.headers_mut().insert("sec-websocket-protocol", HeaderValue::from_static("graphql-transport-ws"));
-    let (mut ws, _) = tokio_tungstenite::connect_async(request).await?;
-    let init = json!({ "type": "connection_init", "payload": { "Authorization": format!("Bearer {token}") } });
-    ws.send(Message::Text(init.to_string().into())).await?;
-    loop {
-        match ws.next().await {
-            Some(Ok(Message::Text(text))) if text.as_str().contains("connection_ack") => break,
-            Some(Ok(Message::Text(text))) => return Err(format!("unexpected {text}").into()),
-            Some(Ok(_)) => continue,
-            other => return Err(format!("no connection_ack: {other:?}").into()),
+/// Stall detection: leases that expire spread over ten seconds, against the
+/// server's own sweeper; lease expiry → client in ms, sorted.
+async fn stall_detection(
+    port: u16,
+    monitor: &str,
+    (ledger, operator): (&Ledger, &Principal),
+    owner: &DatabaseConnection,
+    n: usize,
+) -> Result<Vec<f64>, AnyError> {
+    eprintln!("stall detection: {n} leases...");
+    let query = "subscription { unitStalled(includeCurrent: false) { unit { externalRef } agentId leaseExpiredAt } }";
+    let mut ws = client::subscribe(port, monitor, query, None).await?;
+    seed_stalls(ledger, operator, owner, n).await?;
+    let mut late = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while late.len() < n && Instant::now() < deadline {
+        let Ok(Some(Ok(frame))) = tokio::time::timeout_at(deadline.into(), ws.next()).await else { break };
+        let Message::Text(text) = frame else { continue };
+        let message: Value = serde_json::from_str(text.as_str())?;
+        let expired = message["payload"]["data"]["unitStalled"]["leaseExpiredAt"].as_str();
+        if let Some(expired) = expired.and_then(|t| DateTime::parse_from_rfc3339(t).ok()) {
+            let ms = Utc::now().signed_duration_since(expired.to_utc()).num_microseconds().unwrap_or(0);
+            late.push(ms as f64 / 1000.0);
         }
     }
-    let subscribe = json!({ "type": "subscribe", "id": "1", "payload": { "query": query } });
-    ws.send(Message::Text(subscribe.to_string().into())).await?;
-    Ok(ws)
+    late.sort_by(f64::total_cmp);
+    Ok(late)
 }
 
-/// Registers one unit (one `registered` event) in its own transaction;
-/// returns the event id once the commit has returned.
-async fn produce(db: &DatabaseConnection, fleet: &str, external_ref: &str) -> Result<Uuid, AnyError> {
-    let row = db
-        .query_one_raw(stmt(
-            "WITH u AS (INSERT INTO work_units (fleet, external_ref) VALUES ($1, $2) RETURNING id, fleet, external_ref)
-             INSERT INTO work_unit_events (fleet, unit_id, event_type, to_state, agent_id, detail)
-             SELECT fleet, id, 'registered', 'ready', 'bench', jsonb_build_object('external_ref', external_ref) FROM u
-             RETURNING id",
-            [fleet.into(), external_ref.into()],
+/// `n` units of fleet `stalls` claimed through the ledger, each by an
+/// agent of its own, whose leases are then moved to expire from 3 s on,
+/// spread over 10 s (so expiries fall anywhere between two sweeps); moving a
+/// lease is what a heartbeat does, with no event of its own.
+async fn seed_stalls(
+    ledger: &Ledger,
+    operator: &Principal,
+    owner: &DatabaseConnection,
+    n: usize,
+) -> Result<(), AnyError> {
+    for i in 0..n {
+        let unit = RegisterUnit { external_ref: format!("stall-{i}"), domain: None, workflow_id: None };
+        let units = ledger.register_units(operator, vec![unit]).await.map_err(|e| format!("stalls: register: {e}"))?;
+        let id = units.first().ok_or("register answered no unit")?.id;
+        let agent = Principal { name: format!("agent-stall-{i}"), ..operator.clone() };
+        ledger.claim_unit(&agent, id, Some(30), None).await.map_err(|e| format!("stalls: claim: {e}"))?;
+    }
+    owner
+        .execute_raw(stmt(
+            "UPDATE work_units w SET lease_expires_at = now() + interval '3 seconds'
+                    + (10.0 * (substring(w.external_ref from 7)::int) / $1) * interval '1 second'
+              WHERE fleet = 'stalls'",
+            [(n as i64).into()],
         ))
-        .await?
-        .ok_or("no event")?;
-    Ok(row.try_get("", "id")?)
-}
-
-/// `n` claimed units in fleet `stalls` whose leases expire from 3 s on,
-/// spread over 10 s (so expiries fall anywhere between two sweeps).
-async fn seed_stalls(db: &DatabaseConnection, n: usize) -> Result<(), AnyError> {
-    // Seeded claims come without their events: the commit-time check that
-    // each state change has one is off while the seed runs.
-    db.execute_unprepared("ALTER TABLE work_units DISABLE TRIGGER work_units_change_recorded").await?;
-    // Two statements: an UPDATE cannot see rows its own statement inserted.
-    db.execute_raw(stmt(
-        "INSERT INTO work_units (fleet, external_ref) SELECT 'stalls', 'stall-' || g FROM generate_series(1, $1) g",
-        [(n as i64).into()],
-    ))
-    .await?;
-    db.execute_raw(stmt(
-        "WITH a AS (
-             INSERT INTO work_unit_attempts (fleet, unit_id, attempt_no, agent_id)
-             SELECT 'stalls', id, 1, 'agent-' || external_ref FROM work_units WHERE fleet = 'stalls'
-             RETURNING id, unit_id, agent_id
-         )
-         UPDATE work_units w SET state = 'claimed', claimed_by = a.agent_id, current_attempt_id = a.id, attempt_count = 1,
-                lease_expires_at = now() + interval '3 seconds'
-                                   + (10.0 * (substring(w.external_ref from 7)::int - 1) / $1) * interval '1 second',
-                last_heartbeat_at = now()
-           FROM a WHERE w.id = a.unit_id",
-        [(n as i64).into()],
-    ))
-    .await?;
-    db.execute_unprepared("ALTER TABLE work_units ENABLE TRIGGER work_units_change_recorded").await?;
+        .await?;
     Ok(())
-}
-
-fn rss_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
-        .unwrap_or(0)
-}
-
-/// utime + stime of the process, in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start after ')'.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
-    field(11) + field(12)
 }

@@ -52,7 +52,8 @@ impl Subscription {
         };
         let seen: Arc<HashSet<Uuid>> = Arc::new(open.iter().map(|q| q.id).collect());
         let live_ones = follow(tail, move |event| {
-            let (ledger, who, group, seen) = (ledger.clone(), who.clone(), assignee_group.clone(), seen.clone());
+            let (live, ledger, who) = (live.clone(), ledger.clone(), who.clone());
+            let (group, seen) = (assignee_group.clone(), seen.clone());
             async move {
                 if event.event.event_type != EventType::Blocked {
                     return Ok(None);
@@ -62,8 +63,13 @@ impl Subscription {
                 if seen.contains(&id) || group.as_deref().is_some_and(|g| group_of_event != Some(g)) {
                     return Ok(None);
                 }
-                let questions = ledger.questions_of_units(&who, vec![event.event.unit_id]).await?;
-                Ok(questions.into_iter().find(|q| q.id == id).map(BlockingQuestion))
+                // Read once per process for all the fleet's subscribers.
+                let unit = event.event.unit_id;
+                let question = live.questions().get_or_read((who.fleet.clone(), id), || async {
+                    let questions = ledger.questions_of_units(&who, vec![unit]).await?;
+                    Ok::<_, LedgerError>(questions.into_iter().find(|q| q.id == id))
+                });
+                Ok(question.await?.map(BlockingQuestion))
             }
         });
         Ok(stream::iter(open.into_iter().map(|q| Ok(BlockingQuestion(q)))).chain(live_ones))
@@ -279,7 +285,12 @@ impl StallEvent {
     }
     /// The attempt whose lease expired (one stall per attempt: its id de-duplicates).
     async fn attempt(&self, ctx: &Context<'_>) -> Result<Attempt> {
-        let attempt = super::loaders(ctx)?.load_one(AttemptId(self.attempt_id)).await?;
+        let load = || async { super::loaders(ctx)?.load_one(AttemptId(self.attempt_id)).await };
+        // Over WebSocket: read once per process for all the fleet's subscribers.
+        let attempt = match ctx.data_opt::<Live>() {
+            Some(live) => live.attempts().get_or_read((principal(ctx)?.fleet.clone(), self.attempt_id), load).await?,
+            None => load().await?,
+        };
         Ok(Attempt(attempt.ok_or_else(|| LedgerError::not_found("attempt", self.attempt_id))?))
     }
     /// The agent that held the unit and went silent.

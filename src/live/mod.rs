@@ -17,6 +17,7 @@
 
 pub mod feed;
 pub mod listener;
+pub mod memo;
 pub mod sweeper;
 pub mod tail;
 pub mod wait;
@@ -37,6 +38,7 @@ pub use sweeper::SweeperConfig;
 pub use warden::WardenConfig;
 
 use crate::db;
+use crate::db::entities::{attempt, question};
 pub use crate::db::events::EventWriter;
 use crate::ledger::Ledger;
 use crate::metrics::PoolSample;
@@ -97,6 +99,9 @@ struct Inner {
     oldest_writer: watch::Sender<Option<EventWriter>>,
     /// Feeds using or waiting for a connection of this pool ([`crate::db::InFlight`]).
     waiting: Arc<AtomicI64>,
+    /// Rows a subscription payload needs, read once per event ([`memo`]).
+    questions: memo::Memo<(String, Uuid), Option<question::Model>>,
+    attempts: memo::Memo<(String, Uuid), Option<attempt::Model>>,
     stop: CancellationToken,
 }
 
@@ -132,6 +137,8 @@ impl Live {
             sweeper: Sweeper::new(db.clone(), config.sweeper.clone(), ledger.metrics().stalls.clone()),
             warden: Warden::new(db.clone(), config.warden.clone()),
             waiting,
+            questions: memo::Memo::default(),
+            attempts: memo::Memo::default(),
             listening: watch::channel(false).0,
             connects: watch::channel(0).0,
             revoked: broadcast::channel(256).0,
@@ -267,6 +274,16 @@ impl Live {
 
     fn db(&self) -> &DatabaseConnection {
         &self.0.db
+    }
+
+    /// The questions memo: keyed by fleet and question id.
+    pub fn questions(&self) -> &memo::Memo<(String, Uuid), Option<question::Model>> {
+        &self.0.questions
+    }
+
+    /// The attempts memo: keyed by fleet and attempt id.
+    pub fn attempts(&self) -> &memo::Memo<(String, Uuid), Option<attempt::Model>> {
+        &self.0.attempts
     }
 
     fn feeds(&self) -> &Feeds {
