@@ -69,7 +69,7 @@ struct Measured {
 
 /// A reader gives up on a request after this long: it counts as this slow,
 /// and the read is reported with its time-outs.
-const GIVE_UP: Duration = Duration::from_secs(20);
+const GIVE_UP: Duration = Duration::from_secs(10);
 
 /// The reads of SPEC §7 for the big fleet: `$from`/`$until` are the last
 /// 30 days, `$unit` a reworked unit with a question.
@@ -148,7 +148,7 @@ fn graphql_reads() -> Vec<(&'static str, &'static str)> {
             "questions(first: 100, asked: 30 days) with totalCount",
             "query($from: DateTime) { questions(first: 100, asked: { from: $from }) { totalCount edges { node { id } } } }",
         ),
-        ("openQuestionGroups", "{ openQuestionGroups { question count } }"),
+        ("openQuestionGroups", "{ openQuestionGroups { question waiting oldestAskedAt } }"),
         ("agents(first: 100)", "{ agents(first: 100) { edges { node { name status } } } }"),
         ("costPerUnit(first: 100)", "{ costPerUnit(first: 100) { edges { node { costCents attemptCount } } } }"),
     ];
@@ -264,8 +264,11 @@ async fn measure(
                         }
                     }
                 };
-                match tokio::time::timeout(GIVE_UP, once).await {
-                    Ok(done) => done?,
+                // A statement cancelled at GIVE_UP comes back as an error just after it.
+                match tokio::time::timeout(GIVE_UP + Duration::from_secs(2), once).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) | Err(_) if t.elapsed() >= GIVE_UP => timed_out += 1,
+                    Ok(Err(e)) => return Err(e),
                     Err(_) => timed_out += 1,
                 }
                 times.push(t.elapsed());
@@ -317,9 +320,13 @@ async fn main() -> Result<(), AnyError> {
     let mut reader_url = url::Url::parse(&scratch.url)?;
     reader_url.set_username(&role).map_err(|()| "reader url")?;
     reader_url.set_password(Some(&password)).map_err(|()| "reader url")?;
-    let panel_db = db::connect(reader_url.as_str(), args.readers as u32).await?;
+    // Every statement is cancelled when its reader gives up, as the service's
+    // own statement timeout would: an abandoned read must not load the next.
+    let limits = db::SessionLimits { statement_timeout: GIVE_UP, ..db::SessionLimits::default() };
+    let panel_db = db::connect_limited(reader_url.as_str(), args.readers as u32, limits).await?;
 
-    let app = Application::build(Ledger::new(db::connect(&scratch.url, 16).await?), "127.0.0.1:0").await?;
+    let app =
+        Application::build(Ledger::new(db::connect_limited(&scratch.url, 16, limits).await?), "127.0.0.1:0").await?;
     let url = format!("http://{}/graphql", app.local_addr()?);
     tokio::spawn(app.run_until(std::future::pending()));
     let http = Http { client: reqwest::Client::new(), url, tokens: secrets };
@@ -359,6 +366,11 @@ async fn main() -> Result<(), AnyError> {
     ));
     reads.extend(panels()?.into_iter().map(|(name, sql)| (name, Read::Panel(sql))));
 
+    // One untimed pass first, one reader: plans and pages are warm, as for a
+    // dashboard that refreshes every 30 seconds.
+    for (_, read) in &reads {
+        measure(read, 1, 1, &http, &panel_db).await?;
+    }
     let mut measured = Vec::new();
     for (name, read) in reads {
         let (samples, timed_out) = measure(&read, args.readers, args.runs, &http, &panel_db).await?;

@@ -291,6 +291,27 @@ impl TestApp {
         rows.iter().map(|r| r.try_get::<Value>("", "j").expect("json")).collect()
     }
 
+    /// For a claim that found nothing it should have: the fleet's units, the
+    /// locks on the ledger's tables and the database's other sessions.
+    pub async fn why_unclaimed(&self, fleet: &str) -> String {
+        let units = self
+            .sql_json(&format!(
+                "SELECT external_ref, state, claimed_by, attempt_count, lease_expires_at, xmin::text AS xmin
+                   FROM work_units WHERE fleet = '{fleet}'"
+            ))
+            .await;
+        let locks = self
+            .sql_json(
+                "SELECT l.pid, l.locktype, l.relation::regclass::text AS relation, l.mode, l.granted, a.state,
+                        left(a.query, 200) AS query
+                   FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+                  WHERE l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                    AND l.pid <> pg_backend_pid()",
+            )
+            .await;
+        format!("units {units:?}; locks {locks:?}")
+    }
+
     pub async fn sql_i64(&self, sql: &str) -> i64 {
         let rows = self.sql_json(sql).await;
         let row = rows.first().unwrap_or_else(|| panic!("no row from {sql}"));

@@ -162,7 +162,12 @@ async fn revoking_a_token_closes_its_subscriptions_and_only_those() {
     let op = app.token("f", "op", Role::Operator).await;
     let agent = crate::helpers::Agent::new(&app, "f", "agent", Role::Agent).await;
     app.register(&op, &["u1"]).await;
-    let unit = agent.claim_next(json!({})).await.str("id");
+    let claimed = agent.claim_next(json!({})).await;
+    if claimed.unit().is_null() {
+        // Seen once (round 3, session 1), never reproduced: say what the database held.
+        panic!("claimNext found nothing right after registering: {}", app.why_unclaimed("f").await);
+    }
+    let unit = claimed.str("id");
     agent.transition(&unit, "IN_PROGRESS", json!({})).await.data();
     agent.block(&unit, "still there?", json!({})).await.data();
     assert_eq!(alive.next_data().await["blockingQuestionOpened"]["question"], "still there?");
