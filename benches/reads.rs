@@ -1,6 +1,7 @@
 //! Read-path benchmark on a ledger of any size (issue 27; SPEC §7, §11).
 //!
 //!   cargo bench --bench reads -- [--units 100000] [--events 1000000] [--readers 16] [--runs 5]
+//!   cargo bench --bench reads -- --units 1000000 --events 10000000 --backup
 //!
 //! Builds the ledger in bulk (`support::seed`: ten fleets, `bench` holding
 //! half; audited clean before anything is measured), then times every
@@ -11,6 +12,10 @@
 //! script can compare:
 //!
 //!   reads: units=N events=M worst_p99_ms=X worst=<read name>
+//!
+//! With `--backup` it times `backup`, `restore` into a new database and the
+//! restored ledger's audit instead, and ends with
+//! `backup: units=N events=M backup_s=X restore_s=Y audit_clean=true`.
 //!
 //! Uses DATABASE_URL when set (a scratch database is created next to it),
 //! otherwise an embedded PostgreSQL in a temporary folder.
@@ -28,7 +33,7 @@ use work_ledger::auth::{self, Role};
 use work_ledger::db::{self, reader_logins, stmt};
 use work_ledger::http::Application;
 use work_ledger::ledger::Ledger;
-use work_ledger::operator::audit;
+use work_ledger::operator::{audit, backup};
 
 struct Args {
     units: i64,
@@ -36,6 +41,9 @@ struct Args {
     readers: usize,
     runs: usize,
     keep: bool,
+    /// Time `backup` and `restore` of the seeded ledger (and the audit of the
+    /// restored copy) instead of the reads.
+    backup: bool,
 }
 
 fn args() -> Args {
@@ -48,6 +56,7 @@ fn args() -> Args {
         readers: get("--readers").and_then(|v| v.parse().ok()).unwrap_or(16).max(1),
         runs: get("--runs").and_then(|v| v.parse().ok()).unwrap_or(5).max(1),
         keep: argv.iter().any(|a| a == "--keep"),
+        backup: argv.iter().any(|a| a == "--backup"),
     }
 }
 
@@ -305,6 +314,9 @@ async fn main() -> Result<(), AnyError> {
         );
     }
     eprintln!("audit clean in {audit_s:.1} s");
+    if args.backup {
+        return backup_and_restore(&scratch, &owner, &seeded, seed_s, audit_s).await;
+    }
 
     // One token per reader, as sixteen dashboards would have: the service
     // runs one fleet-wide read per token at a time (SPEC §9).
@@ -434,6 +446,56 @@ async fn main() -> Result<(), AnyError> {
     println!(
         "\nreads: units={} events={} worst_p99_ms={worst_p99:.1} worst={}",
         seeded.units, seeded.events, worst.name
+    );
+    Ok(())
+}
+
+/// `work-ledger backup` of the seeded ledger, `restore` into a new database
+/// beside it, and the audit of the restored copy, each timed.
+async fn backup_and_restore(
+    scratch: &support::Scratch,
+    owner: &DatabaseConnection,
+    seeded: &seed::Seeded,
+    seed_s: f64,
+    audit_s: f64,
+) -> Result<(), AnyError> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("ledger.dump");
+    let t = Instant::now();
+    backup::backup(&scratch.url, &file).await?;
+    let backup_s = t.elapsed().as_secs_f64();
+    let size_mib = std::fs::metadata(&file)?.len() as f64 / (1024.0 * 1024.0);
+    let restored = scratch.url.replace(&db_name(&scratch.url), &format!("{}_restored", db_name(&scratch.url)));
+    owner.execute_unprepared(&format!("CREATE DATABASE {}_restored", db_name(&scratch.url))).await?;
+    let t = Instant::now();
+    backup::restore(&restored, &file).await?;
+    let restore_s = t.elapsed().as_secs_f64();
+    let copy = db::connect(&restored, 1).await?;
+    let t = Instant::now();
+    let findings = audit::run(&copy, None).await?;
+    let restored_audit_s = t.elapsed().as_secs_f64();
+    copy.close().await?;
+    println!("Machine: {}", support::machine(owner).await?);
+    println!("Load average at the end: {} (1, 5, 15 min)", load_average());
+    println!(
+        "Ledger: {} units, {} events; seeded in {seed_s:.0} s, audited clean in {audit_s:.0} s.\n",
+        seeded.units, seeded.events
+    );
+    println!("| step | seconds |");
+    println!("| --- | ---: |");
+    println!("| `backup` (pg_dump, custom format: {size_mib:.0} MiB) | {backup_s:.0} |");
+    println!("| `restore` into a new database (pg_restore, one transaction, then migrate) | {restore_s:.0} |");
+    println!("| `audit` of the restored ledger: {} findings | {restored_audit_s:.0} |", findings.len());
+    if !findings.is_empty() {
+        return Err(format!("the restored ledger has {} audit findings", findings.len()).into());
+    }
+    support::drop_scratch(&restored).await?;
+    support::drop_scratch(&scratch.url).await?;
+    println!(
+        "\nbackup: units={} events={} backup_s={backup_s:.0} restore_s={restore_s:.0} audit_clean={}",
+        seeded.units,
+        seeded.events,
+        findings.is_empty()
     );
     Ok(())
 }
