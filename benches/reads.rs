@@ -2,6 +2,7 @@
 //!
 //!   cargo bench --bench reads -- [--units 100000] [--events 1000000] [--readers 16] [--runs 5]
 //!   cargo bench --bench reads -- --units 1000000 --events 10000000 --backup
+//!   cargo bench --bench reads -- ... --only events   # the reads whose name contains `events`
 //!
 //! Builds the ledger in bulk (`support::seed`: ten fleets, `bench` holding
 //! half; audited clean before anything is measured), then times every
@@ -44,6 +45,8 @@ struct Args {
     /// Time `backup` and `restore` of the seeded ledger (and the audit of the
     /// restored copy) instead of the reads.
     backup: bool,
+    /// Only the reads whose name contains this (`--only events`).
+    only: Option<String>,
 }
 
 fn args() -> Args {
@@ -57,6 +60,7 @@ fn args() -> Args {
         runs: get("--runs").and_then(|v| v.parse().ok()).unwrap_or(5).max(1),
         keep: argv.iter().any(|a| a == "--keep"),
         backup: argv.iter().any(|a| a == "--backup"),
+        only: get("--only"),
     }
 }
 
@@ -378,6 +382,9 @@ async fn main() -> Result<(), AnyError> {
     ));
     reads.extend(panels()?.into_iter().map(|(name, sql)| (name, Read::Panel(sql))));
 
+    if let Some(only) = &args.only {
+        reads.retain(|(name, _)| name.contains(only.as_str()));
+    }
     // One untimed pass first, one reader: plans and pages are warm, as for a
     // dashboard that refreshes every 30 seconds.
     for (_, read) in &reads {

@@ -78,6 +78,7 @@ impl MigratorTrait for Migrator {
             // The fleet roster: v_agents (one row per agent name), live and silent claiming agents.
             sql_migration!("m20261130_000017_roster", "0017_roster"),
             sql_migration!("m20261201_000018_unit_totals", "0018_unit_totals"),
+            sql_migration!("m20261201_000019_event_totals", "0019_event_totals"),
         ]
     }
 }

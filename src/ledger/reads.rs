@@ -149,7 +149,8 @@ impl Ledger {
         validate::filter("filter.agentId", filter.agent_id.as_deref())?;
         let (first, cursor) = page_args(List::events(newest_first), &args)?;
         let mut query = reads::events(&who.fleet, &filter);
-        let total = Total(query.count());
+        let counted = reads::events_counted_by_totals(&who.fleet, &filter);
+        let total = Total(counted.unwrap_or_else(|| query.count()));
         query.page("e", cursor, newest_first, first + 1);
         let (rows, floor) = self
             .read(who, move |tx| {

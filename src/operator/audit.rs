@@ -125,6 +125,19 @@ const RULES: &[(&str, &str)] = &[
           WHERE u.units IS DISTINCT FROM t.units OR u.cost IS DISTINCT FROM t.cost",
     ),
     (
+        "event_totals",
+        // The events counted per type for totalCount (migration 0019) equal the events.
+        "SELECT coalesce(e.fleet, t.fleet) AS fleet, NULL::uuid AS unit_id,
+                format('%s %s events', coalesce(e.n, 0), coalesce(e.event_type, t.event_type)) AS expected,
+                format('%s in event_totals', coalesce(t.n, 0)) AS found
+           FROM (SELECT fleet, event_type::text AS event_type, count(*) AS n FROM work_unit_events
+                  WHERE $1::text IS NULL OR fleet = $1 GROUP BY 1, 2) e
+           FULL JOIN (SELECT fleet, event_type::text AS event_type, sum(events) AS n FROM event_totals
+                       WHERE $1::text IS NULL OR fleet = $1 GROUP BY 1, 2 HAVING sum(events) <> 0) t
+             ON t.fleet = e.fleet AND t.event_type = e.event_type
+          WHERE e.n IS DISTINCT FROM t.n",
+    ),
+    (
         "no_orphans",
         // Foreign keys forbid these; a restore or disabled triggers may not.
         "SELECT a.fleet, a.unit_id, 'a unit' AS expected, 'attempt ' || a.id || ' without its unit' AS found

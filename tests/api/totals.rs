@@ -29,6 +29,19 @@ async fn totals_and_units(app: &TestApp) -> (Vec<Value>, Vec<Value>) {
     (totals, units)
 }
 
+/// Events per fleet and type as the totals have them, and counted from the rows.
+async fn event_totals_and_events(app: &TestApp) -> (Vec<Value>, Vec<Value>) {
+    let totals = app
+        .sql_json(
+            "SELECT fleet, event_type, sum(events)::bigint AS n FROM event_totals GROUP BY 1, 2
+             HAVING sum(events) <> 0 ORDER BY 1, 2",
+        )
+        .await;
+    let events =
+        app.sql_json("SELECT fleet, event_type, count(*) AS n FROM work_unit_events GROUP BY 1, 2 ORDER BY 1, 2").await;
+    (totals, events)
+}
+
 #[tokio::test]
 async fn the_totals_equal_the_units_through_concurrent_writes_and_folds() {
     let app = spawn_app().await;
@@ -92,11 +105,28 @@ async fn the_totals_equal_the_units_through_concurrent_writes_and_folds() {
     );
     let (totals, units) = totals_and_units(&app).await;
     assert_eq!(totals, units, "the totals equal the units before the last fold");
+    let (event_totals, events) = event_totals_and_events(&app).await;
+    assert_eq!(event_totals, events, "the event totals equal the events before the last fold");
     app.live.sweep_now().await.expect("a last fold");
     let (folded, units) = totals_and_units(&app).await;
     assert_eq!(folded, units, "and after it");
     let rows = app.sql_i64("SELECT count(*) FROM unit_totals").await;
     assert_eq!(rows, units.len() as i64, "a fold leaves one row per group: {folded:?}");
+    let (folded, events) = event_totals_and_events(&app).await;
+    assert_eq!(folded, events, "the event totals after it");
+    assert_eq!(app.sql_i64("SELECT count(*) FROM event_totals").await, events.len() as i64, "one row per type");
+
+    // totalCount of the events, all and by type, is those totals.
+    let counts = op
+        .run(
+            "{ all: events(first: 1) { totalCount } claims: events(first: 1, filter: { types: [CLAIMED, RELEASED] }) { totalCount } }",
+            json!({}),
+        )
+        .await;
+    let all = app.sql_i64("SELECT count(*) FROM work_unit_events WHERE fleet = 'f'").await;
+    let claims = app.sql_i64("SELECT count(*) FROM work_unit_events WHERE event_type IN ('claimed', 'released')").await;
+    assert_eq!(counts.data()["all"]["totalCount"], json!(all));
+    assert_eq!(counts.data()["claims"]["totalCount"], json!(claims));
 
     // What the operator reads is those totals.
     let read = op
@@ -149,6 +179,15 @@ async fn a_corrupted_total_is_found_by_the_audit_and_a_rebuild_repairs_it() {
     app.sql("SELECT ledger_rebuild_totals()").await;
     let repaired = work_ledger(&app, &["audit"], None);
     assert!(repaired.status.success(), "{}", text(&repaired.stdout));
+
+    // The same for the event totals.
+    app.sql("INSERT INTO event_totals (fleet, event_type, events) VALUES ('f', 'heartbeat', 3)").await;
+    let audit = work_ledger(&app, &["audit", "--fleet", "f"], None);
+    assert_eq!(audit.status.code(), Some(1), "{}", text(&audit.stderr));
+    let out = text(&audit.stdout);
+    assert!(out.lines().all(|l| l.starts_with("f\t-\tevent_totals\t")) && out.contains("heartbeat"), "{out}");
+    app.sql("SELECT ledger_rebuild_totals()").await;
+    assert!(work_ledger(&app, &["audit"], None).status.success(), "a rebuild recounts the events too");
 }
 
 #[tokio::test]
@@ -166,6 +205,9 @@ async fn the_totals_are_read_only_and_per_fleet_for_the_service_and_readers() {
     let seen =
         app.app_role_query(Some("f"), "SELECT fleet, sum(units)::int AS units FROM v_unit_totals GROUP BY 1").await;
     assert_eq!(seen, vec![json!({ "fleet": "f", "units": 2 })], "fleet f sees its own totals only");
+    let events = "INSERT INTO event_totals VALUES ('f', 'claimed', 100)";
+    let refused = app.app_role_exec(Some("f"), events).await.expect_err("nor event totals");
+    assert!(refused.contains("permission denied"), "{refused}");
     let rebuild = app.app_role_exec(Some("f"), "SELECT ledger_rebuild_totals()").await;
     assert!(rebuild.is_err_and(|e| e.contains("permission denied")), "a rebuild is the owner's");
 }

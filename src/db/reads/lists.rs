@@ -139,6 +139,26 @@ pub fn events(fleet: &str, filter: &EventFilter) -> Query {
     q
 }
 
+/// The `totalCount` of `events(filter)` from the event totals (migration
+/// 0019), when the filter names event types only (else the rows are counted).
+pub fn events_counted_by_totals(fleet: &str, filter: &EventFilter) -> Option<Query> {
+    let by_rows = filter.unit_id.is_some()
+        || filter.agent_id.is_some()
+        || filter.created.from.is_some()
+        || filter.created.until.is_some();
+    if by_rows {
+        return None;
+    }
+    let mut q = Query::new("SELECT coalesce(sum(t.events), 0)::bigint AS n FROM event_totals t WHERE t.fleet = ");
+    let p = q.bind(fleet);
+    q.push(&p);
+    if !filter.types.is_empty() {
+        let names: Vec<String> = filter.types.iter().map(|t| t.to_value()).collect();
+        q.and("t.event_type::text = ANY({}::text[])", names);
+    }
+    Some(q)
+}
+
 pub async fn events_page(tx: &DatabaseTransaction, q: Query) -> Result<Vec<event::Model>, DbErr> {
     event::Entity::find().from_raw_sql(q.statement()).all(tx).await
 }
