@@ -117,21 +117,18 @@ impl Ledger {
         let mut query = reads::units_in_view(&who.fleet, "v_disposition_detail");
         query.range("v.disposed_at", &disposed);
         // Without a time range, the unit totals count the same units.
-        let mut counted = (disposed.from.is_none() && disposed.until.is_none()).then(|| {
-            let mut q = reads::counted_by_totals(&who.fleet);
-            q.push(" AND t.disposition IS NOT NULL");
-            q
-        });
+        let groups = UnitFilter { disposition, domain: domain.clone(), ..UnitFilter::default() };
+        let counted = (disposed.from.is_none() && disposed.until.is_none())
+            .then(|| reads::units_counted_by_totals(&who.fleet, &groups))
+            .flatten()
+            .map(|mut q| {
+                q.push(" AND t.disposition IS NOT NULL");
+                q
+            });
         if let Some(d) = disposition {
             query.and("v.disposition = {}::disposition", d.as_sql().to_owned());
-            if let Some(q) = counted.as_mut() {
-                q.and("t.disposition = {}::disposition", d.as_sql().to_owned());
-            }
         }
         if let Some(domain) = domain {
-            if let Some(q) = counted.as_mut() {
-                q.and("t.domain = {}", domain.clone());
-            }
             query.and("v.domain = {}", domain);
         }
         self.units_query(who, List::Dispositions, args, query, counted).await

@@ -45,6 +45,7 @@ const TOTALS: [&str; 4] = [
 }"#,
     r#"{
     dead: dispositions(disposition: DEAD) { totalCount }
+    cobolDisposed: dispositions(domain: "cobol") { totalCount }
     costPerUnit(first: 2) { totalCount }
     unitByRef(externalRef: "d1") { events(first: 2) { totalCount edges { node { eventType } } } }
 }"#,
@@ -73,6 +74,12 @@ async fn total_counts_follow_each_lists_filter_and_are_counted_only_when_asked()
     assert_eq!(d["openQuestions"]["totalCount"], 0);
     assert_eq!(d["stalls"]["totalCount"], 1);
     assert_eq!(d["rework"]["totalCount"], 1);
+    // Counted from the unit totals (no range): the same number as the rows.
+    let cobol_disposed = app
+        .sql_i64("SELECT count(*) FROM work_units WHERE fleet = 'f' AND domain = 'cobol' AND disposition IS NOT NULL")
+        .await;
+    assert!(cobol_disposed > 0, "the fixture disposes cobol units");
+    assert_eq!(d["cobolDisposed"]["totalCount"], cobol_disposed);
     assert_eq!(d["dispositions"]["totalCount"], 3);
     assert_eq!(d["dead"]["totalCount"], 1);
     assert_eq!(d["costPerUnit"]["totalCount"], 10);

@@ -71,7 +71,7 @@ pub fn units(fleet: &str, filter: &UnitFilter) -> Query {
 /// The number of a fleet's units as the unit totals count them (migration
 /// 0018): the `totalCount` of a list whose every condition is on a column of
 /// `v_unit_totals`, exact and read from a few hundred rows at any size.
-/// `and` narrows it like [`Query::and`], on the columns of `t`.
+/// Conditions on the columns of `t` narrow it.
 pub fn counted_by_totals(fleet: &str) -> Query {
     let mut q = Query::new("SELECT coalesce(sum(t.units), 0)::bigint AS n FROM v_unit_totals t WHERE t.fleet = ");
     let p = q.bind(fleet);
@@ -128,10 +128,7 @@ pub fn events(fleet: &str, filter: &EventFilter) -> Query {
     if let Some(unit) = filter.unit_id {
         q.and("e.unit_id = {}", unit);
     }
-    if !filter.types.is_empty() {
-        let names: Vec<String> = filter.types.iter().map(|t| t.to_value()).collect();
-        q.and("e.event_type::text = ANY({}::text[])", names);
-    }
+    of_types(&mut q, "e", &filter.types);
     if let Some(agent) = &filter.agent_id {
         q.and("e.agent_id = {}", agent.clone());
     }
@@ -152,11 +149,16 @@ pub fn events_counted_by_totals(fleet: &str, filter: &EventFilter) -> Option<Que
     let mut q = Query::new("SELECT coalesce(sum(t.events), 0)::bigint AS n FROM event_totals t WHERE t.fleet = ");
     let p = q.bind(fleet);
     q.push(&p);
-    if !filter.types.is_empty() {
-        let names: Vec<String> = filter.types.iter().map(|t| t.to_value()).collect();
-        q.and("t.event_type::text = ANY({}::text[])", names);
-    }
+    of_types(&mut q, "t", &filter.types);
     Some(q)
+}
+
+/// Events of any of `types` (none: every type), on `alias`.
+fn of_types(q: &mut Query, alias: &str, types: &[EventType]) {
+    if !types.is_empty() {
+        let names: Vec<String> = types.iter().map(|t| t.to_value()).collect();
+        q.and(&format!("{alias}.event_type::text = ANY({{}}::text[])"), names);
+    }
 }
 
 pub async fn events_page(tx: &DatabaseTransaction, q: Query) -> Result<Vec<event::Model>, DbErr> {
