@@ -443,10 +443,7 @@ async fn main() -> Result<(), AnyError> {
         owner.close().await?;
         support::drop_scratch(&scratch.url).await?;
     }
-    let admin = db::connect(&scratch.url.replace(&format!("/{}", db_name(&scratch.url)), "/postgres"), 1).await;
-    if let Ok(admin) = admin {
-        let _ = admin.execute_unprepared(&format!("DROP ROLE IF EXISTS {role}")).await;
-    }
+    support::admin(&scratch.url, &format!("DROP ROLE IF EXISTS {role}")).await?;
     if let Some(pg) = scratch.embedded {
         pg.stop().await;
     }
@@ -472,8 +469,8 @@ async fn backup_and_restore(
     backup::backup(&scratch.url, &file).await?;
     let backup_s = t.elapsed().as_secs_f64();
     let size_mib = std::fs::metadata(&file)?.len() as f64 / (1024.0 * 1024.0);
-    let restored = scratch.url.replace(&db_name(&scratch.url), &format!("{}_restored", db_name(&scratch.url)));
-    owner.execute_unprepared(&format!("CREATE DATABASE {}_restored", db_name(&scratch.url))).await?;
+    let name = format!("{}_restored", support::database_name(&scratch.url)?);
+    let restored = support::empty_database(&scratch.url, &name).await?;
     let t = Instant::now();
     backup::restore(&restored, &file).await?;
     let restore_s = t.elapsed().as_secs_f64();
@@ -505,10 +502,6 @@ async fn backup_and_restore(
         findings.is_empty()
     );
     Ok(())
-}
-
-fn db_name(url: &str) -> String {
-    url::Url::parse(url).map(|u| u.path().trim_start_matches('/').to_owned()).unwrap_or_default()
 }
 
 /// The machine's load average (1, 5 and 15 minutes), as /proc/loadavg has it.

@@ -28,29 +28,38 @@ pub async fn scratch_database(prefix: &str) -> Result<Scratch, AnyError> {
             (pg.url().to_owned(), Some(pg))
         }
     };
-    let mut url = url::Url::parse(&base_url)?;
-    let name = format!("{prefix}_{}", std::process::id());
-    let mut admin_url = url.clone();
-    admin_url.set_path("/postgres");
-    let admin = db::connect(admin_url.as_str(), 1).await?;
-    admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await?;
-    admin.close().await?;
-    url.set_path(&format!("/{name}"));
-    let url = url.to_string();
+    let url = empty_database(&base_url, &format!("{prefix}_{}", std::process::id())).await?;
     db::migrate(&url).await?;
     Ok(Scratch { url, embedded })
+}
+
+/// `CREATE DATABASE name` on the server of `url`; returns its URL.
+pub async fn empty_database(url: &str, name: &str) -> Result<String, AnyError> {
+    admin(url, &format!("CREATE DATABASE {name}")).await?;
+    let mut url = url::Url::parse(url)?;
+    url.set_path(&format!("/{name}"));
+    Ok(url.to_string())
+}
+
+/// The name of the database `url` connects to.
+pub fn database_name(url: &str) -> Result<String, AnyError> {
+    Ok(url::Url::parse(url)?.path().trim_start_matches('/').to_owned())
+}
+
+/// One statement on the server of `url`, from its `postgres` database.
+pub async fn admin(url: &str, sql: &str) -> Result<(), AnyError> {
+    let mut admin_url = url::Url::parse(url)?;
+    admin_url.set_path("/postgres");
+    let admin = db::connect(admin_url.as_str(), 1).await?;
+    admin.execute_unprepared(sql).await?;
+    admin.close().await?;
+    Ok(())
 }
 
 /// Drops a scratch database made beside DATABASE_URL (a shared server keeps
 /// what a run leaves otherwise).
 pub async fn drop_scratch(url: &str) -> Result<(), AnyError> {
-    let mut admin_url = url::Url::parse(url)?;
-    let name = admin_url.path().trim_start_matches('/').to_owned();
-    admin_url.set_path("/postgres");
-    let admin = db::connect(admin_url.as_str(), 1).await?;
-    admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await?;
-    admin.close().await?;
-    Ok(())
+    admin(url, &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", database_name(url)?)).await
 }
 
 /// Latencies of one operation.
