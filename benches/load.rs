@@ -5,6 +5,7 @@
 //!
 //!   cargo bench --bench load -- [--agents 64] [--race-agents 256] [--seconds 10] [--pool 32] [--peer-pool 64]
 //!                                 [--notify in-transaction]
+//!   cargo bench --bench load -- --at-size 1000000 [--agents 64] [--seconds 10]
 //!
 //! `WL_BENCH_EVENT_POSITION=no-marker` runs the same phases with the live
 //! event writer marker (migration 0004's advisory lock) left out of the
@@ -51,6 +52,10 @@ struct Args {
     /// Units (and tokens) seeded per agent for each phase (`--per-agent`):
     /// enough that no phase runs out within its seconds on an idle machine.
     per_agent: usize,
+    /// Only writes at size (`--at-size UNITS`): claim-and-finish over HTTP on
+    /// an almost empty ledger, then after the reads bench's seed has grown
+    /// the same database to UNITS units and 10 events per unit.
+    at_size: Option<i64>,
 }
 
 fn args() -> Args {
@@ -63,6 +68,7 @@ fn args() -> Args {
         notify: Notify::AfterCommit,
         metrics_overhead: false,
         per_agent: 600,
+        at_size: None,
     };
     let argv: Vec<String> = std::env::args().collect();
     args.metrics_overhead = argv.iter().any(|a| a == "--metrics-overhead");
@@ -75,6 +81,7 @@ fn args() -> Args {
             ("--pool", Some(v)) => args.pool = v as u32,
             ("--peer-pool", Some(v)) => args.peer_pool = v as usize,
             ("--per-agent", Some(v)) => args.per_agent = v as usize,
+            ("--at-size", Some(v)) => args.at_size = Some(v as i64),
             ("--notify", _) if pair[1] == "in-transaction" => args.notify = Notify::InTransaction,
             _ => {}
         }
@@ -196,6 +203,16 @@ async fn main() -> Result<(), AnyError> {
     if args.metrics_overhead {
         let owner = db::connect(&url, (args.agents + 4) as u32).await?;
         return metrics_overhead(&args, &url, &owner).await;
+    }
+    if let Some(units) = args.at_size {
+        let owner = db::connect(&url, 4).await?;
+        at_size(&args, &url, &owner, units).await?;
+        owner.close().await?;
+        match scratch.embedded {
+            Some(pg) => pg.stop().await,
+            None => support::drop_scratch(&url).await?,
+        }
+        return Ok(());
     }
     // Setup and settling only; each phase opens the pool it needs and closes
     // it after, so that the phases fit under a shared server's max_connections.
@@ -995,4 +1012,85 @@ async fn claim_next_sql(
     ];
     let rows = writes::call(db, function::CLAIM, args).await?;
     Ok(rows.into_iter().find(|w| w.result == "claimed" || w.result == "reclaimed").and_then(|w| w.unit).map(|u| u.id))
+}
+
+/// Writes at size (issue 27): the same claim-and-finish over HTTP, one token
+/// per agent, on a ledger that holds only the phases' own units, then after
+/// `support::seed` has grown that database to `units` units and ten events
+/// per unit (10 fleets, `bench` holding half, two years of history): in a
+/// small fleet of its own again, and in `bench` (its READY fifth, 100,000
+/// units at a million). Each phase starts vacuumed and checkpointed.
+async fn at_size(args: &Args, url: &str, owner: &DatabaseConnection, units: i64) -> Result<(), AnyError> {
+    let needed = args.agents * args.per_agent;
+    for fleet in ["awarm", "small", "small-after"] {
+        seed_units(owner, fleet, needed).await?;
+    }
+    let warm = Arc::new(seed_tokens(owner, "awarm", "agent", args.agents).await?);
+    let small = Arc::new(seed_tokens(owner, "small", "agent", args.agents).await?);
+    let after = Arc::new(seed_tokens(owner, "small-after", "agent", args.agents).await?);
+    // Names no seeded unit is held by (the seed's holders are agent-N).
+    let big = Arc::new(seed_tokens(owner, "bench", "load", args.agents).await?);
+    let settle = || async {
+        owner.execute_unprepared("VACUUM ANALYZE").await?;
+        owner.execute_unprepared("CHECKPOINT").await.map(|_| ())
+    };
+    settle().await?;
+
+    let pool = db::connect_service(url, args.pool).await?;
+    let app = Application::build(Ledger::notifying(pool, args.notify), "127.0.0.1:0").await?;
+    let endpoint = format!("http://{}/graphql", app.local_addr()?);
+    tokio::spawn(app.run_until(std::future::pending()));
+    let client = reqwest::Client::builder().pool_max_idle_per_host(args.agents).build()?;
+    let http = Http { client, endpoint };
+    let phase = |name: String, seconds: u64, tokens: Arc<Vec<String>>| {
+        let http = http.clone();
+        async move {
+            eprintln!("{name}...");
+            drive(args.agents, seconds, &name, move |i, deadline| {
+                let (http, token) = (http.clone(), tokens[i].clone());
+                async move { claim_and_finish(&http, &token, deadline).await }
+            })
+            .await
+        }
+    };
+    phase("warm-up".into(), 3, warm).await;
+    settle().await?;
+    let empty = phase("claim-and-finish over HTTP, empty ledger".into(), args.seconds, small).await;
+
+    eprintln!("seeding {units} units and {} events...", units * 10);
+    let seeded = support::seed::seed(owner, units, units * 10).await?;
+    settle().await?;
+    let counts = owner
+        .query_one_raw(stmt(
+            "SELECT (SELECT count(*) FROM work_units) AS units, (SELECT count(*) FROM work_unit_events) AS events",
+            [],
+        ))
+        .await?
+        .ok_or("no counts")?;
+    let (ledger_units, ledger_events): (i64, i64) = (counts.try_get("", "units")?, counts.try_get("", "events")?);
+    let sized = format!("{ledger_units} units, {ledger_events} events");
+    let small_after =
+        phase(format!("claim-and-finish over HTTP, small fleet, ledger of {sized}"), args.seconds, after).await;
+    settle().await?;
+    let in_big =
+        phase(format!("claim-and-finish over HTTP, fleet `bench`, ledger of {sized}"), args.seconds, big).await;
+
+    println!("Machine: {}", support::machine(owner).await?);
+    println!("Agents: {}, {} s per phase, server pool {}", args.agents, args.seconds, args.pool);
+    println!(
+        "Seeded in {:.0} s: {}",
+        seeded.steps.iter().map(|(_, s)| s).sum::<f64>(),
+        seeded.steps.iter().map(|(n, s)| format!("{n} {s:.0} s")).collect::<Vec<_>>().join(", ")
+    );
+    println!();
+    print_table(&[&empty, &small_after, &in_big], None);
+    println!();
+    let pct = |a: &Report| 100.0 * a.rate() / empty.rate();
+    println!(
+        "writes: units={ledger_units} events={ledger_events} empty_per_s={:.0} small_fleet_pct={:.0} big_fleet_pct={:.0}",
+        empty.rate(),
+        pct(&small_after),
+        pct(&in_big)
+    );
+    Ok(())
 }

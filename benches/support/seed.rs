@@ -221,7 +221,7 @@ pub async fn seed(db: &DatabaseConnection, units: i64, events: i64) -> Result<Se
         ("session reset", "RESET session_replication_role; RESET maintenance_work_mem; RESET work_mem; RESET synchronous_commit;
                 DROP TABLE seed_units, seed_script, seed_indexes".to_owned()),
         // The triggers that keep the unit totals did not run: count them once.
-        ("unit totals", "SELECT ledger_rebuild_totals()".to_owned()),
+        ("totals", "SELECT ledger_rebuild_totals()".to_owned()),
         ("vacuum analyze", "VACUUM (ANALYZE, FREEZE) work_units, work_unit_attempts, work_unit_events, blocking_questions".to_owned()),
     ];
     let mut timings = Vec::new();

@@ -77,8 +77,12 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261201_000016_similar_questions", "0016_similar_questions"),
             // The fleet roster: v_agents (one row per agent name), live and silent claiming agents.
             sql_migration!("m20261130_000017_roster", "0017_roster"),
+            // Totals of units per (domain, state, disposition), folded by the sweeper, for reads at any size.
             sql_migration!("m20261201_000018_unit_totals", "0018_unit_totals"),
+            // Events per fleet and type, for events { totalCount } at any size.
             sql_migration!("m20261201_000019_event_totals", "0019_event_totals"),
+            // Totals per UTC day (disposals, claims, their distinct agents, events per agent) for the reads over time.
+            sql_migration!("m20261202_000020_day_totals", "0020_day_totals"),
         ]
     }
 }

@@ -110,20 +110,20 @@ fn unit_cost(fleet: &str, group: CostGroup, domain: Option<&str>) -> Query {
     q
 }
 
-/// Unbounded, by agent: each agent's attempts, unit by unit (an agent may
-/// have made several attempts on one unit; it counts once).
+/// Unbounded, by agent: the agent totals (migration 0020), the units each
+/// agent made attempts on (each once, however many attempts) and the cost
+/// of its attempts, per domain.
 fn agent_cost(fleet: &str, domain: Option<&str>) -> Query {
     let mut q = Query::new(
-        "SELECT a.agent_id AS key, count(*) AS units, coalesce(sum(a.cost), 0)::bigint AS cost_cents FROM (\
-           SELECT agent_id, unit_id, sum(cost_cents) AS cost FROM work_unit_attempts WHERE fleet = ",
+        "SELECT t.agent_id AS key, sum(t.units)::bigint AS units, sum(t.cost_cents)::bigint AS cost_cents \
+           FROM agent_totals t WHERE t.fleet = ",
     );
     let p = q.bind(fleet);
     q.push(&p);
     if let Some(domain) = domain {
-        let d = q.bind(domain.to_owned());
-        q.push(&format!(" AND unit_id IN (SELECT id FROM work_units WHERE fleet = {p} AND domain = {d})"));
+        q.and("t.domain = {}", domain.to_owned());
     }
-    q.push(" GROUP BY agent_id, unit_id) AS a GROUP BY 1");
+    q.push(" GROUP BY 1 HAVING sum(t.units) <> 0");
     q
 }
 
@@ -218,7 +218,9 @@ pub fn throughput_query(fleet: &str, bucket: &str, range: &Range, domain: Option
 }
 
 /// One week of the North Star metrics (`v_claims_weekly`,
-/// `v_rework_rate_weekly`, `v_verified_throughput_weekly`, `v_cycle_time_weekly`).
+/// `v_rework_rate_weekly`, `v_verified_throughput_weekly`, read from the day
+/// totals of migration 0020, and `cycle_time_weekly`, which reads only the
+/// disposals of the weeks asked for).
 #[derive(Debug, Clone, FromQueryResult)]
 pub struct WeekRow {
     pub week: DateTime<Utc>,
@@ -242,7 +244,7 @@ pub async fn weekly(tx: &DatabaseTransaction, fleet: &str, range: &Range) -> Res
     let sql = "WITH c AS (SELECT * FROM v_claims_weekly WHERE fleet = $1),
                     r AS (SELECT * FROM v_rework_rate_weekly WHERE fleet = $1),
                     v AS (SELECT * FROM v_verified_throughput_weekly WHERE fleet = $1),
-                    t AS (SELECT * FROM v_cycle_time_weekly WHERE fleet = $1),
+                    t AS (SELECT * FROM cycle_time_weekly($2, $3) WHERE fleet = $1),
                     w AS (SELECT week FROM c UNION SELECT week FROM r)
                SELECT w.week, coalesce(c.claims, 0) AS claims, coalesce(c.verified, 0) AS verified_claims,
                       c.conversion::float8 AS conversion, coalesce(c.stale, 0) AS stale_claims,

@@ -80,11 +80,13 @@ pub async fn report_stalls(db: &impl ConnectionTrait, batch_size: u32) -> Result
     Ok((found.max(0) as u64, reported.max(0) as u64))
 }
 
-/// Folds the deltas of `unit_totals` into one row per group
-/// (`ledger_compact_totals`, migration 0018); returns the rows folded.
+/// Folds the deltas of the totals into one row per group
+/// (`ledger_compact_totals`, migrations 0018-0020) and keeps the cycle times
+/// of the weeks that ended (`ledger_fold_cycle_weeks`, 0020); returns the
+/// rows folded and kept.
 pub async fn compact_totals(db: &impl ConnectionTrait) -> Result<u64, DbErr> {
     let row = db
-        .query_one_raw(stmt("SELECT ledger_compact_totals() AS folded", []))
+        .query_one_raw(stmt("SELECT ledger_compact_totals() + ledger_fold_cycle_weeks() AS folded", []))
         .await?
         .ok_or_else(|| DbErr::RecordNotFound("ledger_compact_totals".into()))?;
     let folded: i64 = row.try_get("", "folded")?;

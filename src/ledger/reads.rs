@@ -116,15 +116,17 @@ impl Ledger {
         validate::filter("domain", domain.as_deref())?;
         let mut query = reads::units_in_view(&who.fleet, "v_disposition_detail");
         query.range("v.disposed_at", &disposed);
-        // Without a time range, the unit totals count the same units.
-        let groups = UnitFilter { disposition, domain: domain.clone(), ..UnitFilter::default() };
-        let counted = (disposed.from.is_none() && disposed.until.is_none())
-            .then(|| reads::units_counted_by_totals(&who.fleet, &groups))
-            .flatten()
-            .map(|mut q| {
+        // Without a time range the unit totals count the same units; with
+        // one, the day totals (through `throughput` by day).
+        let counted = if disposed.from.is_none() && disposed.until.is_none() {
+            let groups = UnitFilter { disposition, domain: domain.clone(), ..UnitFilter::default() };
+            reads::units_counted_by_totals(&who.fleet, &groups).map(|mut q| {
                 q.push(" AND t.disposition IS NOT NULL");
                 q
-            });
+            })
+        } else {
+            Some(reads::disposals_counted(&who.fleet, &disposed, disposition.map(|d| d.as_sql()), domain.as_deref()))
+        };
         if let Some(d) = disposition {
             query.and("v.disposition = {}::disposition", d.as_sql().to_owned());
         }

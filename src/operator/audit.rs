@@ -126,16 +126,149 @@ const RULES: &[(&str, &str)] = &[
     ),
     (
         "event_totals",
-        // The events counted per type for totalCount (migration 0019) equal the events.
+        // The events counted per type and agent for totalCount (migrations 0019, 0020) equal the events.
         "SELECT coalesce(e.fleet, t.fleet) AS fleet, NULL::uuid AS unit_id,
-                format('%s %s events', coalesce(e.n, 0), coalesce(e.event_type, t.event_type)) AS expected,
+                format('%s %s events of %s', coalesce(e.n, 0), coalesce(e.event_type, t.event_type),
+                       coalesce(e.agent_id, t.agent_id, 'no agent')) AS expected,
                 format('%s in event_totals', coalesce(t.n, 0)) AS found
-           FROM (SELECT fleet, event_type::text AS event_type, count(*) AS n FROM work_unit_events
-                  WHERE $1::text IS NULL OR fleet = $1 GROUP BY 1, 2) e
-           FULL JOIN (SELECT fleet, event_type::text AS event_type, sum(events) AS n FROM event_totals
-                       WHERE $1::text IS NULL OR fleet = $1 GROUP BY 1, 2 HAVING sum(events) <> 0) t
-             ON t.fleet = e.fleet AND t.event_type = e.event_type
+           FROM (SELECT fleet, event_type::text AS event_type, agent_id, count(*) AS n FROM work_unit_events
+                  WHERE $1::text IS NULL OR fleet = $1 GROUP BY 1, 2, 3) e
+           FULL JOIN (SELECT fleet, event_type::text AS event_type, agent_id, sum(events) AS n FROM event_totals
+                       WHERE $1::text IS NULL OR fleet = $1 GROUP BY 1, 2, 3 HAVING sum(events) <> 0) t
+             ON t.fleet = e.fleet AND t.event_type = e.event_type AND t.agent_id IS NOT DISTINCT FROM e.agent_id
           WHERE e.n IS DISTINCT FROM t.n",
+    ),
+    (
+        "agent_totals",
+        // The units and cost per agent and domain (migration 0020) equal the attempts.
+        "SELECT coalesce(a.fleet, t.fleet) AS fleet, NULL::uuid AS unit_id,
+                format('%s/%s: %s units, %s cents', coalesce(a.agent_id, t.agent_id), coalesce(a.domain, t.domain),
+                       coalesce(a.units, 0), coalesce(a.cost, 0)) AS expected,
+                format('%s units, %s cents in agent_totals', coalesce(t.units, 0), coalesce(t.cost, 0)) AS found
+           FROM (SELECT x.fleet, x.agent_id, u.domain, count(DISTINCT x.unit_id) AS units, sum(x.cost_cents) AS cost
+                   FROM work_unit_attempts x JOIN work_units u ON u.id = x.unit_id
+                  WHERE $1::text IS NULL OR x.fleet = $1
+                  GROUP BY 1, 2, 3) a
+           FULL JOIN (SELECT fleet, agent_id, domain, sum(units) AS units, sum(cost_cents) AS cost FROM agent_totals
+                       WHERE $1::text IS NULL OR fleet = $1
+                       GROUP BY 1, 2, 3 HAVING sum(units) <> 0 OR sum(cost_cents) <> 0) t
+             ON t.fleet = a.fleet AND t.agent_id = a.agent_id AND t.domain = a.domain
+          WHERE a.units IS DISTINCT FROM t.units OR a.cost IS DISTINCT FROM t.cost",
+    ),
+    (
+        "disposal_days",
+        // The disposals per UTC day (migration 0020) equal the disposed units.
+        "SELECT coalesce(u.fleet, t.fleet) AS fleet, NULL::uuid AS unit_id,
+                format('%s: %s', concat_ws('/', coalesce(u.day, t.day), coalesce(u.domain, t.domain),
+                                           coalesce(u.disposition, t.disposition)),
+                       coalesce(u.counts, 'nothing')) AS expected,
+                coalesce(t.counts, 'nothing') || ' in disposal_days' AS found
+           FROM (SELECT fleet, ledger_utc_day(disposed_at)::text AS day, domain, disposition::text AS disposition,
+                        format('%s units, %s cents, %s reworked, %s verified for %s cents', count(*), sum(cost_cents),
+                               count(*) FILTER (WHERE attempt_count > 1),
+                               count(*) FILTER (WHERE cost_cents > 0 AND cardinality(evidence_urls) > 0),
+                               coalesce(sum(cost_cents) FILTER (WHERE cost_cents > 0
+                                                                  AND cardinality(evidence_urls) > 0), 0)) AS counts
+                   FROM work_units WHERE ($1::text IS NULL OR fleet = $1) AND disposition IS NOT NULL
+                  GROUP BY 1, 2, 3, 4) u
+           FULL JOIN (SELECT fleet, day::text AS day, domain, disposition::text AS disposition,
+                             format('%s units, %s cents, %s reworked, %s verified for %s cents', sum(units),
+                                    sum(cost_cents), sum(reworked), sum(verified_units), sum(verified_cost_cents))
+                               AS counts
+                        FROM disposal_days WHERE $1::text IS NULL OR fleet = $1
+                       GROUP BY 1, 2, 3, 4
+                      HAVING sum(units) <> 0 OR sum(cost_cents) <> 0 OR sum(reworked) <> 0 OR sum(verified_units) <> 0
+                          OR sum(verified_cost_cents) <> 0) t
+             ON t.fleet = u.fleet AND t.day IS NOT DISTINCT FROM u.day AND t.domain = u.domain
+            AND t.disposition = u.disposition
+          WHERE u.counts IS DISTINCT FROM t.counts",
+    ),
+    (
+        "disposal_agents",
+        // The distinct agents of the units disposed per day and week, per
+        // domain and for every domain (''), equal their attempts' agents.
+        "SELECT coalesce(r.fleet, t.fleet) AS fleet, NULL::uuid AS unit_id,
+                format('%s agents in %s', coalesce(r.agents, 0),
+                       concat_ws('/', CASE WHEN coalesce(r.week, t.week) THEN 'week' ELSE 'day' END,
+                                 coalesce(r.start, t.start), nullif(coalesce(r.domain, t.domain), ''),
+                                 coalesce(r.disposition, t.disposition))) AS expected,
+                format('%s in disposal_agent_counts', coalesce(t.agents, 0)) AS found
+           FROM (SELECT fleet, week, start, domain, disposition, count(DISTINCT agent_id) AS agents
+                   FROM (SELECT u.fleet, k.week,
+                                CASE WHEN k.week THEN ledger_utc_week(ledger_utc_day(u.disposed_at))
+                                     ELSE ledger_utc_day(u.disposed_at) END AS start,
+                                CASE WHEN k.every THEN '' ELSE u.domain END AS domain, u.disposition::text AS disposition,
+                                a.agent_id
+                           FROM work_units u JOIN work_unit_attempts a ON a.unit_id = u.id
+                          CROSS JOIN (VALUES (false, false), (false, true), (true, false), (true, true)) AS k(week, every)
+                          WHERE ($1::text IS NULL OR u.fleet = $1) AND u.disposition IS NOT NULL) x
+                  GROUP BY 1, 2, 3, 4, 5) r
+           FULL JOIN (SELECT fleet, week, start, domain, disposition::text AS disposition, sum(agents) AS agents
+                        FROM disposal_agent_counts WHERE $1::text IS NULL OR fleet = $1
+                       GROUP BY 1, 2, 3, 4, 5 HAVING sum(agents) <> 0) t
+             ON t.fleet = r.fleet AND t.week = r.week AND t.start = r.start AND t.domain = r.domain
+            AND t.disposition = r.disposition
+          WHERE r.agents IS DISTINCT FROM t.agents",
+    ),
+    (
+        "claim_days",
+        // The claims per UTC day of their start (migration 0020) equal the
+        // attempts: how many, by how many agents, verified, stale, never
+        // started; and the never-started attempts are exactly those ended
+        // with no `transitioned` event.
+        "SELECT coalesce(a.fleet, t.fleet) AS fleet, NULL::uuid AS unit_id,
+                format('%s: %s', coalesce(a.day, t.day), coalesce(a.counts, 'nothing')) AS expected,
+                coalesce(t.counts, 'nothing') || ' in claim_days' AS found
+           FROM (SELECT fleet, ledger_utc_day(started_at)::text AS day,
+                        format('%s claims by %s agents, %s verified, %s stale, %s never started', count(*),
+                               count(DISTINCT agent_id), count(*) FILTER (WHERE outcome = 'verified'),
+                               count(*) FILTER (WHERE outcome = 'superseded' OR EXISTS (
+                                   SELECT 1 FROM work_unit_events e WHERE e.attempt_id = x.id AND e.event_type = 'stalled')),
+                               count(*) FILTER (WHERE outcome IS NOT NULL AND NOT EXISTS (
+                                   SELECT 1 FROM work_unit_events e WHERE e.unit_id = x.unit_id AND e.attempt_id = x.id
+                                      AND e.event_type = 'transitioned'))) AS counts
+                   FROM work_unit_attempts x WHERE $1::text IS NULL OR fleet = $1
+                  GROUP BY 1, 2) a
+           FULL JOIN (SELECT fleet, day::text AS day,
+                             format('%s claims by %s agents, %s verified, %s stale, %s never started', sum(claims),
+                                    sum(agents), sum(verified), sum(stale), sum(never_started)) AS counts
+                        FROM claim_days WHERE $1::text IS NULL OR fleet = $1
+                       GROUP BY 1, 2
+                      HAVING sum(claims) <> 0 OR sum(agents) <> 0 OR sum(verified) <> 0 OR sum(stale) <> 0
+                          OR sum(never_started) <> 0) t
+             ON t.fleet = a.fleet AND t.day = a.day
+          WHERE a.counts IS DISTINCT FROM t.counts
+         UNION ALL
+         SELECT coalesce(x.fleet, n.fleet), coalesce(x.unit_id, t2.unit_id),
+                CASE WHEN x.id IS NULL THEN 'started or not ended' ELSE 'ended, never started' END,
+                'attempt ' || coalesce(x.id, n.attempt_id)
+                  || CASE WHEN n.attempt_id IS NULL THEN ' not in never_started' ELSE ' in never_started' END
+           FROM (SELECT a.id, a.fleet, a.unit_id FROM work_unit_attempts a
+                  WHERE ($1::text IS NULL OR a.fleet = $1) AND a.outcome IS NOT NULL
+                    AND NOT EXISTS (SELECT 1 FROM work_unit_events e WHERE e.unit_id = a.unit_id AND e.attempt_id = a.id
+                                       AND e.event_type = 'transitioned')) x
+           FULL JOIN (SELECT * FROM never_started WHERE $1::text IS NULL OR fleet = $1) n ON n.attempt_id = x.id
+           LEFT JOIN work_unit_attempts t2 ON t2.id = n.attempt_id
+          WHERE x.id IS NULL OR n.attempt_id IS NULL",
+    ),
+    (
+        "cycle_weeks",
+        // The cycle times kept for the weeks that ended (migration 0020)
+        // equal the same weeks computed from the rows.
+        "SELECT coalesce(r.fleet, c.fleet) AS fleet, NULL::uuid AS unit_id,
+                format('%s: %s', coalesce(r.week, c.week), coalesce(r.v, 'no disposal')) AS expected,
+                coalesce(c.v, 'nothing') || ' in cycle_weeks' AS found
+           FROM (SELECT r.fleet, (r.week AT TIME ZONE 'UTC')::date::text AS week,
+                        format('%s units, median %s s, p90 %s s', r.units, r.median_seconds, r.p90_seconds) AS v
+                   FROM cycle_time_by_rows(NULL, NULL) r
+                   JOIN cycle_weeks_until m ON m.fleet = r.fleet AND (r.week AT TIME ZONE 'UTC')::date < m.until
+                  WHERE $1::text IS NULL OR r.fleet = $1) r
+           FULL JOIN (SELECT c.fleet, c.week::text AS week,
+                             format('%s units, median %s s, p90 %s s', c.units, c.median_seconds, c.p90_seconds) AS v
+                        FROM cycle_weeks c JOIN cycle_weeks_until m ON m.fleet = c.fleet AND c.week < m.until
+                       WHERE $1::text IS NULL OR c.fleet = $1) c
+             ON c.fleet = r.fleet AND c.week = r.week
+          WHERE r.v IS DISTINCT FROM c.v",
     ),
     (
         "no_orphans",

@@ -147,7 +147,7 @@ async fn audit_is_clean_on_a_worked_ledger_and_catches_each_rule_broken_by_hand(
     let clean = work_ledger(&app, &["audit"], None);
     assert!(clean.status.success(), "{}\n{}", text(&clean.stdout), text(&clean.stderr));
     assert_eq!(text(&clean.stdout), "", "no findings");
-    assert!(text(&clean.stderr).contains("audit clean: 10 rules checked"), "{}", text(&clean.stderr));
+    assert!(text(&clean.stderr).contains("audit clean: 15 rules checked"), "{}", text(&clean.stderr));
 
     // A superuser breaks one rule per unit, triggers and foreign keys off
     // (`session_replication_role = replica`); indexes still hold, so the one
@@ -160,6 +160,10 @@ async fn audit_is_clean_on_a_worked_ledger_and_catches_each_rule_broken_by_hand(
         "SET session_replication_role = replica;
          UPDATE work_units SET cost_cents = cost_cents + 1 WHERE id = '{done}';
          DELETE FROM work_unit_events WHERE unit_id = '{dropped}' AND event_type = 'disposed';
+         INSERT INTO work_unit_attempts (fleet, unit_id, attempt_no, agent_id, outcome, ended_at)
+         SELECT fleet, id, 2, 'agent-z', 'abandoned', now() FROM work_units WHERE id = '{dropped}';
+         INSERT INTO cycle_weeks_until VALUES ('f', '2020-01-13') ON CONFLICT (fleet) DO UPDATE SET until = '2020-01-13';
+         INSERT INTO cycle_weeks VALUES ('f', '2020-01-06', 1, 60, 60);
          UPDATE work_unit_attempts SET outcome = NULL, ended_at = NULL
           WHERE unit_id = '{reclaimed}' AND outcome = 'superseded';
          UPDATE work_unit_attempts SET attempt_no = 5 WHERE unit_id = '{verified}';
@@ -195,8 +199,17 @@ async fn audit_is_clean_on_a_worked_ledger_and_catches_each_rule_broken_by_hand(
     expect("-", "unit_totals");
     // And removed an event behind the event totals' back.
     expect("-", "event_totals");
+    // The day totals (migration 0020): a disposed unit's cost, an attempt
+    // by another agent added to a disposed unit, and an attempt's end moved by hand.
+    expect("-", "disposal_days");
+    expect("-", "disposal_agents");
+    expect("-", "claim_days");
+    // And kept the cycle time of a week in which nothing was disposed.
+    expect("-", "cycle_weeks");
+    // That attempt gave agent-z a unit behind the agent totals' back.
+    expect("-", "agent_totals");
     let rules: BTreeSet<&str> = found.iter().map(|(_, rule)| rule.as_str()).collect();
-    assert_eq!(rules.len(), 10, "every rule caught its breach: {out}");
+    assert_eq!(rules.len(), 15, "every rule caught its breach: {out}");
 
     // Another fleet's audit sees none of it.
     let elsewhere = work_ledger(&app, &["audit", "--fleet", "g"], None);

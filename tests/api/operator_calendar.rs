@@ -366,6 +366,30 @@ async fn north_star_views_report_exact_numbers_under_row_level_security() {
     );
     assert_eq!(d["later"], json!([{ "week": "2026-01-12T00:00:00+00:00" }]));
     assert_eq!(d["tuesday"], json!([{ "day": "2026-01-06T00:00:00+00:00" }]));
+    // Those weeks have ended: a fold keeps their cycle times (migration
+    // 0020), and reads take them from there, with the same numbers.
+    app.live.sweep_now().await.expect("a sweeper pass");
+    let kept = app.sql_json("SELECT week, units, median_seconds FROM cycle_weeks WHERE fleet = 'g'").await;
+    assert_eq!(kept, vec![json!({ "week": "2026-01-05", "units": 3, "median_seconds": 10800 })]);
+    let cycles = "{ weeklyMetrics { week medianCycleSeconds p90CycleSeconds } }";
+    let by_rows = json!([
+        { "week": "2026-01-05T00:00:00+00:00", "medianCycleSeconds": 10800.0, "p90CycleSeconds": 62640.0 },
+        { "week": "2026-01-12T00:00:00+00:00", "medianCycleSeconds": null, "p90CycleSeconds": null },
+    ]);
+    assert_eq!(op.run(cycles, json!({})).await.data()["weeklyMetrics"], by_rows);
+    app.sql("UPDATE cycle_weeks SET median_seconds = 1 WHERE fleet = 'g'").await;
+    let read = op.run(cycles, json!({})).await;
+    assert_eq!(read.data()["weeklyMetrics"][0]["medianCycleSeconds"], json!(1.0), "read from the kept week");
+    // Reopened (as a disposal written into it does), the week is read from the rows again.
+    app.sql("SELECT cycle_week_reopened('g', '2026-01-05')").await;
+    assert_eq!(op.run(cycles, json!({})).await.data()["weeklyMetrics"], by_rows);
+    // A disposal written into an ended week moves the fleet's mark back to it.
+    app.live.sweep_now().await.expect("a sweeper pass");
+    let mark = "SELECT until::text AS until FROM cycle_weeks_until WHERE fleet = 'g'";
+    assert_ne!(app.sql_json(mark).await, vec![json!({ "until": "2026-01-12" })]);
+    dispose(&app, "g5", "DEAD", "2026-01-14T09:00:00Z").await;
+    assert_eq!(app.sql_json(mark).await, vec![json!({ "until": "2026-01-12" })]);
+
     let other = Agent::new(&app, "other", "op", Role::Reader).await;
     assert_eq!(
         other.run("{ weeklyMetrics { week } claimingAgents { day } }", json!({})).await.data(),

@@ -73,6 +73,11 @@ async fn the_totals_equal_the_units_through_concurrent_writes_and_folds() {
         for round in 0..4 {
             let claimed = agent.claim_next(json!({})).await;
             let Some(unit) = claimed.unit()["id"].as_str().map(str::to_owned) else { break };
+            if (i + round) % 5 == 4 {
+                // Claimed and handed back unstarted: the anti-metric.
+                agent.release(&unit, json!({ "reason": "not for me" })).await.data();
+                continue;
+            }
             agent.transition(&unit, "IN_PROGRESS", json!({})).await.data();
             let cost =
                 "mutation($u: UUID!, $k: String!) { recordCost(unitId: $u, cents: 125, idempotencyKey: $k) { id } }";
@@ -114,7 +119,9 @@ async fn the_totals_equal_the_units_through_concurrent_writes_and_folds() {
     assert_eq!(rows, units.len() as i64, "a fold leaves one row per group: {folded:?}");
     let (folded, events) = event_totals_and_events(&app).await;
     assert_eq!(folded, events, "the event totals after it");
-    assert_eq!(app.sql_i64("SELECT count(*) FROM event_totals").await, events.len() as i64, "one row per type");
+    let groups =
+        app.sql_i64("SELECT count(*) FROM (SELECT DISTINCT fleet, event_type, agent_id FROM work_unit_events) g").await;
+    assert_eq!(app.sql_i64("SELECT count(*) FROM event_totals").await, groups, "one row per type and agent");
 
     // totalCount of the events, all and by type, is those totals.
     let counts = op
@@ -148,8 +155,76 @@ async fn the_totals_equal_the_units_through_concurrent_writes_and_folds() {
         data["queueDepth"].as_array().into_iter().flatten().map(|d| d["ready"].as_i64().unwrap_or(0)).sum();
     assert_eq!(depth, ready, "{data}");
 
+    // The reads over time are the day totals (migration 0020): the same as
+    // the rows say, for whole days (totals) and for a day the range cuts (rows).
+    let never = app.sql_i64("SELECT count(*) FROM never_started").await;
+    assert!(never > 0, "some claims were never started");
+    for from in [None, Some((chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339())] {
+        let read = op
+            .run(
+                "query($from: DateTime) { throughput(bucket: DAY, from: $from) { start disposition count costCents distinctAgents } }",
+                json!({ "from": from }),
+            )
+            .await;
+        let rows = throughput_by_rows(&app, from.as_deref()).await;
+        assert!(!rows.is_empty());
+        assert_eq!(read.data()["throughput"], json!(rows), "throughput from {from:?}");
+    }
+    let days = op.run("{ claimingAgents { agents claims } }", json!({})).await;
+    let claims =
+        app.sql_json("SELECT count(DISTINCT agent_id) AS agents, count(*) AS claims FROM work_unit_attempts").await;
+    assert_eq!(days.data()["claimingAgents"], json!(claims));
+    let weeks = op.run("{ weeklyMetrics { claims neverStarted disposed reworked verifiedUnits } }", json!({})).await;
+    let expected = app
+        .sql_json(
+            "SELECT (SELECT count(*) FROM work_unit_attempts) AS claims, (SELECT count(*) FROM never_started) AS \"neverStarted\",
+                    count(*) AS disposed, count(*) FILTER (WHERE attempt_count > 1) AS reworked,
+                    count(*) FILTER (WHERE cost_cents > 0 AND cardinality(evidence_urls) > 0) AS \"verifiedUnits\"
+               FROM work_units WHERE disposition IS NOT NULL",
+        )
+        .await;
+    assert_eq!(weeks.data()["weeklyMetrics"], json!(expected));
+    let by_agent = op.run("{ costSummary(groupBy: AGENT) { key units costCents } }", json!({})).await;
+    let expected = app
+        .sql_json(
+            "SELECT agent_id AS key, count(DISTINCT unit_id) AS units, sum(cost_cents)::bigint AS \"costCents\"
+               FROM work_unit_attempts GROUP BY 1 ORDER BY 1",
+        )
+        .await;
+    assert_eq!(by_agent.data()["costSummary"], json!(expected), "costSummary by agent is the agent totals");
+    let agent = "agent-0";
+    let of_agent = op
+        .run("query($a: String!) { events(first: 1, filter: { agentId: $a }) { totalCount } }", json!({ "a": agent }))
+        .await;
+    let n = app.sql_i64(&format!("SELECT count(*) FROM work_unit_events WHERE agent_id = '{agent}'")).await;
+    assert!(n > 0);
+    assert_eq!(of_agent.data()["events"]["totalCount"], json!(n));
+
     let audit = work_ledger(&app, &["audit"], None);
     assert!(audit.status.success(), "{}\n{}", text(&audit.stdout), text(&audit.stderr));
+}
+
+/// `throughput(bucket: DAY, from)` as migration 0008 computed it, from the
+/// rows alone: the oracle of the day totals.
+async fn throughput_by_rows(app: &TestApp, from: Option<&str>) -> Vec<Value> {
+    let from = from.map_or("NULL".to_owned(), |f| format!("'{f}'::timestamptz"));
+    app.sql_json(&format!(
+        "SELECT to_char(t.start AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"+00:00\"') AS start,
+                t.disposition::text AS disposition,
+                t.units AS count, t.cost_cents AS \"costCents\", coalesce(g.agents, 0) AS \"distinctAgents\"
+           FROM (SELECT date_trunc('day', u.disposed_at, 'UTC') AS start, u.disposition,
+                        count(*) AS units, sum(u.cost_cents)::bigint AS cost_cents
+                   FROM work_units u
+                  WHERE u.disposition IS NOT NULL AND u.disposed_at >= coalesce({from}, '-infinity'::timestamptz)
+                  GROUP BY 1, 2) t
+           LEFT JOIN (SELECT date_trunc('day', u.disposed_at, 'UTC') AS start, u.disposition,
+                             count(DISTINCT a.agent_id) AS agents
+                        FROM work_units u JOIN work_unit_attempts a ON a.unit_id = u.id
+                       WHERE u.disposition IS NOT NULL AND u.disposed_at >= coalesce({from}, '-infinity'::timestamptz)
+                       GROUP BY 1, 2) g ON g.start = t.start AND g.disposition = t.disposition
+          ORDER BY t.start, t.disposition"
+    ))
+    .await
 }
 
 #[tokio::test]
@@ -188,6 +263,44 @@ async fn a_corrupted_total_is_found_by_the_audit_and_a_rebuild_repairs_it() {
     assert!(out.lines().all(|l| l.starts_with("f\t-\tevent_totals\t")) && out.contains("heartbeat"), "{out}");
     app.sql("SELECT ledger_rebuild_totals()").await;
     assert!(work_ledger(&app, &["audit"], None).status.success(), "a rebuild recounts the events too");
+
+    // The day totals (migration 0020), one hand each: each is found by its
+    // own rule, survives a fold, and a rebuild recounts it.
+    let hands = [
+        (
+            "disposal_days",
+            "INSERT INTO disposal_days VALUES ('f', current_date, 'default', 'MIGRATED', 1, 0, 0, 0, 0)",
+            "units",
+        ),
+        (
+            "disposal_agents",
+            "INSERT INTO disposal_agent_counts VALUES ('f', true, date_trunc('week', now())::date, '', 'DROPPED', 2)",
+            "agents",
+        ),
+        ("claim_days", "UPDATE claim_days SET stale = stale + 1 WHERE fleet = 'f'", "stale"),
+        ("agent_totals", "INSERT INTO agent_totals VALUES ('f', 'agent-a', 'default', 0, 7)", "agent-a"),
+        ("claim_days", "DELETE FROM never_started WHERE fleet = 'f'", "not in never_started"),
+        (
+            "cycle_weeks",
+            "UPDATE cycle_weeks_until SET until = '2020-01-13';
+             INSERT INTO cycle_weeks VALUES ('f', '2020-01-06', 1, 60, 60)",
+            "no disposal",
+        ),
+    ];
+    for (rule, hand, says) in hands {
+        app.sql(hand).await;
+        app.live.sweep_now().await.expect("a fold");
+        let audit = work_ledger(&app, &["audit", "--fleet", "f"], None);
+        assert_eq!(audit.status.code(), Some(1), "{hand}: {}", text(&audit.stderr));
+        let out = text(&audit.stdout);
+        assert!(
+            out.lines().all(|l| l.contains(&format!("\t{rule}\t"))) && out.contains(says),
+            "{hand} is found by {rule} alone: {out}"
+        );
+        app.sql("SELECT ledger_rebuild_totals()").await;
+        let repaired = work_ledger(&app, &["audit"], None);
+        assert!(repaired.status.success(), "{hand}: {}", text(&repaired.stdout));
+    }
 }
 
 #[tokio::test]
@@ -208,6 +321,32 @@ async fn the_totals_are_read_only_and_per_fleet_for_the_service_and_readers() {
     let events = "INSERT INTO event_totals VALUES ('f', 'claimed', 100)";
     let refused = app.app_role_exec(Some("f"), events).await.expect_err("nor event totals");
     assert!(refused.contains("permission denied"), "{refused}");
+    // The day totals and their sets (migration 0020): written by the
+    // database's triggers alone, and each fleet sees its own.
+    for table in [
+        "disposal_days",
+        "disposal_agents",
+        "disposal_agent_counts",
+        "claim_days",
+        "claim_agents",
+        "never_started",
+        "agent_totals",
+        "cycle_weeks",
+        "cycle_weeks_until",
+    ] {
+        let refused = app
+            .app_role_exec(Some("f"), &format!("DELETE FROM {table}"))
+            .await
+            .expect_err("the application role cannot write the day totals");
+        assert!(refused.contains("permission denied"), "{table}: {refused}");
+    }
+    op_f.claim_next(json!({})).await.data();
+    op_g.claim_next(json!({})).await.data();
+    assert_eq!(app.sql_i64("SELECT count(DISTINCT fleet) FROM claim_days").await, 2);
+    let claims = app.app_role_query(Some("f"), "SELECT DISTINCT fleet FROM claim_days").await;
+    assert_eq!(claims, vec![json!({ "fleet": "f" })], "fleet f sees its own claims only");
+    let noted = app.app_role_exec(Some("f"), "SELECT disposal_agents_noted('{}')").await;
+    assert!(noted.is_err_and(|e| e.contains("permission denied")), "the trigger's helper is not the service's");
     let rebuild = app.app_role_exec(Some("f"), "SELECT ledger_rebuild_totals()").await;
     assert!(rebuild.is_err_and(|e| e.contains("permission denied")), "a rebuild is the owner's");
 }

@@ -109,6 +109,23 @@ fn by_group(q: &mut Query, alias: &str, filter: &UnitFilter) {
     }
 }
 
+/// The `totalCount` of `dispositions` over a range of `disposed_at`: the
+/// units `throughput` counts by day over that range (migration 0020: the
+/// days inside it from the day totals, the days it cuts from the rows).
+pub fn disposals_counted(fleet: &str, disposed: &Range, disposition: Option<&str>, domain: Option<&str>) -> Query {
+    let mut q = Query::new("SELECT coalesce(sum(t.units), 0)::bigint AS n FROM throughput('day', ");
+    let args = [disposed.from.into(), disposed.until.into(), domain.map(str::to_owned).into()]
+        .map(|v: sea_orm::Value| q.bind(v))
+        .join(", ");
+    q.push(&format!("{args}) t WHERE t.fleet = "));
+    let p = q.bind(fleet);
+    q.push(&p);
+    if let Some(disposition) = disposition {
+        q.and("t.disposition = {}::disposition", disposition.to_owned());
+    }
+    q
+}
+
 /// Units listed by one of the views (`v_stall_list`, `v_rework`,
 /// `v_disposition_detail`), as whole units.
 pub fn units_in_view(fleet: &str, view: &str) -> Query {
@@ -136,13 +153,11 @@ pub fn events(fleet: &str, filter: &EventFilter) -> Query {
     q
 }
 
-/// The `totalCount` of `events(filter)` from the event totals (migration
-/// 0019), when the filter names event types only (else the rows are counted).
+/// The `totalCount` of `events(filter)` from the event totals (migrations
+/// 0019 and 0020: per type and agent), when the filter names event types and
+/// an agent only (else the rows are counted).
 pub fn events_counted_by_totals(fleet: &str, filter: &EventFilter) -> Option<Query> {
-    let by_rows = filter.unit_id.is_some()
-        || filter.agent_id.is_some()
-        || filter.created.from.is_some()
-        || filter.created.until.is_some();
+    let by_rows = filter.unit_id.is_some() || filter.created.from.is_some() || filter.created.until.is_some();
     if by_rows {
         return None;
     }
@@ -150,6 +165,9 @@ pub fn events_counted_by_totals(fleet: &str, filter: &EventFilter) -> Option<Que
     let p = q.bind(fleet);
     q.push(&p);
     of_types(&mut q, "t", &filter.types);
+    if let Some(agent) = &filter.agent_id {
+        q.and("t.agent_id = {}", agent.clone());
+    }
     Some(q)
 }
 
