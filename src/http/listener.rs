@@ -95,7 +95,8 @@ impl Slot {
 /// The open connections of one listener, oldest first.
 struct Open {
     count: AtomicUsize,
-    /// The most connections open at once since the trimmer last looked.
+    /// The most connections open at once since the allocator was last
+    /// trimmed (it keeps what they took until then).
     peak: AtomicUsize,
     /// Connections that may still be fresh, in the order they were accepted
     /// (served and closed ones are dropped lazily).
@@ -256,18 +257,25 @@ fn refuse(stream: TcpStream, lingering: &Arc<AtomicUsize>) {
 /// after the open connections fell well below their peak (glibc keeps it
 /// otherwise: after a flood of 20,000 idle sockets the process stayed at
 /// 600 MB).
+///
+/// The peak is the most connections open since the last trim, not since the
+/// last tick: a flood whose clients go away slowly ebbs over several ticks,
+/// and no single tick would see it fall far.
 async fn trim_after_floods(open: Arc<Open>, cap: usize, stop: CancellationToken) {
     const TICK: Duration = Duration::from_secs(5);
-    // Below this many connections of difference, what there is to give back is not worth a trim.
-    let worth = (cap / 8).clamp(16, 512);
+    // Below this many connections of difference, what there is to give back
+    // is not worth a trim: 35-60 KB each once a flood is over, so at most a
+    // few MB are kept.
+    let worth = (cap / 8).clamp(16, 64);
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(TICK) => {}
         }
         let now = open.count.load(Ordering::Acquire);
-        let peak = open.peak.swap(now, Ordering::AcqRel);
-        if peak >= now + worth {
+        let fell =
+            open.peak.fetch_update(Ordering::AcqRel, Ordering::Acquire, |peak| (peak >= now + worth).then_some(now));
+        if fell.is_ok() {
             let _ = tokio::task::spawn_blocking(release_free_memory).await;
         }
     }

@@ -577,6 +577,21 @@ fn rss_kib(pid: u32) -> u64 {
         .expect("VmRSS")
 }
 
+/// What the server holds, for a failure's message: its status lines about
+/// memory (anonymous and file-backed) and threads, and its open files.
+fn memory_of(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let wanted = ["VmRSS", "RssAnon", "RssFile", "Threads"];
+    let mut out: Vec<String> = status
+        .lines()
+        .filter(|l| wanted.iter().any(|w| l.starts_with(w)))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, Iterator::count);
+    out.push(format!("fds: {fds}"));
+    out.join(", ")
+}
+
 /// One wave of a flood: `n` connections that each send part of a request's
 /// headers (the server buffers them) and are held until the server closes
 /// them at its header-read timeout, or refuses them.
@@ -634,6 +649,7 @@ async fn memory_taken_by_a_connection_flood_is_given_back() {
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle = rss_kib(pid);
+    let idle_state = memory_of(pid);
 
     let mut peak = idle;
     for _ in 0..WAVES {
@@ -658,5 +674,9 @@ async fn memory_taken_by_a_connection_flood_is_given_back() {
         now = rss_kib(pid);
     }
     eprintln!("RSS idle {idle} KiB, peak {peak} KiB, after {now} KiB ({:?} after the flood)", started.elapsed());
-    assert!(now <= 2 * idle, "RSS {now} KiB a minute after the flood; idle it was {idle} KiB (peak {peak} KiB)");
+    assert!(
+        now <= 2 * idle,
+        "RSS {now} KiB a minute after the flood; idle it was {idle} KiB (peak {peak} KiB)\nidle: {idle_state}\nnow: {}",
+        memory_of(pid)
+    );
 }
