@@ -163,7 +163,7 @@ const RULES: &[(&str, &str)] = &[
                                            coalesce(u.disposition, t.disposition)),
                        coalesce(u.counts, 'nothing')) AS expected,
                 coalesce(t.counts, 'nothing') || ' in disposal_days' AS found
-           FROM (SELECT fleet, ledger_utc_day(disposed_at)::text AS day, domain, disposition::text AS disposition,
+           FROM (SELECT fleet, ((disposed_at) AT TIME ZONE 'UTC')::date::text AS day, domain, disposition::text AS disposition,
                         format('%s units, %s cents, %s reworked, %s verified for %s cents', count(*), sum(cost_cents),
                                count(*) FILTER (WHERE attempt_count > 1),
                                count(*) FILTER (WHERE cost_cents > 0 AND cardinality(evidence_urls) > 0),
@@ -195,8 +195,8 @@ const RULES: &[(&str, &str)] = &[
                 format('%s in disposal_agent_counts', coalesce(t.agents, 0)) AS found
            FROM (SELECT fleet, week, start, domain, disposition, count(DISTINCT agent_id) AS agents
                    FROM (SELECT u.fleet, k.week,
-                                CASE WHEN k.week THEN ledger_utc_week(ledger_utc_day(u.disposed_at))
-                                     ELSE ledger_utc_day(u.disposed_at) END AS start,
+                                CASE WHEN k.week THEN date_trunc('week', (((u.disposed_at) AT TIME ZONE 'UTC')::date)::timestamp)::date
+                                     ELSE ((u.disposed_at) AT TIME ZONE 'UTC')::date END AS start,
                                 CASE WHEN k.every THEN '' ELSE u.domain END AS domain, u.disposition::text AS disposition,
                                 a.agent_id
                            FROM work_units u JOIN work_unit_attempts a ON a.unit_id = u.id
@@ -219,7 +219,7 @@ const RULES: &[(&str, &str)] = &[
         "SELECT coalesce(a.fleet, t.fleet) AS fleet, NULL::uuid AS unit_id,
                 format('%s: %s', coalesce(a.day, t.day), coalesce(a.counts, 'nothing')) AS expected,
                 coalesce(t.counts, 'nothing') || ' in claim_days' AS found
-           FROM (SELECT fleet, ledger_utc_day(started_at)::text AS day,
+           FROM (SELECT fleet, ((started_at) AT TIME ZONE 'UTC')::date::text AS day,
                         format('%s claims by %s agents, %s verified, %s stale, %s never started', count(*),
                                count(DISTINCT agent_id), count(*) FILTER (WHERE outcome = 'verified'),
                                count(*) FILTER (WHERE outcome = 'superseded' OR EXISTS (

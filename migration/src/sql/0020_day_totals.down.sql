@@ -143,8 +143,6 @@ DROP FUNCTION cycle_week_reopened(text, date);
 DROP FUNCTION ledger_in_ended_week(timestamptz);
 DROP TABLE cycle_weeks, cycle_weeks_until;
 DROP FUNCTION ledger_week_at_or_after(timestamptz);
-DROP FUNCTION ledger_utc_week(date);
-DROP FUNCTION ledger_utc_day(timestamptz);
 CREATE OR REPLACE VIEW v_agents WITH (security_invoker = true) AS
 WITH RECURSIVE
 -- The distinct names of the attempts, one index probe per name (a loose

@@ -19,10 +19,6 @@
 -- taken to UTC wall time before any arithmetic, so the session's TimeZone
 -- never moves a bucket.
 
-CREATE FUNCTION ledger_utc_day(timestamptz) RETURNS date LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN ($1 AT TIME ZONE 'UTC')::date;
-CREATE FUNCTION ledger_utc_week(date) RETURNS date LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN date_trunc('week', $1::timestamp)::date;
 -- The first Monday 00:00 UTC at or after a time (NULL and infinities as they are).
 CREATE FUNCTION ledger_week_at_or_after(timestamptz) RETURNS timestamptz LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN CASE WHEN $1 IS NULL OR NOT isfinite($1) THEN $1
@@ -129,11 +125,11 @@ CREATE FUNCTION disposal_agents_noted(p_units uuid[]) RETURNS void LANGUAGE sql 
 SET search_path = pg_catalog, public, pg_temp AS $$
     WITH fresh AS (
         INSERT INTO disposal_agents (fleet, week, start, domain, disposition, agent_id)
-        SELECT DISTINCT u.fleet, k.week, CASE WHEN k.week THEN ledger_utc_week(d.day) ELSE d.day END,
+        SELECT DISTINCT u.fleet, k.week, CASE WHEN k.week THEN date_trunc('week', (d.day)::timestamp)::date ELSE d.day END,
                CASE WHEN k.every THEN '' ELSE u.domain END, u.disposition, a.agent_id
           FROM work_units u
           JOIN work_unit_attempts a ON a.unit_id = u.id
-          CROSS JOIN LATERAL (SELECT ledger_utc_day(u.disposed_at) AS day) d
+          CROSS JOIN LATERAL (SELECT ((u.disposed_at) AT TIME ZONE 'UTC')::date AS day) d
           CROSS JOIN (VALUES (false, false), (false, true), (true, false), (true, true)) AS k(week, every)
          WHERE u.id = ANY(p_units) AND u.disposition IS NOT NULL
         ON CONFLICT DO NOTHING
@@ -152,12 +148,12 @@ BEGIN
       FROM added a GROUP BY 1, 2, 3, 4, 5;
     INSERT INTO disposal_days (fleet, day, domain, disposition, units, cost_cents, reworked, verified_units,
                                verified_cost_cents)
-    SELECT a.fleet, ledger_utc_day(a.disposed_at), a.domain, a.disposition, count(*), sum(a.cost_cents),
+    SELECT a.fleet, ((a.disposed_at) AT TIME ZONE 'UTC')::date, a.domain, a.disposition, count(*), sum(a.cost_cents),
            count(*) FILTER (WHERE a.attempt_count > 1),
            count(*) FILTER (WHERE a.cost_cents > 0 AND cardinality(a.evidence_urls) > 0),
            coalesce(sum(a.cost_cents) FILTER (WHERE a.cost_cents > 0 AND cardinality(a.evidence_urls) > 0), 0)
       FROM added a WHERE a.disposition IS NOT NULL GROUP BY 1, 2, 3, 4;
-    PERFORM cycle_week_reopened(a.fleet, min(ledger_utc_week(ledger_utc_day(a.disposed_at))))
+    PERFORM cycle_week_reopened(a.fleet, min(date_trunc('week', (((a.disposed_at) AT TIME ZONE 'UTC')::date)::timestamp)::date))
        FROM added a WHERE a.disposition IS NOT NULL AND ledger_in_ended_week(a.disposed_at) GROUP BY a.fleet;
     RETURN NULL;
 END
@@ -170,7 +166,7 @@ SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN
     INSERT INTO disposal_days (fleet, day, domain, disposition, units, cost_cents, reworked, verified_units,
                                verified_cost_cents)
-    SELECT r.fleet, ledger_utc_day(r.disposed_at), r.domain, r.disposition, s.sign, s.sign * r.cost_cents,
+    SELECT r.fleet, ((r.disposed_at) AT TIME ZONE 'UTC')::date, r.domain, r.disposition, s.sign, s.sign * r.cost_cents,
            s.sign * (r.attempt_count > 1)::int, s.sign * v.verified::int, s.sign * v.verified::int * r.cost_cents
       FROM (VALUES (OLD, -1), (NEW, 1)) AS s(unit, sign)
       CROSS JOIN LATERAL (SELECT (s.unit).*) r
@@ -181,7 +177,7 @@ BEGIN
     END IF;
     -- The cycle time of an ended week changes with its disposals' dates.
     IF OLD.disposed_at IS DISTINCT FROM NEW.disposed_at OR OLD.fleet IS DISTINCT FROM NEW.fleet THEN
-        PERFORM cycle_week_reopened(r.fleet, ledger_utc_week(ledger_utc_day(r.disposed_at)))
+        PERFORM cycle_week_reopened(r.fleet, date_trunc('week', (((r.disposed_at) AT TIME ZONE 'UTC')::date)::timestamp)::date)
            FROM (VALUES (OLD.fleet, OLD.disposed_at), (NEW.fleet, NEW.disposed_at)) AS r(fleet, disposed_at)
           WHERE r.disposed_at IS NOT NULL AND ledger_in_ended_week(r.disposed_at);
     END IF;
@@ -206,7 +202,7 @@ SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN
     WITH fresh AS (
              INSERT INTO claim_agents (fleet, day, agent_id)
-             SELECT DISTINCT a.fleet, ledger_utc_day(a.started_at), a.agent_id FROM added a
+             SELECT DISTINCT a.fleet, ((a.started_at) AT TIME ZONE 'UTC')::date, a.agent_id FROM added a
              ON CONFLICT DO NOTHING
              RETURNING fleet, day),
          unstarted AS (
@@ -216,7 +212,7 @@ BEGIN
              RETURNING fleet, started_at)
     INSERT INTO claim_days (fleet, day, claims, agents, verified, stale, never_started)
     SELECT fleet, day, sum(claims), sum(agents), sum(verified), sum(stale), sum(never_started)
-      FROM (SELECT a.fleet, ledger_utc_day(a.started_at) AS day, 1 AS claims, 0 AS agents,
+      FROM (SELECT a.fleet, ((a.started_at) AT TIME ZONE 'UTC')::date AS day, 1 AS claims, 0 AS agents,
                    (a.outcome IS NOT DISTINCT FROM 'verified')::int AS verified,
                    (a.outcome IS NOT DISTINCT FROM 'superseded')::int AS stale,
                    0 AS never_started
@@ -224,7 +220,7 @@ BEGIN
             UNION ALL
             SELECT fleet, day, 0, 1, 0, 0, 0 FROM fresh
             UNION ALL
-            SELECT fleet, ledger_utc_day(started_at), 0, 0, 0, 0, 1 FROM unstarted) c
+            SELECT fleet, ((started_at) AT TIME ZONE 'UTC')::date, 0, 0, 0, 0, 1 FROM unstarted) c
      GROUP BY 1, 2;
     -- An agent's first attempt on a unit adds the unit to its totals.
     INSERT INTO agent_totals (fleet, agent_id, domain, units, cost_cents)
@@ -243,7 +239,7 @@ BEGIN
            FROM added a JOIN work_units u ON u.id = a.unit_id
           WHERE u.disposition IS NOT NULL;
         -- A first attempt of a unit disposed in an ended week: that week's cycle time.
-        PERFORM cycle_week_reopened(u.fleet, min(ledger_utc_week(ledger_utc_day(u.disposed_at))))
+        PERFORM cycle_week_reopened(u.fleet, min(date_trunc('week', (((u.disposed_at) AT TIME ZONE 'UTC')::date)::timestamp)::date))
            FROM added a JOIN work_units u ON u.id = a.unit_id
           WHERE a.attempt_no = 1 AND u.disposition IS NOT NULL AND ledger_in_ended_week(u.disposed_at)
           GROUP BY u.fleet;
@@ -286,7 +282,7 @@ BEGIN
         unstarted := -unstarted;
     END IF;
     INSERT INTO claim_days (fleet, day, claims, agents, verified, stale, never_started)
-    VALUES (NEW.fleet, ledger_utc_day(NEW.started_at), 0, 0,
+    VALUES (NEW.fleet, ((NEW.started_at) AT TIME ZONE 'UTC')::date, 0, 0,
             (NEW.outcome IS NOT DISTINCT FROM 'verified')::int - (OLD.outcome IS NOT DISTINCT FROM 'verified')::int,
             CASE WHEN stalled THEN 0
                  ELSE (NEW.outcome IS NOT DISTINCT FROM 'superseded')::int
@@ -318,7 +314,7 @@ BEGIN
                   WHERE n.attempt_id IN (SELECT a.attempt_id FROM added a WHERE a.event_type = 'transitioned')
                  RETURNING n.fleet, n.started_at)
         INSERT INTO claim_days (fleet, day, claims, agents, verified, stale, never_started)
-        SELECT fleet, ledger_utc_day(started_at), 0, 0, 0, sum(stale), sum(unstarted)
+        SELECT fleet, ((started_at) AT TIME ZONE 'UTC')::date, 0, 0, 0, sum(stale), sum(unstarted)
           FROM (SELECT fleet, started_at, 1 AS stale, 0 AS unstarted FROM stalled
                  WHERE outcome IS DISTINCT FROM 'superseded'
                 UNION ALL
@@ -399,15 +395,15 @@ BEGIN
     DELETE FROM disposal_days;
     INSERT INTO disposal_days (fleet, day, domain, disposition, units, cost_cents, reworked, verified_units,
                                verified_cost_cents)
-    SELECT fleet, ledger_utc_day(disposed_at), domain, disposition, count(*), sum(cost_cents),
+    SELECT fleet, ((disposed_at) AT TIME ZONE 'UTC')::date, domain, disposition, count(*), sum(cost_cents),
            count(*) FILTER (WHERE attempt_count > 1),
            count(*) FILTER (WHERE cost_cents > 0 AND cardinality(evidence_urls) > 0),
            coalesce(sum(cost_cents) FILTER (WHERE cost_cents > 0 AND cardinality(evidence_urls) > 0), 0)
       FROM work_units WHERE disposition IS NOT NULL GROUP BY 1, 2, 3, 4;
     DELETE FROM disposal_agents;
     INSERT INTO disposal_agents (fleet, week, start, domain, disposition, agent_id)
-    SELECT DISTINCT u.fleet, k.week, CASE WHEN k.week THEN ledger_utc_week(ledger_utc_day(u.disposed_at))
-                                          ELSE ledger_utc_day(u.disposed_at) END,
+    SELECT DISTINCT u.fleet, k.week, CASE WHEN k.week THEN date_trunc('week', (((u.disposed_at) AT TIME ZONE 'UTC')::date)::timestamp)::date
+                                          ELSE ((u.disposed_at) AT TIME ZONE 'UTC')::date END,
            CASE WHEN k.every THEN '' ELSE u.domain END, u.disposition, a.agent_id
       FROM work_units u
       JOIN work_unit_attempts a ON a.unit_id = u.id
@@ -424,11 +420,11 @@ BEGIN
                         WHERE e.unit_id = a.unit_id AND e.attempt_id = a.id AND e.event_type = 'transitioned');
     DELETE FROM claim_agents;
     INSERT INTO claim_agents (fleet, day, agent_id)
-    SELECT DISTINCT fleet, ledger_utc_day(started_at), agent_id FROM work_unit_attempts;
+    SELECT DISTINCT fleet, ((started_at) AT TIME ZONE 'UTC')::date, agent_id FROM work_unit_attempts;
     DELETE FROM claim_days;
     INSERT INTO claim_days (fleet, day, claims, agents, verified, stale, never_started)
     SELECT c.fleet, c.day, c.claims, coalesce(g.agents, 0), c.verified, c.stale, coalesce(n.never, 0)
-      FROM (SELECT a.fleet, ledger_utc_day(a.started_at) AS day, count(*) AS claims,
+      FROM (SELECT a.fleet, ((a.started_at) AT TIME ZONE 'UTC')::date AS day, count(*) AS claims,
                    count(*) FILTER (WHERE a.outcome = 'verified') AS verified,
                    count(*) FILTER (WHERE a.outcome = 'superseded' OR EXISTS (
                        SELECT 1 FROM work_unit_events e WHERE e.attempt_id = a.id AND e.event_type = 'stalled'))
@@ -436,7 +432,7 @@ BEGIN
               FROM work_unit_attempts a GROUP BY 1, 2) c
       LEFT JOIN (SELECT fleet, day, count(*) AS agents FROM claim_agents GROUP BY 1, 2) g
         ON g.fleet = c.fleet AND g.day = c.day
-      LEFT JOIN (SELECT fleet, ledger_utc_day(started_at) AS day, count(*) AS never FROM never_started GROUP BY 1, 2) n
+      LEFT JOIN (SELECT fleet, ((started_at) AT TIME ZONE 'UTC')::date AS day, count(*) AS never FROM never_started GROUP BY 1, 2) n
         ON n.fleet = c.fleet AND n.day = c.day;
     DELETE FROM agent_totals;
     INSERT INTO agent_totals (fleet, agent_id, domain, units, cost_cents)
@@ -452,55 +448,55 @@ REVOKE ALL ON FUNCTION ledger_rebuild_totals() FROM PUBLIC;
 -- Units disposed per bucket and disposition, as in 0008, now from the day
 -- totals: the buckets that lie whole inside [p_from, p_until) read the
 -- totals and the distinct-agent counts; the part of a bucket the range cuts
--- (at most one at each end) is counted from its rows, as before.
+-- (at most one at each end) is counted from its rows, as before. PL/pgSQL,
+-- so that each call is planned with its own bounds (a SQL function with a
+-- pinned search_path is planned once for any bounds: a scan of every unit).
 CREATE OR REPLACE FUNCTION throughput(p_bucket text, p_from timestamptz, p_until timestamptz, p_domain text)
 RETURNS TABLE (fleet text, start timestamptz, disposition disposition, units bigint, cost_cents bigint,
                distinct_agents bigint)
-LANGUAGE sql STABLE AS $$
-    WITH wall AS (SELECT coalesce(p_from, '-infinity') AT TIME ZONE 'UTC' AS f,
-                         coalesce(p_until, 'infinity') AT TIME ZONE 'UTC' AS u),
-         span AS (SELECT CASE WHEN date_trunc(p_bucket, f) = f THEN f
-                              ELSE date_trunc(p_bucket, f) + ('1 ' || p_bucket)::interval END AS lo,
-                         date_trunc(p_bucket, u) AS hi
-                    FROM wall),
-         whole AS (
-             SELECT d.fleet, date_trunc(p_bucket, d.day::timestamp) AS start, d.disposition,
-                    sum(d.units)::bigint AS units, sum(d.cost_cents)::bigint AS cost_cents
-               FROM disposal_days d, span s
-              WHERE d.day >= s.lo AND d.day < s.hi AND (p_domain IS NULL OR d.domain = p_domain)
-              GROUP BY 1, 2, 3
-             HAVING sum(d.units) <> 0),
-         agents AS (
-             SELECT g.fleet, g.start::timestamp AS start, g.disposition, sum(g.agents)::bigint AS agents
-               FROM disposal_agent_counts g, span s
-              WHERE g.week = (p_bucket = 'week') AND g.domain = coalesce(p_domain, '')
-                AND g.start >= s.lo AND g.start < s.hi
-              GROUP BY 1, 2, 3),
-         cut AS (
-             SELECT u.fleet, date_trunc(p_bucket, u.disposed_at AT TIME ZONE 'UTC') AS start, u.disposition,
-                    u.id, u.cost_cents
-               FROM work_units u, span s
-              WHERE u.disposition IS NOT NULL
-                AND u.disposed_at >= coalesce(p_from, '-infinity') AND u.disposed_at < coalesce(p_until, 'infinity')
-                AND (u.disposed_at AT TIME ZONE 'UTC' < s.lo OR u.disposed_at AT TIME ZONE 'UTC' >= s.hi)
-                AND (p_domain IS NULL OR u.domain = p_domain)),
-         cut_totals AS (
-             SELECT c.fleet, c.start, c.disposition, count(*) AS units, sum(c.cost_cents)::bigint AS cost_cents,
-                    (SELECT count(DISTINCT a.agent_id) FROM work_unit_attempts a
-                      WHERE a.unit_id IN (SELECT c2.id FROM cut c2
-                                           WHERE c2.fleet = c.fleet AND c2.start = c.start
-                                             AND c2.disposition = c.disposition)) AS agents
-               FROM cut c GROUP BY 1, 2, 3)
-    SELECT w.fleet, w.start AT TIME ZONE 'UTC', w.disposition, w.units, w.cost_cents, coalesce(a.agents, 0)
-      FROM whole w
-      LEFT JOIN agents a ON a.fleet = w.fleet AND a.start = w.start AND a.disposition = w.disposition
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    f timestamp := coalesce(p_from, '-infinity') AT TIME ZONE 'UTC';
+    u timestamp := coalesce(p_until, 'infinity') AT TIME ZONE 'UTC';
+    -- The whole buckets: [lo, hi), in UTC wall time.
+    lo timestamp := CASE WHEN date_trunc(p_bucket, f) = f THEN f
+                         ELSE date_trunc(p_bucket, f) + ('1 ' || p_bucket)::interval END;
+    hi timestamp := date_trunc(p_bucket, u);
+    -- The cut ends: [p_from, low_end) and [high_start, p_until); the whole
+    -- range when no bucket lies whole inside it.
+    low_end timestamptz := CASE WHEN lo < hi THEN lo AT TIME ZONE 'UTC' ELSE coalesce(p_until, 'infinity') END;
+    high_start timestamptz := CASE WHEN lo < hi THEN hi AT TIME ZONE 'UTC' ELSE 'infinity' END;
+BEGIN
+    RETURN QUERY
+    SELECT x.fleet, x.start AT TIME ZONE 'UTC', x.disposition, sum(x.units)::bigint, sum(x.cost_cents)::bigint,
+           sum(x.agents)::bigint
+      FROM (SELECT d.fleet, date_trunc(p_bucket, d.day::timestamp) AS start, d.disposition, d.units, d.cost_cents,
+                   0::bigint AS agents
+              FROM disposal_days d
+             WHERE d.day >= lo AND d.day < hi AND (p_domain IS NULL OR d.domain = p_domain)
+            UNION ALL
+            SELECT g.fleet, g.start::timestamp, g.disposition, 0, 0, g.agents
+              FROM disposal_agent_counts g
+             WHERE g.week = (p_bucket = 'week') AND g.domain = coalesce(p_domain, '')
+               AND g.start >= lo AND g.start < hi) x
+     GROUP BY x.fleet, x.start, x.disposition
+    HAVING sum(x.units) <> 0
     UNION ALL
-    SELECT c.fleet, c.start AT TIME ZONE 'UTC', c.disposition, c.units, c.cost_cents, c.agents FROM cut_totals c
+    SELECT c.fleet, c.start AT TIME ZONE 'UTC', c.disposition, count(*), sum(c.cost_cents)::bigint,
+           (SELECT count(DISTINCT a.agent_id) FROM work_unit_attempts a WHERE a.unit_id = ANY (array_agg(c.id)))
+      FROM (SELECT w.fleet, date_trunc(p_bucket, w.disposed_at AT TIME ZONE 'UTC') AS start, w.disposition, w.id,
+                   w.cost_cents
+              FROM work_units w
+             WHERE w.disposition IS NOT NULL AND (p_domain IS NULL OR w.domain = p_domain)
+               AND ((w.disposed_at >= coalesce(p_from, '-infinity') AND w.disposed_at < low_end)
+                    OR (w.disposed_at >= high_start AND w.disposed_at < coalesce(p_until, 'infinity')))) c
+     GROUP BY c.fleet, c.start, c.disposition;
+END
 $$;
 
 -- The North Star views from the day totals (same columns as 0007).
 CREATE OR REPLACE VIEW v_verified_throughput_weekly WITH (security_invoker = true) AS
-SELECT fleet, ledger_utc_week(day)::timestamp AT TIME ZONE 'UTC' AS week, sum(verified_units)::bigint AS units,
+SELECT fleet, date_trunc('week', (day)::timestamp)::date::timestamp AT TIME ZONE 'UTC' AS week, sum(verified_units)::bigint AS units,
        sum(verified_cost_cents)::bigint AS cost_cents
   FROM disposal_days
  GROUP BY 1, 2
@@ -508,7 +504,7 @@ HAVING sum(verified_units) <> 0;
 
 CREATE OR REPLACE VIEW v_rework_rate_weekly WITH (security_invoker = true) AS
 SELECT fleet, week, disposed, reworked, round(reworked::numeric / disposed, 4) AS rework_rate
-  FROM (SELECT fleet, ledger_utc_week(day)::timestamp AT TIME ZONE 'UTC' AS week, sum(units)::bigint AS disposed,
+  FROM (SELECT fleet, date_trunc('week', (day)::timestamp)::date::timestamp AT TIME ZONE 'UTC' AS week, sum(units)::bigint AS disposed,
                sum(reworked)::bigint AS reworked
           FROM disposal_days GROUP BY 1, 2) w
  WHERE disposed <> 0;
@@ -516,7 +512,7 @@ SELECT fleet, week, disposed, reworked, round(reworked::numeric / disposed, 4) A
 CREATE OR REPLACE VIEW v_claims_weekly WITH (security_invoker = true) AS
 SELECT fleet, week, claims, verified, round(verified::numeric / claims, 4) AS conversion, stale,
        round(stale::numeric / claims, 4) AS stale_rate, never_transitioned
-  FROM (SELECT fleet, ledger_utc_week(day)::timestamp AT TIME ZONE 'UTC' AS week, sum(claims)::bigint AS claims,
+  FROM (SELECT fleet, date_trunc('week', (day)::timestamp)::date::timestamp AT TIME ZONE 'UTC' AS week, sum(claims)::bigint AS claims,
                sum(verified)::bigint AS verified, sum(stale)::bigint AS stale,
                sum(never_started)::bigint AS never_transitioned
           FROM claim_days GROUP BY 1, 2) w
@@ -529,13 +525,14 @@ SELECT c.fleet, c.day, c.agents, c.claims, s.live, s.blocked, s.silent
           FROM claim_days
          GROUP BY fleet, day
         HAVING sum(claims) <> 0) c
-  LEFT JOIN (SELECT v.fleet, count(*) FILTER (WHERE v.status = 'ACTIVE') AS live,
-                    count(*) FILTER (WHERE v.status = 'BLOCKED') AS blocked,
-                    count(*) FILTER (WHERE v.status = 'SILENT') AS silent
-               FROM v_agents v
-              WHERE v.claims_today > 0
-              GROUP BY v.fleet) s
-         ON s.fleet = c.fleet AND c.day = date_trunc('day', now(), 'UTC');
+  -- The roster is read for the current day's row only.
+  LEFT JOIN LATERAL (
+      SELECT count(*) FILTER (WHERE v.status = 'ACTIVE') AS live,
+             count(*) FILTER (WHERE v.status = 'BLOCKED') AS blocked,
+             count(*) FILTER (WHERE v.status = 'SILENT') AS silent
+        FROM v_agents v
+       WHERE c.day = date_trunc('day', now(), 'UTC') AND v.fleet = c.fleet AND v.claims_today > 0
+      HAVING c.day = date_trunc('day', now(), 'UTC')) s ON true;
 
 CREATE OR REPLACE VIEW v_claimed_never_transitioned WITH (security_invoker = true) AS
 SELECT a.id AS attempt_id, a.fleet, a.unit_id, u.external_ref, u.domain, a.attempt_no, a.agent_id, a.outcome,
@@ -583,33 +580,42 @@ $$;
 CREATE FUNCTION cycle_time_by_rows(p_from timestamptz, p_until timestamptz)
 RETURNS TABLE (fleet text, week timestamptz, units bigint, median_seconds double precision,
                p90_seconds double precision)
-LANGUAGE sql STABLE AS $$
-    SELECT u.fleet, date_trunc('week', u.disposed_at, 'UTC') AS week, count(*) AS units,
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    lo timestamptz := coalesce(ledger_week_at_or_after(p_from), '-infinity');
+    hi timestamptz := coalesce(ledger_week_at_or_after(p_until), 'infinity');
+BEGIN
+    RETURN QUERY
+    SELECT u.fleet, date_trunc('week', u.disposed_at, 'UTC'), count(*),
            percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM u.disposed_at - a.started_at)),
            percentile_cont(0.9) WITHIN GROUP (ORDER BY extract(epoch FROM u.disposed_at - a.started_at))
       FROM work_units u
       JOIN work_unit_attempts a ON a.unit_id = u.id AND a.attempt_no = 1
-     WHERE u.disposition IS NOT NULL
-       AND u.disposed_at >= coalesce(ledger_week_at_or_after(p_from), '-infinity')
-       AND u.disposed_at < coalesce(ledger_week_at_or_after(p_until), 'infinity')
-     GROUP BY 1, 2
+     WHERE u.disposition IS NOT NULL AND u.disposed_at >= lo AND u.disposed_at < hi
+     GROUP BY 1, 2;
+END
 $$;
 
 -- The weeks of [p_from, p_until): kept ones from cycle_weeks, the others
--- (from the fleet's mark on) from the rows.
+-- (from the session's mark on) from the rows.
 CREATE FUNCTION cycle_time_weekly(p_from timestamptz, p_until timestamptz)
 RETURNS TABLE (fleet text, week timestamptz, units bigint, median_seconds double precision,
                p90_seconds double precision)
-LANGUAGE sql STABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    -- The earliest mark this session sees (one fleet's under row-level security).
+    mark timestamptz := (SELECT min(m.until) FROM cycle_weeks_until m)::timestamp AT TIME ZONE 'UTC';
+BEGIN
+    RETURN QUERY
     SELECT c.fleet, c.week::timestamp AT TIME ZONE 'UTC', c.units, c.median_seconds, c.p90_seconds
       FROM cycle_weeks c JOIN cycle_weeks_until m ON m.fleet = c.fleet AND c.week < m.until
      WHERE c.week::timestamp AT TIME ZONE 'UTC' >= coalesce(p_from, '-infinity')
        AND c.week::timestamp AT TIME ZONE 'UTC' < coalesce(p_until, 'infinity')
     UNION ALL
-    SELECT r.* FROM cycle_time_by_rows(
-               greatest(p_from, (SELECT min(m.until) FROM cycle_weeks_until m)::timestamp AT TIME ZONE 'UTC'),
-               p_until) r
-     WHERE r.week >= coalesce((SELECT m.until FROM cycle_weeks_until m WHERE m.fleet = r.fleet), '-infinity')
+    SELECT r.* FROM cycle_time_by_rows(greatest(p_from, mark), p_until) r
+     WHERE r.week >= coalesce((SELECT m.until FROM cycle_weeks_until m WHERE m.fleet = r.fleet)::timestamp
+                              AT TIME ZONE 'UTC', '-infinity');
+END
 $$;
 
 CREATE OR REPLACE VIEW v_cycle_time_weekly WITH (security_invoker = true) AS
@@ -628,7 +634,7 @@ SELECT * FROM cycle_time_weekly(NULL, NULL);
 CREATE FUNCTION ledger_fold_cycle_weeks() RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
-    ended date := ledger_utc_week(ledger_utc_day(now() - interval '1 hour'));
+    ended date := date_trunc('week', (((now() - interval '1 hour') AT TIME ZONE 'UTC')::date)::timestamp)::date;
     kept bigint;
 BEGIN
     -- Fleets without a mark, looked for only when a mark is due (a new
@@ -672,7 +678,7 @@ REVOKE ALL ON FUNCTION cycle_week_reopened(text, date) FROM PUBLIC;
 
 -- Whether a disposal dated `at` falls in a week that has already ended.
 CREATE FUNCTION ledger_in_ended_week(p_at timestamptz) RETURNS boolean LANGUAGE sql VOLATILE
-RETURN ledger_utc_week(ledger_utc_day(p_at)) < ledger_utc_week(ledger_utc_day(clock_timestamp()));
+RETURN date_trunc('week', (((p_at) AT TIME ZONE 'UTC')::date)::timestamp)::date < date_trunc('week', (((clock_timestamp()) AT TIME ZONE 'UTC')::date)::timestamp)::date;
 
 -- The roster (0017) walked the agent names of every fleet, one index probe
 -- per name; under row-level security the step from the session's fleet to
