@@ -201,7 +201,6 @@ SELECT n.fleet, n.name,
         FROM work_unit_attempts a
        WHERE a.fleet = n.fleet AND a.agent_id = n.name AND a.started_at >= date_trunc('day', now(), 'UTC')
   ) d ON true;
-DROP FUNCTION ledger_session_fleet();
 
 -- Pinned again, as 0012 pinned them (CREATE OR REPLACE drops a function's settings).
 DO $$
