@@ -1058,7 +1058,10 @@ async fn at_size(args: &Args, url: &str, owner: &DatabaseConnection, units: i64)
     let empty = phase("claim-and-finish over HTTP, empty ledger".into(), args.seconds, small).await;
 
     eprintln!("seeding {units} units and {} events...", units * 10);
-    let seeded = support::seed::seed(owner, units, units * 10).await?;
+    // One connection: the seed's steps share temporary tables.
+    let seeder = db::connect(url, 1).await?;
+    let seeded = support::seed::seed(&seeder, units, units * 10).await?;
+    seeder.close().await?;
     settle().await?;
     let counts = owner
         .query_one_raw(stmt(
