@@ -217,6 +217,18 @@ pub fn throughput_query(fleet: &str, bucket: &str, range: &Range, domain: Option
     q
 }
 
+/// The `totalCount` of `dispositions` over a range of `disposed_at`: the
+/// units of [`throughput_query`] by day over that range (the days inside it
+/// from the day totals of migration 0020, the days it cuts from the rows).
+pub fn disposals_counted(fleet: &str, disposed: &Range, disposition: Option<&str>, domain: Option<&str>) -> Query {
+    let mut q = throughput_query(fleet, "day", disposed, domain)
+        .around("SELECT coalesce(sum(d.units), 0)::bigint AS n FROM (", ") AS d WHERE true");
+    if let Some(disposition) = disposition {
+        q.and("d.disposition = {}", disposition.to_owned());
+    }
+    q
+}
+
 /// One week of the North Star metrics (`v_claims_weekly`,
 /// `v_rework_rate_weekly`, `v_verified_throughput_weekly`, read from the day
 /// totals of migration 0020, and `cycle_time_weekly`, which reads only the

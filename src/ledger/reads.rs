@@ -11,7 +11,7 @@ use crate::db::reads::{
     self, AgentRow, AgentStatus, AttemptEndRow, CostRow, DisposalRow, DispositionRow, Query, QueueDepthRow, UnitCount,
 };
 pub use crate::db::reads::{EventFilter, QuestionFilter, Range, UnitFilter};
-use crate::db::{events, situation};
+use crate::db::{aggregates, events, situation};
 
 /// One page of a keyset list.
 pub struct Page<T> {
@@ -125,7 +125,12 @@ impl Ledger {
                 q
             })
         } else {
-            Some(reads::disposals_counted(&who.fleet, &disposed, disposition.map(|d| d.as_sql()), domain.as_deref()))
+            Some(aggregates::disposals_counted(
+                &who.fleet,
+                &disposed,
+                disposition.map(|d| d.as_sql()),
+                domain.as_deref(),
+            ))
         };
         if let Some(d) = disposition {
             query.and("v.disposition = {}::disposition", d.as_sql().to_owned());

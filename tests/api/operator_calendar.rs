@@ -144,7 +144,8 @@ async fn lists_take_date_ranges_on_the_time_that_matters_to_each() {
               secondWeek: units(filter: { from: "2026-01-12T00:00:00Z" }) { totalCount edges { node { externalRef } } }
               middle: units(filter: { from: "2026-01-05T09:10:00Z", until: "2026-01-05T09:30:00Z" }, order: DESC) { edges { node { externalRef } } }
               tuesday: dispositions(disposed: { from: "2026-01-06T00:00:00Z", until: "2026-01-07T00:00:00Z" }) { totalCount edges { node { externalRef } } }
-              since: dispositions(disposed: { from: "2026-01-06T00:00:00Z" }, disposition: MIGRATED) { edges { node { externalRef } } }
+              since: dispositions(disposed: { from: "2026-01-06T00:00:00Z" }, disposition: MIGRATED) { totalCount edges { node { externalRef } } }
+              afternoon: dispositions(disposed: { from: "2026-01-06T12:30:00Z" }) { totalCount edges { node { externalRef } } }
             }"#,
         r#"{
               mondayEvents: events(filter: { from: "2026-01-05T00:00:00Z", until: "2026-01-06T00:00:00Z" }, order: ASC) { totalCount edges { node { eventType createdAt } } }
@@ -163,6 +164,10 @@ async fn lists_take_date_ranges_on_the_time_that_matters_to_each() {
     assert_eq!(d["tuesday"]["totalCount"], 2);
     assert_eq!(refs(&d["tuesday"]), ["g2", "g3"]);
     assert_eq!(refs(&d["since"]), ["g2"]);
+    assert_eq!(d["since"]["totalCount"], 1, "the count keeps the disposition filter");
+    // A range that cuts a day: that day's part counted from the rows, the rest from the day totals.
+    assert_eq!(refs(&d["afternoon"]), ["g3", "g4"]);
+    assert_eq!(d["afternoon"]["totalCount"], 2);
     assert_eq!(d["mondayEvents"]["totalCount"], 2);
     assert_eq!(
         d["mondayEvents"]["edges"],

@@ -109,23 +109,6 @@ fn by_group(q: &mut Query, alias: &str, filter: &UnitFilter) {
     }
 }
 
-/// The `totalCount` of `dispositions` over a range of `disposed_at`: the
-/// units `throughput` counts by day over that range (migration 0020: the
-/// days inside it from the day totals, the days it cuts from the rows).
-pub fn disposals_counted(fleet: &str, disposed: &Range, disposition: Option<&str>, domain: Option<&str>) -> Query {
-    let mut q = Query::new("SELECT coalesce(sum(t.units), 0)::bigint AS n FROM throughput('day', ");
-    let args = [disposed.from.into(), disposed.until.into(), domain.map(str::to_owned).into()]
-        .map(|v: sea_orm::Value| q.bind(v))
-        .join(", ");
-    q.push(&format!("{args}) t WHERE t.fleet = "));
-    let p = q.bind(fleet);
-    q.push(&p);
-    if let Some(disposition) = disposition {
-        q.and("t.disposition = {}::disposition", disposition.to_owned());
-    }
-    q
-}
-
 /// Units listed by one of the views (`v_stall_list`, `v_rework`,
 /// `v_disposition_detail`), as whole units.
 pub fn units_in_view(fleet: &str, view: &str) -> Query {
