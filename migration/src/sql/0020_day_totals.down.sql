@@ -202,19 +202,5 @@ SELECT n.fleet, n.name,
        WHERE a.fleet = n.fleet AND a.agent_id = n.name AND a.started_at >= date_trunc('day', now(), 'UTC')
   ) d ON true;
 
--- Pinned again, as 0012 pinned them (CREATE OR REPLACE drops a function's settings).
-DO $$
-DECLARE
-    f regprocedure;
-BEGIN
-    FOR f IN
-        SELECT p.oid::regprocedure FROM pg_proc p
-         WHERE p.pronamespace = 'public'::regnamespace AND p.prokind = 'f'
-           AND NOT EXISTS (SELECT 1 FROM unnest(coalesce(p.proconfig, '{}')) c WHERE c LIKE 'search_path=%')
-           AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid
-                                                      AND d.deptype = 'e')
-    LOOP
-        EXECUTE format('ALTER FUNCTION %s SET search_path = pg_catalog, public, pg_temp', f);
-    END LOOP;
-END
-$$;
+-- Pinned again, as 0012 pinned it (CREATE OR REPLACE drops a function's settings).
+ALTER FUNCTION throughput(text, timestamptz, timestamptz, text) SET search_path = pg_catalog, public, pg_temp;

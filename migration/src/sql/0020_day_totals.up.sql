@@ -21,6 +21,7 @@
 
 -- The first Monday 00:00 UTC at or after a time (NULL and infinities as they are).
 CREATE FUNCTION ledger_week_at_or_after(timestamptz) RETURNS timestamptz LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, public, pg_temp
 RETURN CASE WHEN $1 IS NULL OR NOT isfinite($1) THEN $1
             WHEN date_trunc('week', $1 AT TIME ZONE 'UTC') = $1 AT TIME ZONE 'UTC' THEN $1
             ELSE (date_trunc('week', $1 AT TIME ZONE 'UTC') + interval '1 week') AT TIME ZONE 'UTC' END;
@@ -454,7 +455,7 @@ REVOKE ALL ON FUNCTION ledger_rebuild_totals() FROM PUBLIC;
 CREATE OR REPLACE FUNCTION throughput(p_bucket text, p_from timestamptz, p_until timestamptz, p_domain text)
 RETURNS TABLE (fleet text, start timestamptz, disposition disposition, units bigint, cost_cents bigint,
                distinct_agents bigint)
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
     f timestamp := coalesce(p_from, '-infinity') AT TIME ZONE 'UTC';
     u timestamp := coalesce(p_until, 'infinity') AT TIME ZONE 'UTC';
@@ -580,7 +581,7 @@ $$;
 CREATE FUNCTION cycle_time_by_rows(p_from timestamptz, p_until timestamptz)
 RETURNS TABLE (fleet text, week timestamptz, units bigint, median_seconds double precision,
                p90_seconds double precision)
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
     lo timestamptz := coalesce(ledger_week_at_or_after(p_from), '-infinity');
     hi timestamptz := coalesce(ledger_week_at_or_after(p_until), 'infinity');
@@ -601,7 +602,7 @@ $$;
 CREATE FUNCTION cycle_time_weekly(p_from timestamptz, p_until timestamptz)
 RETURNS TABLE (fleet text, week timestamptz, units bigint, median_seconds double precision,
                p90_seconds double precision)
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
     -- The earliest mark this session sees (one fleet's under row-level security).
     mark timestamptz := (SELECT min(m.until) FROM cycle_weeks_until m)::timestamp AT TIME ZONE 'UTC';
@@ -678,6 +679,7 @@ REVOKE ALL ON FUNCTION cycle_week_reopened(text, date) FROM PUBLIC;
 
 -- Whether a disposal dated `at` falls in a week that has already ended.
 CREATE FUNCTION ledger_in_ended_week(p_at timestamptz) RETURNS boolean LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, public, pg_temp
 RETURN date_trunc('week', (((p_at) AT TIME ZONE 'UTC')::date)::timestamp)::date < date_trunc('week', (((clock_timestamp()) AT TIME ZONE 'UTC')::date)::timestamp)::date;
 
 -- The roster (0017) found each agent's held unit with a join that the
@@ -747,23 +749,6 @@ SELECT n.fleet, n.name,
         FROM work_unit_attempts a
        WHERE a.fleet = n.fleet AND a.agent_id = n.name AND a.started_at >= date_trunc('day', now(), 'UTC')
   ) d ON true;
-
--- Every function resolves names in a fixed path with pg_temp last (0012).
-DO $$
-DECLARE
-    f regprocedure;
-BEGIN
-    FOR f IN
-        SELECT p.oid::regprocedure FROM pg_proc p
-         WHERE p.pronamespace = 'public'::regnamespace AND p.prokind = 'f'
-           AND NOT EXISTS (SELECT 1 FROM unnest(coalesce(p.proconfig, '{}')) c WHERE c LIKE 'search_path=%')
-           AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid
-                                                      AND d.deptype = 'e')
-    LOOP
-        EXECUTE format('ALTER FUNCTION %s SET search_path = pg_catalog, public, pg_temp', f);
-    END LOOP;
-END
-$$;
 
 -- Everything counted once from the rows.
 SELECT ledger_rebuild_totals();
