@@ -385,12 +385,7 @@ async fn main() -> Result<(), AnyError> {
     raw_pool.close().await?;
     settle().await?;
 
-    let pool = db::connect_service(&url, args.pool).await?;
-    let app = Application::build(Ledger::notifying(pool, args.notify), "127.0.0.1:0").await?;
-    let endpoint = format!("http://{}/graphql", app.local_addr()?);
-    tokio::spawn(app.run_until(std::future::pending()));
-    let client = reqwest::Client::builder().pool_max_idle_per_host(args.race_agents).build()?;
-    let http = Http { client, endpoint };
+    let http = serve(&args, &url, args.race_agents).await?;
 
     // claimNext through the server: HTTP, auth, GraphQL, RLS. A fresh agent
     // (token) per claim, so every call is a new claim.
@@ -579,6 +574,17 @@ async fn main() -> Result<(), AnyError> {
         None => support::drop_scratch(&url).await?,
     }
     Ok(())
+}
+
+/// The service on a port of its own (the bench's pool size and notify mode),
+/// and a client keeping up to `clients` connections to it.
+async fn serve(args: &Args, url: &str, clients: usize) -> Result<Http, AnyError> {
+    let pool = db::connect_service(url, args.pool).await?;
+    let app = Application::build(Ledger::notifying(pool, args.notify), "127.0.0.1:0").await?;
+    let endpoint = format!("http://{}/graphql", app.local_addr()?);
+    tokio::spawn(app.run_until(std::future::pending()));
+    let client = reqwest::Client::builder().pool_max_idle_per_host(clients).build()?;
+    Ok(Http { client, endpoint })
 }
 
 #[derive(Clone)]
@@ -1036,12 +1042,7 @@ async fn at_size(args: &Args, url: &str, owner: &DatabaseConnection, units: i64)
     };
     settle().await?;
 
-    let pool = db::connect_service(url, args.pool).await?;
-    let app = Application::build(Ledger::notifying(pool, args.notify), "127.0.0.1:0").await?;
-    let endpoint = format!("http://{}/graphql", app.local_addr()?);
-    tokio::spawn(app.run_until(std::future::pending()));
-    let client = reqwest::Client::builder().pool_max_idle_per_host(args.agents).build()?;
-    let http = Http { client, endpoint };
+    let http = serve(args, url, args.agents).await?;
     let phase = |name: String, seconds: u64, tokens: Arc<Vec<String>>| {
         let http = http.clone();
         async move {
