@@ -233,7 +233,7 @@ async fn main() -> Result<(), AnyError> {
     let race_needed = args.race_agents * 60;
 
     eprintln!("seeding {claims_needed} units and tokens per phase...");
-    for fleet in ["warm", "raw", "rls", "api", "paced", "finish", "finish-keyed", "finish-sql"] {
+    for fleet in ["warm", "raw", "raw-notify", "rls", "api", "paced", "finish", "finish-keyed", "finish-sql"] {
         seed_units(&owner, fleet, claims_needed).await?;
     }
     seed_units(&owner, "race", race_needed).await?;
@@ -276,7 +276,7 @@ async fn main() -> Result<(), AnyError> {
         drive(args.agents, 3, "warm-up", move |i, deadline| {
             let pool = raw_pool.clone();
             async move {
-                raw_claims(&pool, "warm", i, deadline, per_agent).await;
+                raw_claims(&pool, "warm", i, deadline, per_agent, after_commit()).await;
                 Vec::new()
             }
         })
@@ -320,17 +320,41 @@ async fn main() -> Result<(), AnyError> {
         .await;
     settle().await?;
 
-    // The project's claim statement as one autocommit round trip, as the owner (no RLS, no role switch).
+    // The project's claim statement as one autocommit round trip, as the
+    // owner (the function runs as the writer role, under row-level
+    // security), in the notification mode the service sends.
     eprintln!("raw SQL claim...");
     let raw = {
         let pool = raw_pool.clone();
         drive(args.agents, args.seconds, "project claim statement (autocommit, owner)", move |i, deadline| {
             let pool = pool.clone();
             async move {
-                let s = raw_claims(&pool, "raw", i, deadline, per_agent).await;
+                let s = raw_claims(&pool, "raw", i, deadline, per_agent, after_commit()).await;
                 vec![("claim", s)]
             }
         })
+        .await
+    };
+    settle().await?;
+
+    // The same statement notifying inside its transaction, as hand-written
+    // SQL and the sweeper do: PostgreSQL serialises every notifying commit on
+    // one database-wide lock (PreCommit_Notify), which the service avoids.
+    eprintln!("raw SQL claim, notifying in the transaction...");
+    let raw_notify = {
+        let pool = raw_pool.clone();
+        drive(
+            args.agents,
+            args.seconds,
+            "project claim statement (autocommit, notify in transaction)",
+            move |i, deadline| {
+                let pool = pool.clone();
+                async move {
+                    let s = raw_claims(&pool, "raw-notify", i, deadline, per_agent, None).await;
+                    vec![("claim", s)]
+                }
+            },
+        )
         .await
     };
     settle().await?;
@@ -349,7 +373,7 @@ async fn main() -> Result<(), AnyError> {
                     let claimed = timed(&mut s, async {
                         let agent = agent.clone();
                         db::in_fleet::<_, DbErr, _>(&pool, "rls", move |tx| {
-                            Box::pin(async move { claim_next_sql(tx, "rls", &agent, None).await })
+                            Box::pin(async move { claim_next_sql(tx, "rls", &agent, after_commit()).await })
                         })
                         .await
                         .ok()
@@ -495,6 +519,7 @@ async fn main() -> Result<(), AnyError> {
             &seed_one,
             &seed_finish,
             &raw,
+            &raw_notify,
             &rls,
             &finish_sql,
             &floor,
@@ -553,6 +578,18 @@ async fn main() -> Result<(), AnyError> {
             pct(bound, peer.rate())
         );
     }
+    // Issue 28's measures: each against the bound the same run measured.
+    let finish_bound = 1.0 / (3.0 / floor.rate() + 1.0 / seed_finish.rate());
+    println!(
+        "claim-and-finish over HTTP vs its bound (3 x HTTP floor + seed claim-and-finish, {finish_bound:.0}/s): plain {:.0}%, domain + keys + fence {:.0}%",
+        pct(finish.rate(), finish_bound),
+        pct(finish_keyed.rate(), finish_bound)
+    );
+    println!(
+        "project claim statement vs seed claim as one statement: {:.0}% (notifying in the transaction: {:.0}%)",
+        pct(raw.rate(), seed_one.rate()),
+        pct(raw_notify.rate(), seed_one.rate())
+    );
     println!(
         "paced claim p99 at 80% of the saturated rate: {:.2} ms",
         paced.samples.first().map(|(_, s)| s.pct(0.99)).unwrap_or(0.0)
@@ -706,10 +743,9 @@ async fn claim_and_finish_sql(
     let mut ops: Vec<(&'static str, Samples)> =
         ["job", "claimNext", "transition", "dispose"].into_iter().map(|n| (n, Samples::default())).collect();
     let rule = state_machine::dispose_rule(Disposition::Dropped);
-    let after_commit = Some(Notify::AfterCommit.setting());
     while Instant::now() < deadline {
         let start = Instant::now();
-        let claimed = timed(&mut ops[1].1, claim_next_sql(pool, "finish-sql", agent, after_commit)).await;
+        let claimed = timed(&mut ops[1].1, claim_next_sql(pool, "finish-sql", agent, after_commit())).await;
         let Ok(Some(unit)) = claimed else {
             if let Err(err) = claimed {
                 eprintln!("claim-and-finish as SQL failed: {err}");
@@ -717,7 +753,7 @@ async fn claim_and_finish_sql(
             break;
         };
         let common = || -> Vec<sea_orm::Value> {
-            vec!["finish-sql".into(), agent.into(), after_commit.into(), None::<String>.into(), None::<String>.into()]
+            vec!["finish-sql".into(), agent.into(), after_commit().into(), None::<String>.into(), None::<String>.into()]
         };
         let mut start_args = common();
         start_args.extend([unit.into(), None::<uuid::Uuid>.into(), "in_progress".into(), None::<String>.into()]);
@@ -830,14 +866,30 @@ fn without_piece(text: &str, from: &str, to: &str) -> Option<String> {
     Some(format!("{}{}", &text[..start], &text[end..]))
 }
 
-async fn raw_claims(owner: &DatabaseConnection, fleet: &str, i: usize, deadline: Instant, limit: usize) -> Samples {
+/// The notification mode the service sends with every write.
+fn after_commit() -> Option<&'static str> {
+    Some(Notify::AfterCommit.setting())
+}
+
+/// Claims by fresh agents of `fleet` straight over the pool until `deadline`
+/// or `limit`. `notify` is the transaction's notification mode: the service
+/// always sends after-commit; `None` is hand-written SQL's, where the events
+/// trigger notifies inside the transaction.
+async fn raw_claims(
+    owner: &DatabaseConnection,
+    fleet: &str,
+    i: usize,
+    deadline: Instant,
+    limit: usize,
+    notify: Option<&str>,
+) -> Samples {
     let mut s = Samples::default();
     for n in 0..limit {
         if Instant::now() >= deadline {
             break;
         }
         let agent = format!("{fleet}-{i}-{n}");
-        if timed(&mut s, async { claim_next_sql(owner, fleet, &agent, None).await.ok().flatten() }).await.is_none() {
+        if timed(&mut s, async { claim_next_sql(owner, fleet, &agent, notify).await.ok().flatten() }).await.is_none() {
             break;
         }
     }

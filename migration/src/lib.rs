@@ -83,6 +83,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261201_000019_event_totals", "0019_event_totals"),
             // Totals per UTC day (disposals, claims, their distinct agents, events per agent) for the reads over time.
             sql_migration!("m20261202_000020_day_totals", "0020_day_totals"),
+            // The claim path's own statements, cheaper: row-level security and the evidence check without a re-parsed function call.
+            sql_migration!("m20261202_000021_claim_path", "0021_claim_path"),
         ]
     }
 }

@@ -433,18 +433,23 @@ impl TestApp {
         rows.iter().map(|r| r.try_get::<Value>("", "j").expect("json")).collect()
     }
 
-    /// Statements as the write functions' role (`work_ledger_writer`: table
-    /// writes under row-level security; the application role has none) in
-    /// one transaction that commits, so that deferred constraint triggers run
-    /// too: the error text of the first refusal (statement or commit), if any.
-    /// What the triggers refuse here they refuse for any hand-written SQL.
-    pub async fn writer_role_commit(&self, fleet: &str, sqls: &[&str]) -> Result<(), String> {
+    /// Statements in one transaction that commits, so that deferred
+    /// constraint triggers run too: the error text of the first refusal
+    /// (statement or commit), if any. `role` `None` is the owner, the only
+    /// login that can write hand-written SQL (the application role has no
+    /// table writes); `Some("work_ledger_writer")` is the write functions'
+    /// role, under row-level security with `fleet` set.
+    pub async fn commit_as(&self, role: Option<&str>, fleet: &str, sqls: &[&str]) -> Result<(), String> {
+        use sea_orm::TransactionTrait;
         // The message, then the SQLSTATE and the constraint the refusal names.
         let text = |e: sea_orm::DbErr| match db::violation(&e) {
             Some((code, constraint)) => format!("{e} [SQLSTATE {code}, constraint {constraint}]"),
             None => e.to_string(),
         };
-        let tx = self.role_tx("work_ledger_writer", Some(fleet)).await;
+        let tx = match role {
+            Some(role) => self.role_tx(role, Some(fleet)).await,
+            None => self.owner.begin().await.expect("begin"),
+        };
         for sql in sqls {
             if let Err(e) = tx.execute_unprepared(sql).await {
                 let _ = tx.rollback().await;

@@ -171,12 +171,12 @@ async fn the_application_role_cannot_rewrite_history() {
     assert_eq!(app.sql_i64("SELECT count(*) FROM work_unit_events").await, 1);
 }
 
-/// The refusal of SQL run with table write privileges (as the write
-/// functions' role, with the fleet setting) in a transaction that commits:
-/// deferred checks run too.
-async fn app_refused(app: &crate::helpers::TestApp, sqls: &[&str]) -> String {
-    match app.writer_role_commit("f", sqls).await {
-        Ok(()) => panic!("PostgreSQL accepted as work_ledger_writer: {sqls:?}"),
+/// The refusal of hand-written SQL (as the owner: the only login with table
+/// writes; the write functions' own statements skip these guards, SPEC §2)
+/// in a transaction that commits: deferred checks run too.
+async fn owner_refused(app: &crate::helpers::TestApp, sqls: &[&str]) -> String {
+    match app.commit_as(None, "f", sqls).await {
+        Ok(()) => panic!("PostgreSQL accepted as the owner: {sqls:?}"),
         Err(e) => e,
     }
 }
@@ -196,13 +196,14 @@ async fn working_unit(app: &crate::helpers::TestApp, external_ref: &str) -> (Str
 async fn the_holder_is_always_the_agent_of_the_current_attempt() {
     let app = spawn_app().await;
     let (unit, _) = working_unit(&app, "h").await;
-    let err = app_refused(&app, &[&format!("UPDATE work_units SET claimed_by = 'intruder' WHERE id = '{unit}'")]).await;
+    let err = owner_refused(&app, &[&format!("UPDATE work_units SET claimed_by = 'intruder' WHERE id = '{unit}'")]).await;
     assert!(err.contains("work_units_holder_is_attempt_agent"), "{err}");
     // Another unit's (or an ended) attempt cannot be swapped in either.
     let other = app.raw_unit("f", "other").await;
     let foreign = app.raw_claim(&other, "agent-x").await;
     let err = app
-        .writer_role_commit(
+        .commit_as(
+            None,
             "f",
             &[&format!(
                 "UPDATE work_units SET claimed_by = 'agent-x', current_attempt_id = '{foreign}' WHERE id = '{unit}'"
@@ -228,7 +229,8 @@ async fn verified_needs_evidence_and_an_ended_attempt() {
     );
     // No evidence: refused at once.
     let err = app
-        .writer_role_commit(
+        .commit_as(
+            None,
             "f",
             &[
                 &format!("UPDATE work_units SET state = 'verified', lease_expires_at = NULL WHERE id = '{unit}'"),
@@ -239,7 +241,7 @@ async fn verified_needs_evidence_and_an_ended_attempt() {
         .expect_err("verified without evidence");
     assert!(err.contains("work_units_settled_has_evidence"), "{err}");
     // Evidence, an event, but the attempt still running: refused at commit.
-    let err = app_refused(
+    let err = owner_refused(
         &app,
         &[
             &format!(
@@ -251,14 +253,15 @@ async fn verified_needs_evidence_and_an_ended_attempt() {
     .await;
     assert!(err.contains("work_units_verified_attempt_ended"), "{err}");
     // An attempt verified without its evidence link.
-    let err = app_refused(
+    let err = owner_refused(
         &app,
         &[&format!("UPDATE work_unit_attempts SET outcome = 'verified', ended_at = now() WHERE id = '{attempt}'")],
     )
     .await;
     assert!(err.contains("work_unit_attempts_verified_has_evidence"), "{err}");
     // All of it together is the legal way.
-    app.writer_role_commit(
+    app.commit_as(
+        None,
         "f",
         &[
             &format!(
@@ -281,20 +284,20 @@ async fn every_state_change_is_logged_and_a_settled_unit_has_evidence() {
     let drop = format!(
         "UPDATE work_units SET state = 'abandoned', disposition = 'DROPPED', disposed_at = now() WHERE id = '{unit}'"
     );
-    let err = app_refused(&app, &[&drop]).await;
+    let err = owner_refused(&app, &[&drop]).await;
     assert!(err.contains("work_units_settled_has_evidence"), "{err}");
     let drop_with_evidence = format!(
         "UPDATE work_units SET state = 'abandoned', disposition = 'DROPPED', disposed_at = now(),
                 evidence_urls = '{{https://wiki/drop}}' WHERE id = '{unit}'"
     );
-    let err = app_refused(&app, &[&drop_with_evidence]).await;
+    let err = owner_refused(&app, &[&drop_with_evidence]).await;
     assert!(err.contains("work_units_change_has_event"), "{err}");
     // An event of another transition does not count.
     let wrong_event = format!(
         "INSERT INTO work_unit_events (fleet, unit_id, event_type, from_state, to_state)
          VALUES ('f', '{unit}', 'disposed', 'ready', 'done')"
     );
-    let err = app_refused(&app, &[&drop_with_evidence, &wrong_event]).await;
+    let err = owner_refused(&app, &[&drop_with_evidence, &wrong_event]).await;
     assert!(err.contains("work_units_change_has_event"), "{err}");
     let state = app.sql_json(&format!("SELECT state::text FROM work_units WHERE id = '{unit}'")).await;
     assert_eq!(state[0]["state"], "ready");
@@ -302,7 +305,7 @@ async fn every_state_change_is_logged_and_a_settled_unit_has_evidence() {
         "INSERT INTO work_unit_events (fleet, unit_id, event_type, from_state, to_state)
          VALUES ('f', '{unit}', 'disposed', 'ready', 'abandoned')"
     );
-    app.writer_role_commit("f", &[&drop_with_evidence, &event]).await.expect("a logged, evidenced drop");
+    app.commit_as(None, "f", &[&drop_with_evidence, &event]).await.expect("a logged, evidenced drop");
 }
 
 #[tokio::test]
@@ -312,7 +315,7 @@ async fn an_ended_attempt_is_history() {
     let (unit, attempt) = working_unit(&app, "e").await;
     op.dispose(&unit, "DEAD", json!({ "evidence": "https://wiki/dead" })).await.data();
     for set in ["evidence_url = 'https://forged'", "started_at = now() - interval '1 day'"] {
-        let err = app_refused(&app, &[&format!("UPDATE work_unit_attempts SET {set} WHERE id = '{attempt}'")]).await;
+        let err = owner_refused(&app, &[&format!("UPDATE work_unit_attempts SET {set} WHERE id = '{attempt}'")]).await;
         assert!(
             err.contains("work_unit_attempts_ended_frozen") || err.contains("work_unit_attempts_identity_immutable"),
             "{set}: {err}"
@@ -321,10 +324,11 @@ async fn an_ended_attempt_is_history() {
     // started_at never changes, even while the attempt runs.
     let (_, running) = working_unit(&app, "e3").await;
     let err =
-        app_refused(&app, &[&format!("UPDATE work_unit_attempts SET started_at = now() WHERE id = '{running}'")]).await;
+        owner_refused(&app, &[&format!("UPDATE work_unit_attempts SET started_at = now() WHERE id = '{running}'")]).await;
     assert!(err.contains("work_unit_attempts_identity_immutable"), "{err}");
     // Late cost still rolls up onto an ended attempt.
-    app.writer_role_commit(
+    app.commit_as(
+        None,
         "f",
         &[&format!("UPDATE work_unit_attempts SET cost_cents = cost_cents + 5 WHERE id = '{attempt}'")],
     )
@@ -342,7 +346,7 @@ async fn an_answered_question_is_history() {
     agent.transition(&unit, "IN_PROGRESS", json!({})).await.data();
     agent.block(&unit, "which schema?", json!({})).await.data();
     // The question text is fixed from the start.
-    let err = app_refused(&app, &["UPDATE blocking_questions SET question = 'rewritten'"]).await;
+    let err = owner_refused(&app, &["UPDATE blocking_questions SET question = 'rewritten'"]).await;
     assert!(err.contains("blocking_questions_identity_immutable"), "{err}");
     op.unblock(&unit, "v2", json!({})).await.data();
     for set in [
@@ -353,7 +357,7 @@ async fn an_answered_question_is_history() {
         "status = 'cancelled', cancelled_at = now()",
         "status = 'open', answer = NULL, answered_by = NULL, answered_at = NULL",
     ] {
-        let err = app_refused(&app, &[&format!("UPDATE blocking_questions SET {set}")]).await;
+        let err = owner_refused(&app, &[&format!("UPDATE blocking_questions SET {set}")]).await;
         assert!(
             err.contains("blocking_questions_closed_immutable")
                 || err.contains("blocking_questions_identity_immutable"),

@@ -324,3 +324,45 @@ async fn every_write_function_keeps_to_its_fleet() {
     assert_eq!(snapshot(&app, &unit).await, before);
     assert_eq!(app.sql_i64("SELECT count(*) FROM work_unit_events").await, all_events, "nothing written anywhere");
 }
+
+/// The guards no longer run for the write functions' own statements (issue
+/// 28; they stay for the owner), and `work_units_guard` was what stamped
+/// `updated_at`: each write function now stamps it in every update of a
+/// unit. All nine of them, through the API: the stamp moves forward every
+/// time, whichever function wrote.
+#[tokio::test]
+async fn every_write_of_a_unit_moves_its_updated_at() {
+    let app = spawn_app().await;
+    let op = Agent::new(&app, "f", "op", Role::Operator).await;
+    let first = Agent::new(&app, "f", "agent-1", Role::Agent).await;
+    let second = Agent::new(&app, "f", "agent-2", Role::Agent).await;
+    let third = Agent::new(&app, "f", "agent-3", Role::Agent).await;
+    let unit = app.register(&op.token, &["stamped"]).await[0]["id"].as_str().expect("id").to_owned();
+    let stamp_sql =
+        format!("SELECT (extract(epoch FROM updated_at) * 1000000)::bigint FROM work_units WHERE id = '{unit}'");
+    let last = std::cell::Cell::new(app.sql_i64(&stamp_sql).await);
+    let moved = async |write: &str, answer: crate::helpers::Gql| {
+        assert_eq!(answer.unit()["id"], unit.as_str(), "{write}: {:#}", answer.body);
+        let now = app.sql_i64(&stamp_sql).await;
+        assert!(now > last.get(), "{write} left updated_at at {} (now {now})", last.get());
+        last.set(now);
+    };
+
+    let claimed = first.claim_next(json!({})).await;
+    let attempt = claimed.str("currentAttemptId");
+    moved("claim", claimed).await;
+    moved("claimNext renewing the held unit", first.claim_next(json!({})).await).await;
+    moved("heartbeat", first.heartbeat(&attempt, json!({})).await).await;
+    moved("transition to IN_PROGRESS", first.transition(&unit, "IN_PROGRESS", json!({})).await).await;
+    moved("block", first.block(&unit, "which copybook?", json!({})).await).await;
+    moved("unblock", op.unblock(&unit, "PAYCPY01", json!({})).await).await;
+    moved("release", first.release(&unit, json!({ "reason": "handing over" })).await).await;
+    moved("claim after a release", second.claim_next(json!({})).await).await;
+    app.expire_lease(&unit).await;
+    last.set(app.sql_i64(&stamp_sql).await);
+    moved("stale reclaim", third.claim_next(json!({})).await).await;
+    moved("transition to IN_PROGRESS again", third.transition(&unit, "IN_PROGRESS", json!({})).await).await;
+    let verified = third.transition(&unit, "VERIFIED", json!({ "evidence": "https://ci.example/1" })).await;
+    moved("transition to VERIFIED", verified).await;
+    moved("dispose", third.dispose(&unit, "MIGRATED", json!({})).await).await;
+}
