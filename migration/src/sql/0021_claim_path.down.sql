@@ -1,3 +1,21 @@
+-- Migration 0020's disposal sets function.
+CREATE OR REPLACE FUNCTION disposal_agents_noted(p_units uuid[]) RETURNS void LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, public, pg_temp AS $$
+    WITH fresh AS (
+        INSERT INTO disposal_agents (fleet, week, start, domain, disposition, agent_id)
+        SELECT DISTINCT u.fleet, k.week, CASE WHEN k.week THEN date_trunc('week', (d.day)::timestamp)::date ELSE d.day END,
+               CASE WHEN k.every THEN '' ELSE u.domain END, u.disposition, a.agent_id
+          FROM work_units u
+          JOIN work_unit_attempts a ON a.unit_id = u.id
+          CROSS JOIN LATERAL (SELECT ((u.disposed_at) AT TIME ZONE 'UTC')::date AS day) d
+          CROSS JOIN (VALUES (false, false), (false, true), (true, false), (true, true)) AS k(week, every)
+         WHERE u.id = ANY(p_units) AND u.disposition IS NOT NULL
+        ON CONFLICT DO NOTHING
+        RETURNING fleet, week, start, domain, disposition)
+    INSERT INTO disposal_agent_counts (fleet, week, start, domain, disposition, agents)
+    SELECT fleet, week, start, domain, disposition, count(*) FROM fresh GROUP BY 1, 2, 3, 4, 5
+$$;
+
 -- Migration 0020's claim totals, and the index its agent probe read.
 CREATE INDEX work_unit_attempts_agent_idx ON work_unit_attempts (fleet, agent_id, unit_id) INCLUDE (cost_cents, id);
 CREATE OR REPLACE FUNCTION claim_days_added() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
