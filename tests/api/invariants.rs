@@ -196,7 +196,8 @@ async fn working_unit(app: &crate::helpers::TestApp, external_ref: &str) -> (Str
 async fn the_holder_is_always_the_agent_of_the_current_attempt() {
     let app = spawn_app().await;
     let (unit, _) = working_unit(&app, "h").await;
-    let err = owner_refused(&app, &[&format!("UPDATE work_units SET claimed_by = 'intruder' WHERE id = '{unit}'")]).await;
+    let err =
+        owner_refused(&app, &[&format!("UPDATE work_units SET claimed_by = 'intruder' WHERE id = '{unit}'")]).await;
     assert!(err.contains("work_units_holder_is_attempt_agent"), "{err}");
     // Another unit's (or an ended) attempt cannot be swapped in either.
     let other = app.raw_unit("f", "other").await;
@@ -324,7 +325,8 @@ async fn an_ended_attempt_is_history() {
     // started_at never changes, even while the attempt runs.
     let (_, running) = working_unit(&app, "e3").await;
     let err =
-        owner_refused(&app, &[&format!("UPDATE work_unit_attempts SET started_at = now() WHERE id = '{running}'")]).await;
+        owner_refused(&app, &[&format!("UPDATE work_unit_attempts SET started_at = now() WHERE id = '{running}'")])
+            .await;
     assert!(err.contains("work_unit_attempts_identity_immutable"), "{err}");
     // Late cost still rolls up onto an ended attempt.
     app.commit_as(

@@ -57,10 +57,16 @@ async fn the_application_role_sees_no_rows_without_the_fleet_setting() {
         assert!(err.contains("permission denied"), "{err}");
     }
     let err = app
-        .commit_as(Some("work_ledger_writer"), "fleet-b", &["INSERT INTO work_units (fleet, external_ref) VALUES ('fleet-a', 'smuggled')"])
+        .commit_as(
+            Some("work_ledger_writer"),
+            "fleet-b",
+            &["INSERT INTO work_units (fleet, external_ref) VALUES ('fleet-a', 'smuggled')"],
+        )
         .await
         .expect_err("cross-fleet insert");
     assert!(err.contains("row-level security"), "{err}");
-    app.commit_as(Some("work_ledger_writer"), "fleet-b", &["UPDATE work_units SET domain = 'stolen'"]).await.expect("matches nothing");
+    app.commit_as(Some("work_ledger_writer"), "fleet-b", &["UPDATE work_units SET domain = 'stolen'"])
+        .await
+        .expect("matches nothing");
     assert_eq!(app.sql_i64("SELECT count(*) FROM work_units WHERE domain = 'stolen'").await, 0);
 }
