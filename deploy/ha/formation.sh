@@ -9,6 +9,7 @@
 #       starts the formation and prints its DATABASE_URL on stdout
 #   deploy/ha/formation.sh url      [--dir DIR]   prints the DATABASE_URL again
 #   deploy/ha/formation.sh state    [--dir DIR]   pg_autoctl show state
+#   deploy/ha/formation.sh events   [--dir DIR]   the monitor's state and last 40 events, on stderr
 #   deploy/ha/formation.sh primary  [--dir DIR]   the name of the current primary (node1, ...)
 #   deploy/ha/formation.sh crash NODE [--dir DIR] SIGKILLs the node's keeper and postgres
 #   deploy/ha/formation.sh run NODE   [--dir DIR] starts a node's keeper again (it rejoins)
@@ -256,6 +257,7 @@ case $command in
   start) start ;;
   url) url ;;
   state) as_postgres pg_autoctl show state --monitor "$(monitor_uri)" ;;
+  events) diagnose ;;
   primary) primary ;;
   crash) crash ;;
   run) run_keeper "$node" ;;
@@ -264,7 +266,7 @@ case $command in
   switchover) switchover ;;
   stop) stop ;;
   *)
-    sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

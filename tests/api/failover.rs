@@ -520,6 +520,15 @@ async fn the_service_survives_losing_the_primary_and_a_switchover() {
     let warmup = Instant::now();
     load.wait_for_writes_after(warmup, "start").await;
     tokio::time::sleep(Duration::from_secs(2)).await;
+    // An acknowledged write survives the loss of the primary only while the
+    // standby is synchronous. With two data nodes pg_auto_failover lets the
+    // primary acknowledge alone (wait_primary) whenever the monitor finds
+    // its standby unhealthy (3 s here, under the whole suite's load), and a
+    // crash then loses what the standby had not received: the likeliest
+    // cause of the four acknowledged writes missing after the failover in
+    // one of ten back-to-back runs (d7202e1). The crash waits for a healthy,
+    // caught-up pair, as the switchover below does.
+    let (_, synced) = formation.run_noted(&["wait-caught-up"]);
 
     // 1. The primary crashes: its keeper and postgres are SIGKILLed.
     let first = formation.primary();
@@ -579,7 +588,15 @@ async fn the_service_survives_losing_the_primary_and_a_switchover() {
         events.reconnects.lock().map(|n| *n).unwrap_or_default(),
         questions.reconnects.lock().map(|n| *n).unwrap_or_default(),
     );
-    assert!(record.problems.is_empty(), "every write was acknowledged in the end: {:#?}", record.problems);
+    if !record.problems.is_empty() {
+        // What the monitor saw (states and transitions), to tell a write lost
+        // by the formation from one lost by the service.
+        let (_, monitor) = formation.run_noted(&["events"]);
+        panic!(
+            "every write was acknowledged in the end: {:#?}\nbefore the crash: {synced}\n{monitor}",
+            record.problems
+        );
+    }
 
     // Every acknowledged write is in the event log of the primary left.
     let logged: HashSet<(String, String)> = app
