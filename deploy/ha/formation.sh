@@ -9,7 +9,7 @@
 #       starts the formation and prints its DATABASE_URL on stdout
 #   deploy/ha/formation.sh url      [--dir DIR]   prints the DATABASE_URL again
 #   deploy/ha/formation.sh state    [--dir DIR]   pg_autoctl show state
-#   deploy/ha/formation.sh events   [--dir DIR]   the monitor's state and last 40 events, on stderr
+#   deploy/ha/formation.sh events   [--dir DIR]   the monitor's state and last 60 events, on stderr
 #   deploy/ha/formation.sh primary  [--dir DIR]   the name of the current primary (node1, ...)
 #   deploy/ha/formation.sh crash NODE [--dir DIR] SIGKILLs the node's keeper and postgres
 #   deploy/ha/formation.sh run NODE   [--dir DIR] starts a node's keeper again (it rejoins)
@@ -124,8 +124,12 @@ replayed() {
 diagnose() {
   echo "--- pg_autoctl show state" >&2
   as_postgres pg_autoctl show state --monitor "$(monitor_uri)" >&2 || true
-  echo "--- pg_autoctl show events (last 40)" >&2
-  as_postgres pg_autoctl show events --monitor "$(monitor_uri)" --count 40 >&2 || true
+  # The events compact (a failing test's output is cut beyond a few
+  # kilobytes): time, node, reported state, goal, reported LSN, the comment.
+  echo "--- monitor events (last 60, oldest first; time UTC|node|reported|goal|lsn|comment)" >&2
+  monitor_sql "SELECT to_char(e.eventtime AT TIME ZONE 'UTC', 'HH24:MI:SS.MS'), e.nodename, e.reportedstate, e.goalstate,
+                      e.reportedlsn, left(e.description, 110)
+                 FROM (SELECT * FROM pgautofailover.event ORDER BY eventid DESC LIMIT 60) e ORDER BY e.eventid" >&2 || true
 }
 
 wait_healthy() {

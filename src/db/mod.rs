@@ -155,6 +155,24 @@ pub fn stmt(sql: &str, values: impl IntoIterator<Item = Value>) -> Statement {
     Statement::from_sql_and_values(DbBackend::Postgres, sql, values)
 }
 
+/// Begins a transaction on `db` that is begun and ended whatever becomes of
+/// the caller. sqlx cannot take back a `BEGIN` whose future is dropped before
+/// the server's answer (its rollback guard does nothing before the answer is
+/// counted), and the pool then hands the connection, still inside that
+/// transaction, to the next user: a one-statement write would be answered as
+/// done and never commit, holding its row locks until the connection dies
+/// (a request cancelled at the wrong moment, a `/readyz` past its deadline).
+/// So the `BEGIN` runs in a task of its own: when the caller is gone, the
+/// transaction is dropped there, which rolls it back before the connection
+/// goes back to the pool. The only way this process begins a transaction.
+pub async fn begin(db: &DatabaseConnection) -> Result<DatabaseTransaction, DbErr> {
+    let db = db.clone();
+    match tokio::spawn(async move { db.begin().await }).await {
+        Ok(begun) => begun,
+        Err(failed) => Err(DbErr::Custom(format!("beginning a transaction failed: {failed}"))),
+    }
+}
+
 /// Runs `work` in one transaction as the application role, scoped to `fleet`
 /// by the transaction-local setting that every row-level security policy
 /// reads. This is the only way request code reaches the database: it opens
@@ -208,7 +226,7 @@ where
     F: for<'t> FnOnce(&'t DatabaseTransaction) -> BoxFuture<'t, Result<T, E>> + Send,
 {
     let _in_flight = users.map(InFlight::new);
-    let tx = db.begin().await?;
+    let tx = begin(db).await?;
     tx.execute_raw(stmt(
         "SELECT set_config('role', $1, true), set_config('work_ledger.fleet', $2, true)",
         [APP_ROLE.into(), fleet.into()],

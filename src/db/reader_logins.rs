@@ -1,7 +1,7 @@
 //! Read-only database roles for Grafana, one per fleet (migration 0002 has the
 //! policies). Run by the CLI as the migrating role, never by request code.
 
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, TransactionTrait};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr};
 
 use super::stmt;
 
@@ -20,7 +20,7 @@ pub const MAX_TRANSACTION: std::time::Duration = std::time::Duration::from_secs(
 /// `idle_in_transaction_session_timeout` as role settings, and a member of
 /// `work_ledger_warden` (migration 0013), which ends its overlong transactions.
 pub async fn create(db: &DatabaseConnection, role: &str, fleet: &str, password: &str) -> Result<(), DbErr> {
-    let tx = db.begin().await?;
+    let tx = crate::db::begin(db).await?;
     // format() quotes the identifier and the literals; DDL takes no parameters.
     let row = tx
         .query_one_raw(stmt(

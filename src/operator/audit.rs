@@ -5,7 +5,7 @@
 //! the audit proves months later that nothing got past them (a restore, a
 //! superuser's hand, a disabled trigger).
 
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, TransactionTrait};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr};
 use uuid::Uuid;
 
 use crate::db::stmt;
@@ -299,7 +299,7 @@ const RULES: &[(&str, &str)] = &[
 
 /// Runs every rule in one read-only snapshot, for `fleet` or all fleets.
 pub async fn run(db: &DatabaseConnection, fleet: Option<&str>) -> Result<Vec<Finding>, DbErr> {
-    let tx = db.begin().await?;
+    let tx = crate::db::begin(db).await?;
     // One snapshot for every rule, and a guarantee that the audit writes nothing.
     tx.execute_unprepared("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY").await?;
     let mut findings = Vec::new();

@@ -140,6 +140,64 @@ impl Drop for Formation {
     }
 }
 
+/// The wall clock (UTC, to the millisecond), to line what the clients saw
+/// up with the monitor's events.
+fn utc_now() -> String {
+    chrono::Utc::now().format("%H:%M:%S%.3f").to_string()
+}
+
+/// A refusal in a line: its code, the unit's state and what was asked (a
+/// failing run's output is cut beyond a few kilobytes, and the monitor's
+/// events come after it).
+fn brief(body: &Value) -> String {
+    let error = &body["errors"][0];
+    let ext = &error["extensions"];
+    if ext.is_null() {
+        return body.to_string().chars().take(200).collect();
+    }
+    format!("{} state={} to={} unit={}", ext["code"], ext["state"], ext["to"], ext["unitId"])
+}
+
+/// What each node of `url` says about `unit` and itself: the unit's state
+/// and last events, the sessions that are not idle, replication, the
+/// synchronous standbys it waits for.
+async fn nodes_seen(url: &str, unit: String) -> String {
+    use sea_orm::sqlx::{self, Connection, Row};
+    let Some((_, rest)) = url.split_once('@') else { return format!("no hosts in {url}") };
+    let Some((hosts, _)) = rest.split_once('/') else { return format!("no hosts in {url}") };
+    let mut out = format!("--- every node at {} about unit {unit}\n", utc_now());
+    let queries = [
+        "SELECT pg_is_in_recovery()::text || ' ' || coalesce(pg_last_wal_replay_lsn()::text, '-') || ' ' || \
+         current_setting('synchronous_standby_names') || ' ' || current_setting('transaction_read_only')",
+        "SELECT coalesce(string_agg(u.state::text || ' ' || coalesce(u.current_attempt_id::text, '-'), ';'), 'no row') \
+         FROM work_units u WHERE u.id::text = $1",
+        "SELECT coalesce(string_agg(e.event_type || '@' || to_char(e.created_at AT TIME ZONE 'UTC', 'HH24:MI:SS.MS'), ' ' \
+         ORDER BY e.created_at), 'none') FROM work_unit_events e WHERE e.unit_id::text = $1",
+        "SELECT coalesce(string_agg(a.pid || ' ' || a.state || ' ' || coalesce(a.wait_event, '-') || ' xact ' || \
+         coalesce(to_char(a.xact_start AT TIME ZONE 'UTC', 'HH24:MI:SS.MS'), '-') || ' ' || left(a.query, 60), E'\\n  '), 'none') \
+         FROM pg_stat_activity a WHERE a.backend_type = 'client backend' AND a.state <> 'idle' AND a.pid <> pg_backend_pid()",
+        "SELECT coalesce(string_agg(r.application_name || ' ' || r.state || ' ' || r.sync_state || ' flush ' || \
+         coalesce(r.flush_lsn::text, '-'), '; '), 'none') FROM pg_stat_replication r",
+    ];
+    for host in hosts.split(',') {
+        out.push_str(&format!("{host}:\n"));
+        let conn = sqlx::PgConnection::connect(&format!("postgres://postgres@{host}/ledger"));
+        let Ok(Ok(mut conn)) = tokio::time::timeout(Duration::from_secs(3), conn).await else {
+            out.push_str("  cannot connect\n");
+            continue;
+        };
+        for sql in queries {
+            let row = sqlx::query(sql).bind(&unit).fetch_one(&mut conn).await;
+            let text = match row {
+                Ok(row) => row.try_get::<String, _>(0).unwrap_or_else(|e| e.to_string()),
+                Err(e) => e.to_string(),
+            };
+            out.push_str(&format!("  {text}\n"));
+        }
+    }
+    out
+}
+
 fn has_pg_autoctl() -> bool {
     std::process::Command::new("pg_autoctl").arg("--version").output().is_ok_and(|o| o.status.success())
 }
@@ -151,6 +209,8 @@ struct Record {
     acks: Vec<(String, String, &'static str, String)>,
     /// When each write was acknowledged.
     ack_times: Vec<Instant>,
+    /// The same on the wall clock.
+    ack_walls: Vec<String>,
     /// UNAVAILABLE answers and how long each took.
     unavailable: Vec<Duration>,
     /// Network errors and HTTP 5xx.
@@ -165,6 +225,10 @@ struct Load {
     base: String,
     record: Arc<Mutex<Record>>,
     stop: Arc<AtomicBool>,
+    /// The formation's URL, to look at every node when the first refusal comes.
+    url: String,
+    /// What every node said then.
+    snapshot: Arc<tokio::sync::OnceCell<String>>,
 }
 
 impl Load {
@@ -190,7 +254,7 @@ impl Load {
                 Ok(r) => r.json::<Value>().await.ok(),
                 Err(_) => None,
             };
-            {
+            let refused = {
                 let mut record = self.record.lock().unwrap_or_else(|e| e.into_inner());
                 match answer {
                     // A claimNext that found nothing claimable wrote nothing:
@@ -204,24 +268,40 @@ impl Load {
                         let id = unit["id"].as_str().unwrap_or_default().to_owned();
                         record.acks.push((agent.to_owned(), key, op, id));
                         record.ack_times.push(Instant::now());
+                        record.ack_walls.push(utc_now());
                         return Some(unit);
                     }
                     Some(body) if body["errors"][0]["extensions"]["code"] == "UNAVAILABLE" => {
                         record.unavailable.push(sent.elapsed());
+                        None
                     }
                     Some(body) => {
-                        record.problems.push(format!("{agent} {op}: {body}"));
-                        return None;
+                        let last = record.acks.iter().rposition(|a| a.0 == agent);
+                        let acked = last.map(|i| format!("{} acked at {}", record.acks[i].2, record.ack_walls[i]));
+                        record.problems.push(format!(
+                            "{} {agent} {op}: {} (last: {})",
+                            utc_now(),
+                            brief(&body),
+                            acked.unwrap_or_default()
+                        ));
+                        Some(body["errors"][0]["extensions"]["unitId"].as_str().unwrap_or_default().to_owned())
                     }
-                    None => record.transport_errors += 1,
+                    None => {
+                        record.transport_errors += 1;
+                        None
+                    }
                 }
+            };
+            if let Some(unit) = refused {
+                self.snapshot.get_or_init(|| nodes_seen(&self.url, unit)).await;
+                return None;
             }
             if Instant::now() > deadline {
                 self.record
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .problems
-                    .push(format!("{agent} {op}: never acknowledged"));
+                    .push(format!("{} {agent} {op}: never acknowledged", utc_now()));
                 return None;
             }
             tokio::time::sleep(RETRY).await;
@@ -522,6 +602,8 @@ async fn the_service_survives_losing_the_primary_and_a_switchover() {
         base: app.url(""),
         record: Arc::new(Mutex::new(Record::default())),
         stop: stop.clone(),
+        url: url.clone(),
+        snapshot: Arc::default(),
     };
     let mut agents = Vec::new();
     for i in 0..AGENTS {
@@ -540,6 +622,7 @@ async fn the_service_survives_losing_the_primary_and_a_switchover() {
     // 1. The primary crashes: its keeper and postgres are SIGKILLed.
     let first = formation.primary();
     let crashed = Instant::now();
+    let crash_at = utc_now();
     formation.run(&["crash", &first]);
     events.reconnect();
     questions.reconnect();
@@ -565,6 +648,7 @@ async fn the_service_survives_losing_the_primary_and_a_switchover() {
     let (_, caught_up) = formation.run_noted(&["wait-caught-up"]);
     load.wait_for_writes_after(Instant::now(), "rejoin").await;
     let switching = Instant::now();
+    let switch_at = utc_now();
     formation.run(&["switchover", "--wait", &SWITCHOVER_WAIT.as_secs().to_string()]);
     let switch_took = switching.elapsed();
     events.reconnect();
@@ -595,13 +679,16 @@ async fn the_service_survives_losing_the_primary_and_a_switchover() {
         events.reconnects.lock().map(|n| *n).unwrap_or_default(),
         questions.reconnects.lock().map(|n| *n).unwrap_or_default(),
     );
+    // What the monitor saw (states and transitions), to tell a write lost by
+    // the formation from one lost by the service; shown with --nocapture.
+    let (_, monitor) = formation.run_noted(&["events"]);
+    eprintln!("the crash of {first} at {crash_at}, the switchover from {second} at {switch_at}\n{monitor}");
     if !record.problems.is_empty() {
-        // What the monitor saw (states and transitions), to tell a write lost
-        // by the formation from one lost by the service.
-        let (_, monitor) = formation.run_noted(&["events"]);
         panic!(
-            "every write was acknowledged in the end: {:#?}\nbefore the crash: {synced}\n{monitor}",
-            record.problems
+            "every write was acknowledged in the end (the crash of {first} at {crash_at}, the switchover from \
+             {second} at {switch_at}): {:#?}\nbefore the crash: {synced}\n{}\n{monitor}",
+            record.problems,
+            load.snapshot.get().map(String::as_str).unwrap_or_default()
         );
     }
 
@@ -614,7 +701,12 @@ async fn the_service_survives_losing_the_primary_and_a_switchover() {
         .collect();
     let missing: Vec<_> =
         record.acks.iter().filter(|(agent, key, _, _)| !logged.contains(&(agent.clone(), key.clone()))).collect();
-    assert!(missing.is_empty(), "acknowledged writes missing from the event log: {missing:?}");
+    if !missing.is_empty() {
+        panic!(
+            "acknowledged writes missing from the event log (the crash of {first} at {crash_at}, the switchover \
+             from {second} at {switch_at}): {missing:?}\n{monitor}"
+        );
+    }
 
     // No unit claimed twice: not in the log, not in what the agents were told.
     let twice = app

@@ -154,7 +154,9 @@ pub fn test_config() -> ServerConfig {
 
 pub async fn spawn_app_with(config: ServerConfig) -> TestApp {
     // Server-side errors (logged with their correlation ids) show in failing tests' output.
-    let _ = tracing_subscriber::fmt().with_env_filter("warn,sqlx=error").with_test_writer().try_init();
+    // RUST_LOG raises it for a run (e.g. `work_ledger::http::ws=debug`).
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn,sqlx=error".to_owned());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
     let cluster = Cluster::get();
     let name = format!("wlt_{}_{}", std::process::id(), NEXT_DB.fetch_add(1, Ordering::SeqCst));
     admin(cluster, &format!("CREATE DATABASE {name} TEMPLATE {}", cluster.template)).await;

@@ -8,6 +8,7 @@ mod agent_cli;
 mod agent_reads;
 mod agents;
 mod auth;
+mod cancellation;
 mod claims;
 mod contract;
 mod dashboards;
