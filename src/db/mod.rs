@@ -161,7 +161,8 @@ pub fn stmt(sql: &str, values: impl IntoIterator<Item = Value>) -> Statement {
 /// counted), and the pool then hands the connection, still inside that
 /// transaction, to the next user: a one-statement write would be answered as
 /// done and never commit, holding its row locks until the connection dies
-/// (a request cancelled at the wrong moment, a `/readyz` past its deadline).
+/// (a subscription dropped as its WebSocket closes while its first read
+/// begins, a request whose client went away).
 /// So the `BEGIN` runs in a task of its own: when the caller is gone, the
 /// transaction is dropped there, which rolls it back before the connection
 /// goes back to the pool. The only way this process begins a transaction.

@@ -1,6 +1,6 @@
-//! A request whose future is dropped (its client gone, `/readyz` past its
-//! deadline) must leave nothing open behind it on the pooled connection it
-//! held: the next user of that connection runs its statements outside any
+//! A request whose future is dropped (its client gone, its subscription's
+//! WebSocket closed) must leave nothing open behind it on the pooled
+//! connection it held: the next user of that connection runs its statements outside any
 //! transaction, so a write answered as done is committed.
 
 use std::time::Duration;

@@ -110,6 +110,27 @@ async fn a_silent_client_is_closed_with_4408_and_idle_sockets_get_pings() {
     idle.expect_type("pong").await;
 }
 
+/// A client that answers nothing for two ping intervals is closed with a
+/// code and a reason that say so (1001), never a close frame without one.
+#[tokio::test]
+async fn a_client_that_stops_answering_is_closed_with_1001_saying_why() {
+    let mut config = test_config();
+    config.ws = WsConfig { ping_interval: Duration::from_millis(200), ..WsConfig::default() };
+    let app = spawn_app_with(config).await;
+    let token = app.token("f", "triage", Role::Triage).await;
+    let mut deaf = Ws::authenticated(&app, &token).await;
+    // Not reading: its pongs are never written.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let closed = loop {
+        match deaf.frame().await {
+            Frame::Ping => continue,
+            Frame::Close(code, reason) => break (code, reason),
+            Frame::Json(message) => panic!("only pings before the close: {message}"),
+        }
+    };
+    assert_eq!(closed, (1001, "nothing heard for 400ms".to_owned()));
+}
+
 #[tokio::test]
 async fn a_connection_runs_a_bounded_number_of_operations() {
     let mut config = test_config();

@@ -147,28 +147,27 @@ async fn serve(conn: Connection, socket: WebSocket) {
 
     let closing = loop {
         let next = tokio::select! {
-            _ = conn.live.stopping() => Next::Close((close::GOING_AWAY, "server shutting down".into())),
+            _ = conn.live.stopping() => Next::close(close::GOING_AWAY, "server shutting down"),
             _ = &mut init_deadline, if session.awaiting_init() => {
-                Next::Close((close::INIT_TIMEOUT, "Connection initialisation timeout".into()))
+                Next::close(close::INIT_TIMEOUT, "Connection initialisation timeout")
             }
             frame = stream.next() => match frame {
                 Some(Ok(frame)) => {
                     heard = Instant::now();
                     session.client_frame(frame).await
                 }
-                Some(Err(err)) if too_big(&err) => Next::Close((
-                    close::MESSAGE_TOO_BIG,
-                    format!("a message holds at most {MAX_BODY_BYTES} bytes"),
-                )),
-                Some(Err(_)) => Next::End("a read from the client failed"),
-                None => Next::End("the client's stream ended"),
+                Some(Err(err)) if too_big(&err) => {
+                    Next::close(close::MESSAGE_TOO_BIG, format!("a message holds at most {MAX_BODY_BYTES} bytes"))
+                }
+                Some(Err(_)) => Next::quietly("a read from the client failed"),
+                None => Next::quietly("the client's stream ended"),
             },
             out = gql.next() => session.server_message(out).await,
             _ = ping.tick() => {
                 if heard.elapsed() > config.ping_interval * 2 {
                     // A peer that is gone gets nothing from this; one that
                     // stopped reading learns why.
-                    Next::Close((close::GOING_AWAY, format!("nothing heard for {:?}", config.ping_interval * 2)))
+                    Next::close(close::GOING_AWAY, format!("nothing heard for {:?}", config.ping_interval * 2))
                 } else {
                     session.send_or_close(Message::Ping(Default::default())).await
                 }
@@ -176,8 +175,8 @@ async fn serve(conn: Connection, socket: WebSocket) {
             revoked = revocations.recv(), if session.has_token() => session.revocation(revoked, &conn.ledger).await,
             _ = &mut expired, if expiry.is_some() => expiry.map_or(Next::Continue, Session::expired),
         };
-        if !matches!(next, Next::Continue) {
-            break next;
+        if let Next::End(ending) = next {
+            break ending;
         }
         if expiry.is_none()
             && let Some(at) = session.expiry()

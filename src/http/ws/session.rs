@@ -35,12 +35,26 @@ enum Phase {
 /// What the connection does after handling one thing.
 pub(super) enum Next {
     Continue,
-    /// End the connection with this close frame.
+    End(Ending),
+}
+
+/// How a connection ends.
+pub(super) enum Ending {
+    /// With this close frame.
     Close(Closing),
-    /// End it without a close frame of the server's: the peer closed (its
-    /// close frame is answered with the echo) or is gone. The reason is
-    /// logged.
-    End(&'static str),
+    /// Without a close frame of the server's: the peer closed (its close
+    /// frame is answered with the echo) or is gone. The reason is logged.
+    Quietly(&'static str),
+}
+
+impl Next {
+    pub(super) fn close(code: u16, reason: impl Into<String>) -> Self {
+        Self::End(Ending::Close((code, reason.into())))
+    }
+
+    pub(super) fn quietly(why: &'static str) -> Self {
+        Self::End(Ending::Quietly(why))
+    }
 }
 
 pub(super) type Sink = SplitSink<WebSocket, Message>;
@@ -105,27 +119,27 @@ impl Session {
     pub(super) async fn client_frame(&mut self, frame: Message) -> Next {
         let text = match frame {
             Message::Text(text) => text.to_string(),
-            Message::Binary(_) => return Next::Close((close::BAD_REQUEST, "messages are JSON text".into())),
+            Message::Binary(_) => return Next::close(close::BAD_REQUEST, "messages are JSON text"),
             Message::Ping(_) | Message::Pong(_) => return Next::Continue,
-            Message::Close(_) => return Next::End("the client closed"),
+            Message::Close(_) => return Next::quietly("the client closed"),
         };
         let message = match parse(&text) {
             Ok(message) => message,
-            Err(reason) => return Next::Close((close::BAD_REQUEST, reason)),
+            Err(reason) => return Next::close(close::BAD_REQUEST, reason),
         };
         match message {
             Inbound::Init => {
                 if self.phase != Phase::AwaitingInit {
-                    return Next::Close((close::TOO_MANY_INIT, "Too many initialisation requests".into()));
+                    return Next::close(close::TOO_MANY_INIT, "Too many initialisation requests");
                 }
                 self.phase = Phase::Authenticating;
             }
             Inbound::Subscribe(id) => {
                 if self.phase != Phase::Ready {
-                    return Next::Close((close::UNAUTHORIZED, "Unauthorized".into()));
+                    return Next::close(close::UNAUTHORIZED, "Unauthorized");
                 }
                 if self.active.contains(&id) {
-                    return Next::Close((close::DUPLICATE_ID, format!("Subscriber for {id} already exists")));
+                    return Next::close(close::DUPLICATE_ID, format!("Subscriber for {id} already exists"));
                 }
                 if self.active.len() >= self.max_subscriptions {
                     let refusal = too_many(&id, self.max_subscriptions);
@@ -141,7 +155,7 @@ impl Session {
             Inbound::Pong => return Next::Continue,
         }
         if self.inbox.try_send(text).is_err() {
-            return Next::Close((close::POLICY_VIOLATION, "too many messages in flight".into()));
+            return Next::close(close::POLICY_VIOLATION, "too many messages in flight");
         }
         Next::Continue
     }
@@ -161,13 +175,13 @@ impl Session {
                 }
                 self.send_or_close(Message::Text(text.into())).await
             }
-            Some(WsMessage::Close(code, reason)) => Next::Close(match self.phase {
+            Some(WsMessage::Close(code, reason)) => Next::End(Ending::Close(match self.phase {
                 Phase::Authenticating => {
                     lock(&self.verdict).clone().and_then(Result::err).unwrap_or((close::FORBIDDEN, "Forbidden".into()))
                 }
                 _ => (code, reason),
-            }),
-            None => Next::Close((close::NORMAL, String::new())),
+            })),
+            None => Next::close(close::NORMAL, String::new()),
         }
     }
 
@@ -187,37 +201,36 @@ impl Session {
         }
         match credential.expiry {
             Some(expiry) if expiry.deadline <= tokio::time::Instant::now() => Self::expired(expiry),
-            _ => Next::Close((close::FORBIDDEN, "Forbidden: the token was revoked".into())),
+            _ => Next::close(close::FORBIDDEN, "Forbidden: the token was revoked"),
         }
     }
 
     /// The token expired: 4403, saying when.
     pub(super) fn expired(expiry: Expiry) -> Next {
-        Next::Close((close::FORBIDDEN, format!("Forbidden: {}", auth::expired(expiry.at))))
+        Next::close(close::FORBIDDEN, format!("Forbidden: {}", auth::expired(expiry.at)))
     }
 
     pub(super) async fn send_or_close(&mut self, message: Message) -> Next {
         if send(&mut self.sink, message).await {
             Next::Continue
         } else {
-            Next::End("a write to the client failed or timed out")
+            Next::quietly("a write to the client failed or timed out")
         }
     }
 
     /// Ends the connection: with the server's close frame, or, when the peer
     /// closed (its close frame is answered by flushing the echo the WebSocket
     /// layer queued) or is gone (this fails fast), without one.
-    pub(super) async fn finish(mut self, ending: Next) {
+    pub(super) async fn finish(mut self, ending: Ending) {
         match ending {
-            Next::Close(closing) => {
+            Ending::Close(closing) => {
                 tracing::debug!(code = closing.0, reason = %closing.1, "WebSocket closed by the server");
                 let _ = send_close(&mut self.sink, closing).await;
             }
-            Next::End(why) => {
+            Ending::Quietly(why) => {
                 tracing::debug!(why, "WebSocket ended");
                 let _ = tokio::time::timeout(CLOSE_FLUSH, self.sink.close()).await;
             }
-            Next::Continue => {}
         }
     }
 }
