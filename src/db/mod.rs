@@ -166,6 +166,7 @@ pub fn stmt(sql: &str, values: impl IntoIterator<Item = Value>) -> Statement {
 /// So the `BEGIN` runs in a task of its own: when the caller is gone, the
 /// transaction is dropped there, which rolls it back before the connection
 /// goes back to the pool. The only way this process begins a transaction.
+/// (sqlx 0.9.0; upstream transact-rs/sqlx#4393, fixed by #4394 after it.)
 pub async fn begin(db: &DatabaseConnection) -> Result<DatabaseTransaction, DbErr> {
     let db = db.clone();
     match tokio::spawn(async move { db.begin().await }).await {
