@@ -187,7 +187,10 @@ async fn nodes_seen(url: &str, unit: String) -> String {
             continue;
         };
         for sql in queries {
-            let row = sqlx::query(sql).bind(&unit).fetch_one(&mut conn).await;
+            let query = sqlx::query(sql);
+            // Only the unit's queries take it (a parameter a statement does not use is refused).
+            let query = if sql.contains("$1") { query.bind(&unit) } else { query };
+            let row = query.fetch_one(&mut conn).await;
             let text = match row {
                 Ok(row) => row.try_get::<String, _>(0).unwrap_or_else(|e| e.to_string()),
                 Err(e) => e.to_string(),
