@@ -68,17 +68,13 @@ impl Formation {
         let formation = Formation { script, dir };
         formation.run(&["stop"]);
         let port = loopback_ports(4).to_string();
-        // Three data nodes, not two. With two, the monitor's events of a
-        // failed run (3f94c07, run 4 of ten back to back) show the planned
-        // switchover losing acknowledged writes: it set the old primary to
-        // draining and its one standby to prepare_promotion, then, six
-        // milliseconds later, the old primary to wait_primary "because none
-        // of the standby nodes in the quorum are healthy" (the standby being
-        // promoted no longer counts). The old primary took writes alone for
-        // the 6 s until its demote timeout, the standby had stopped
-        // replicating, and the rewind threw those writes away: six agents'
-        // acknowledged claims and costs were gone. A third node keeps a
-        // healthy standby in the quorum throughout.
+        // Three data nodes, the production topology: pg_auto_failover then
+        // keeps one synchronous standby at all times (number_sync_standbys
+        // 1) and never lets the primary acknowledge alone. With two, a
+        // failed run's monitor events (3f94c07) showed the draining primary
+        // set to wait_primary during a switchover; that run also had the
+        // service's own leaked transactions (fixed in d93703a), so which of
+        // the two lost its writes is not known (docs/BENCHMARKS.md).
         let url = formation.run(&["start", "--base-port", &port, "--nodes", "3", "--fast-failover"]);
         (formation, url.trim().to_owned())
     }
@@ -140,10 +136,21 @@ impl Drop for Formation {
     }
 }
 
-/// The wall clock (UTC, to the millisecond), to line what the clients saw
-/// up with the monitor's events.
+/// The wall clock (UTC, to the millisecond) at `t`, to line what the
+/// clients saw up with the monitor's events.
+fn utc_at(t: Instant) -> String {
+    static ANCHOR: std::sync::LazyLock<(Instant, chrono::DateTime<chrono::Utc>)> =
+        std::sync::LazyLock::new(|| (Instant::now(), chrono::Utc::now()));
+    let (at, wall) = *ANCHOR;
+    let wall = match t.checked_duration_since(at) {
+        Some(after) => wall + after,
+        None => wall - at.duration_since(t),
+    };
+    wall.format("%H:%M:%S%.3f").to_string()
+}
+
 fn utc_now() -> String {
-    chrono::Utc::now().format("%H:%M:%S%.3f").to_string()
+    utc_at(Instant::now())
 }
 
 /// A refusal in a line: its code, the unit's state and what was asked (a
@@ -162,9 +169,11 @@ fn brief(body: &Value) -> String {
 /// and last events, the sessions that are not idle, replication, the
 /// synchronous standbys it waits for.
 async fn nodes_seen(url: &str, unit: String) -> String {
-    use sea_orm::sqlx::{self, Connection, Row};
-    let Some((_, rest)) = url.split_once('@') else { return format!("no hosts in {url}") };
-    let Some((hosts, _)) = rest.split_once('/') else { return format!("no hosts in {url}") };
+    use sea_orm::sqlx::{self, ConnectOptions, Row};
+    let target = match work_ledger::db::target::Target::parse(url) {
+        Ok(target) => target,
+        Err(err) => return format!("cannot read the servers of {url}: {err}"),
+    };
     let mut out = format!("--- every node at {} about unit {unit}\n", utc_now());
     let queries = [
         "SELECT pg_is_in_recovery()::text || ' ' || coalesce(pg_last_wal_replay_lsn()::text, '-') || ' ' || \
@@ -179,10 +188,10 @@ async fn nodes_seen(url: &str, unit: String) -> String {
         "SELECT coalesce(string_agg(r.application_name || ' ' || r.state || ' ' || r.sync_state || ' flush ' || \
          coalesce(r.flush_lsn::text, '-'), '; '), 'none') FROM pg_stat_replication r",
     ];
-    for host in hosts.split(',') {
-        out.push_str(&format!("{host}:\n"));
-        let conn = sqlx::PgConnection::connect(&format!("postgres://postgres@{host}/ledger"));
-        let Ok(Ok(mut conn)) = tokio::time::timeout(Duration::from_secs(3), conn).await else {
+    for i in 0..target.len() {
+        out.push_str(&format!("{}:\n", target.name(i)));
+        let options = target.options(i);
+        let Ok(Ok(mut conn)) = tokio::time::timeout(Duration::from_secs(3), options.connect()).await else {
             out.push_str("  cannot connect\n");
             continue;
         };
@@ -212,8 +221,6 @@ struct Record {
     acks: Vec<(String, String, &'static str, String)>,
     /// When each write was acknowledged.
     ack_times: Vec<Instant>,
-    /// The same on the wall clock.
-    ack_walls: Vec<String>,
     /// UNAVAILABLE answers and how long each took.
     unavailable: Vec<Duration>,
     /// Network errors and HTTP 5xx.
@@ -271,7 +278,6 @@ impl Load {
                         let id = unit["id"].as_str().unwrap_or_default().to_owned();
                         record.acks.push((agent.to_owned(), key, op, id));
                         record.ack_times.push(Instant::now());
-                        record.ack_walls.push(utc_now());
                         return Some(unit);
                     }
                     Some(body) if body["errors"][0]["extensions"]["code"] == "UNAVAILABLE" => {
@@ -280,7 +286,8 @@ impl Load {
                     }
                     Some(body) => {
                         let last = record.acks.iter().rposition(|a| a.0 == agent);
-                        let acked = last.map(|i| format!("{} acked at {}", record.acks[i].2, record.ack_walls[i]));
+                        let acked =
+                            last.map(|i| format!("{} acked at {}", record.acks[i].2, utc_at(record.ack_times[i])));
                         record.problems.push(format!(
                             "{} {agent} {op}: {} (last: {})",
                             utc_now(),
