@@ -3,6 +3,8 @@
 //!   cargo bench --bench reads -- [--units 100000] [--events 1000000] [--readers 16] [--runs 5]
 //!   cargo bench --bench reads -- --units 1000000 --events 10000000 --backup
 //!   cargo bench --bench reads -- ... --only events   # the reads whose name contains `events`
+//!   cargo bench --bench reads -- ... --keep          # keeps the ledger, prints its URL
+//!   cargo bench --bench reads -- --ledger NAME       # reads a kept ledger again (migrated first)
 //!
 //! Builds the ledger in bulk (`support::seed`: ten fleets, `bench` holding
 //! half; audited clean before anything is measured), then times every
@@ -47,6 +49,9 @@ struct Args {
     backup: bool,
     /// Only the reads whose name contains this (`--only events`).
     only: Option<String>,
+    /// A ledger a `--keep` run left on the server of DATABASE_URL, read
+    /// again after the current migrations (no seed, no audit).
+    ledger: Option<String>,
 }
 
 fn args() -> Args {
@@ -61,6 +66,7 @@ fn args() -> Args {
         keep: argv.iter().any(|a| a == "--keep"),
         backup: argv.iter().any(|a| a == "--backup"),
         only: get("--only"),
+        ledger: get("--ledger"),
     }
 }
 
@@ -301,23 +307,40 @@ async fn measure(
 #[tokio::main]
 async fn main() -> Result<(), AnyError> {
     let args = args();
-    let scratch = scratch_database("wl_reads").await?;
-    // One session: the seed's settings and temporary tables are its own.
+    let (scratch, seeded, seed_s, audit_s) = match &args.ledger {
+        Some(name) => {
+            let scratch = support::kept_database(name).await?;
+            let owner = db::connect(&scratch.url, 1).await?;
+            let seeded = seed::counted(&owner).await?;
+            eprintln!("reading the kept ledger {name}: {} units, {} events", seeded.units, seeded.events);
+            owner.close().await?;
+            (scratch, seeded, 0.0, 0.0)
+        }
+        None => {
+            let scratch = scratch_database("wl_reads").await?;
+            // One session: the seed's settings and temporary tables are its own.
+            let owner = db::connect(&scratch.url, 1).await?;
+            eprintln!("seeding {} units and {} events...", args.units, args.events);
+            let seeding = Instant::now();
+            let seeded = seed::seed(&owner, args.units, args.events).await?;
+            let seed_s = seeding.elapsed().as_secs_f64();
+            eprintln!("seeded {} units, {} events in {seed_s:.1} s; auditing...", seeded.units, seeded.events);
+            let auditing = Instant::now();
+            let findings = audit::run(&owner, None).await?;
+            let audit_s = auditing.elapsed().as_secs_f64();
+            if let Some(first) = findings.first() {
+                return Err(format!(
+                    "the seeded ledger breaks the audit ({} findings), first: {first:?}",
+                    findings.len()
+                )
+                .into());
+            }
+            eprintln!("audit clean in {audit_s:.1} s");
+            owner.close().await?;
+            (scratch, seeded, seed_s, audit_s)
+        }
+    };
     let owner = db::connect(&scratch.url, 1).await?;
-    eprintln!("seeding {} units and {} events...", args.units, args.events);
-    let seeding = Instant::now();
-    let seeded = seed::seed(&owner, args.units, args.events).await?;
-    let seed_s = seeding.elapsed().as_secs_f64();
-    eprintln!("seeded {} units, {} events in {seed_s:.1} s; auditing...", seeded.units, seeded.events);
-    let auditing = Instant::now();
-    let findings = audit::run(&owner, None).await?;
-    let audit_s = auditing.elapsed().as_secs_f64();
-    if let Some(first) = findings.first() {
-        return Err(
-            format!("the seeded ledger breaks the audit ({} findings), first: {first:?}", findings.len()).into()
-        );
-    }
-    eprintln!("audit clean in {audit_s:.1} s");
     if args.backup {
         return backup_and_restore(&scratch, &owner, &seeded, seed_s, audit_s).await;
     }
@@ -385,10 +408,11 @@ async fn main() -> Result<(), AnyError> {
     if let Some(only) = &args.only {
         reads.retain(|(name, _)| name.contains(only.as_str()));
     }
-    // One untimed pass first, one reader: plans and pages are warm, as for a
-    // dashboard that refreshes every 30 seconds.
+    // One untimed pass first, every reader at once: plans, pages and both
+    // pools' connections are warm, as for dashboards that refresh every 30
+    // seconds (before, the first read timed also paid for opening 15 of them).
     for (_, read) in &reads {
-        measure(read, 1, 1, &http, &panel_db).await?;
+        measure(read, args.readers, 1, &http, &panel_db).await?;
     }
     let mut measured = Vec::new();
     for (name, read) in reads {
@@ -399,10 +423,16 @@ async fn main() -> Result<(), AnyError> {
 
     println!("Machine: {}", support::machine(&owner).await?);
     println!("Load average while it ran: {} (1, 5, 15 min, at the end)", load_average());
-    println!(
-        "Ledger: {} units, {} events, 10 fleets; fleet `{FLEET}` holds half. Seeded in {seed_s:.0} s, audited clean in {audit_s:.0} s.",
-        seeded.units, seeded.events
-    );
+    match &args.ledger {
+        Some(name) => println!(
+            "Ledger: {} units, {} events, 10 fleets; fleet `{FLEET}` holds half. The ledger {name} of an earlier run, migrated to this commit.",
+            seeded.units, seeded.events
+        ),
+        None => println!(
+            "Ledger: {} units, {} events, 10 fleets; fleet `{FLEET}` holds half. Seeded in {seed_s:.0} s, audited clean in {audit_s:.0} s.",
+            seeded.units, seeded.events
+        ),
+    }
     println!(
         "Seed steps: {}",
         seeded.steps.iter().map(|(n, s)| format!("{n} {s:.0} s")).collect::<Vec<_>>().join(", ")
@@ -437,8 +467,8 @@ async fn main() -> Result<(), AnyError> {
     let worst = by_p99.first().ok_or("no reads")?;
     let worst_p99 = worst.samples.pct(0.99);
 
-    if args.keep {
-        eprintln!("kept {}", scratch.url);
+    if args.keep || args.ledger.is_some() {
+        eprintln!("kept {} (--ledger {})", scratch.url, support::database_name(&scratch.url)?);
     } else if scratch.embedded.is_none() {
         owner.close().await?;
         support::drop_scratch(&scratch.url).await?;

@@ -33,6 +33,17 @@ pub async fn scratch_database(prefix: &str) -> Result<Scratch, AnyError> {
     Ok(Scratch { url, embedded })
 }
 
+/// A database an earlier run kept on the server of DATABASE_URL, migrated to
+/// this build's schema.
+pub async fn kept_database(name: &str) -> Result<Scratch, AnyError> {
+    let base = std::env::var("DATABASE_URL").map_err(|_| "--ledger needs DATABASE_URL (the server that keeps it)")?;
+    let mut url = url::Url::parse(&base)?;
+    url.set_path(&format!("/{name}"));
+    let url = url.to_string();
+    db::migrate(&url).await?;
+    Ok(Scratch { url, embedded: None })
+}
+
 /// `CREATE DATABASE name` on the server of `url`; returns its URL.
 pub async fn empty_database(url: &str, name: &str) -> Result<String, AnyError> {
     admin(url, &format!("CREATE DATABASE {name}")).await?;

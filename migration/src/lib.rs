@@ -85,6 +85,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261202_000020_day_totals", "0020_day_totals"),
             // The claim path's own statements, cheaper: row-level security and the evidence check without a re-parsed function call.
             sql_migration!("m20261202_000021_claim_path", "0021_claim_path"),
+            // Reads of the ledger after years: a date range of dispositions and the costliest units from their indexes.
+            sql_migration!("m20261203_000022_ranged_pages", "0022_ranged_pages"),
         ]
     }
 }

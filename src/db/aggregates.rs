@@ -167,7 +167,7 @@ fn agent_cost_in(fleet: &str, range: &Range, domain: Option<&str>) -> Query {
     q.push(&format!(") AS r JOIN work_unit_attempts t ON t.id = r.attempt_id AND t.fleet = {p}"));
     if let Some(domain) = domain {
         let d = q.bind(domain.to_owned());
-        q.push(&format!(" AND t.unit_id IN (SELECT id FROM work_units WHERE fleet = {p} AND domain = {d})"));
+        q.push(&format!(" JOIN work_units u ON u.id = t.unit_id AND u.fleet = {p} AND u.domain = {d}"));
     }
     q.push(" GROUP BY 1, 2) AS a GROUP BY 1");
     q

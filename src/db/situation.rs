@@ -65,15 +65,11 @@ pub async fn situation(tx: &DatabaseTransaction, fleet: &str, domain: Option<&st
         .ok_or_else(|| DbErr::RecordNotFound("claim situation answered no row".to_owned()))
 }
 
-/// True when `fleet` has any unit in `domain`, finished ones too. The
-/// ORDER BY is the one `work_units_cost_groups_idx` (fleet, domain, state,
-/// ...) yields: it makes the planner walk that index and stop at its first
-/// entry. An EXISTS would let a generic plan, which expects a domain to hold
-/// a share of the fleet, scan the table for the first match instead: the
-/// whole table when the domain is unknown.
+/// True when `fleet` has any unit in `domain`, finished ones too: the unit
+/// totals (migration 0018, a few hundred rows) hold a group of it.
 pub async fn domain_exists(tx: &DatabaseTransaction, fleet: &str, domain: &str) -> Result<bool, DbErr> {
     let statement = stmt(
-        "SELECT domain FROM work_units WHERE fleet = $1 AND domain = $2 ORDER BY state LIMIT 1",
+        "SELECT 1 AS found FROM v_unit_totals WHERE fleet = $1 AND domain = $2 LIMIT 1",
         [fleet.into(), domain.into()],
     );
     Ok(tx.query_one_raw(statement).await?.is_some())

@@ -42,26 +42,40 @@ fn no_open_work(domain: String) -> QueueDepthRow {
     QueueDepthRow { domain, ready: 0, claimed: 0, in_progress: 0, blocked: 0, verified: 0, stalled: 0 }
 }
 
+/// What a list of units selects: units (alias `u`), or a view's units.
+enum Listed {
+    Units(Query),
+    View(Query),
+}
+
 /// Validates paging arguments: `first` within bounds, `after` a cursor of `list`.
 fn page_args(list: List, args: &PageArgs) -> Result<(i32, Option<Cursor>), LedgerError> {
     Ok((validate::first(args.first)?, Cursor::decode_opt(list, args.after.as_deref())?))
 }
 
 impl Ledger {
+    /// One page of units listed by `query`: the table's own rows (`u`) or
+    /// a view's ([`reads::units_in_view`], paged by [`reads::view_page`]).
     async fn units_query(
         &self,
         who: &Principal,
         list: List,
         args: PageArgs,
-        query: Query,
+        listed: Listed,
         counted: Option<Query>,
     ) -> Result<Page<UnitModel>, LedgerError> {
         let (first, cursor) = page_args(list, &args)?;
         // The unit totals answer the same count when they can (SPEC §7 at
         // any size, issue 27); otherwise the rows are counted.
-        let total = Total(counted.unwrap_or_else(|| query.count()));
-        let mut query = query;
-        query.page("u", cursor, list == List::UnitsNewestFirst, first + 1);
+        let (Listed::Units(all) | Listed::View(all)) = &listed;
+        let total = Total(counted.unwrap_or_else(|| all.count()));
+        let query = match listed {
+            Listed::Units(mut query) => {
+                query.page("u", cursor, list == List::UnitsNewestFirst, first + 1);
+                query
+            }
+            Listed::View(query) => reads::view_page(query, cursor, first + 1),
+        };
         let rows = self.read(who, move |tx| Box::pin(async move { Ok(query.units(tx).await?) })).await?;
         Ok(split(rows, first, total))
     }
@@ -81,7 +95,14 @@ impl Ledger {
         validate::filter("filter.claimedBy", filter.claimed_by.as_deref())?;
         validate::range("filter.from", "filter.until", &filter.created)?;
         let counted = reads::units_counted_by_totals(&who.fleet, &filter);
-        self.units_query(who, List::units(newest_first), args, reads::units(&who.fleet, &filter), counted).await
+        self.units_query(
+            who,
+            List::units(newest_first),
+            args,
+            Listed::Units(reads::units(&who.fleet, &filter)),
+            counted,
+        )
+        .await
     }
 
     /// The `totalCount` of a list.
@@ -93,14 +114,22 @@ impl Ledger {
     pub async fn stalls_page(&self, who: &Principal, args: PageArgs) -> Result<Page<UnitModel>, LedgerError> {
         who.require(crate::auth::Permission::LedgerRead)?;
         let _turn = self.scans.enter(who.token_id).await?;
-        self.units_query(who, List::Stalls, args, reads::units_in_view(&who.fleet, "v_stall_list"), None).await
+        self.units_query(who, List::Stalls, args, Listed::View(reads::units_in_view(&who.fleet, "v_stall_list")), None)
+            .await
     }
 
     /// Units that needed more than one attempt (`v_rework`).
     pub async fn rework_page(&self, who: &Principal, args: PageArgs) -> Result<Page<UnitModel>, LedgerError> {
         let mut counted = reads::counted_by_totals(&who.fleet);
         counted.push(" AND t.reworked");
-        self.units_query(who, List::Rework, args, reads::units_in_view(&who.fleet, "v_rework"), Some(counted)).await
+        self.units_query(
+            who,
+            List::Rework,
+            args,
+            Listed::View(reads::units_in_view(&who.fleet, "v_rework")),
+            Some(counted),
+        )
+        .await
     }
 
     /// Disposed units with their evidence (`v_disposition_detail`).
@@ -114,31 +143,27 @@ impl Ledger {
     ) -> Result<Page<UnitModel>, LedgerError> {
         validate::range("disposed.from", "disposed.until", &disposed)?;
         validate::filter("domain", domain.as_deref())?;
+        let named = disposition.map(Disposition::as_sql);
+        if disposed.from.is_some() || disposed.until.is_some() {
+            // Counted by the day totals (through `throughput` by day).
+            let counted = aggregates::disposals_counted(&who.fleet, &disposed, named, domain.as_deref());
+            let query = reads::disposed_in(&who.fleet, &disposed, named, domain.as_deref());
+            return self.units_query(who, List::Dispositions, args, Listed::View(query), Some(counted)).await;
+        }
+        // Without a time range the unit totals count the same units.
         let mut query = reads::units_in_view(&who.fleet, "v_disposition_detail");
-        query.range("v.disposed_at", &disposed);
-        // Without a time range the unit totals count the same units; with
-        // one, the day totals (through `throughput` by day).
-        let counted = if disposed.from.is_none() && disposed.until.is_none() {
-            let groups = UnitFilter { disposition, domain: domain.clone(), ..UnitFilter::default() };
-            reads::units_counted_by_totals(&who.fleet, &groups).map(|mut q| {
-                q.push(" AND t.disposition IS NOT NULL");
-                q
-            })
-        } else {
-            Some(aggregates::disposals_counted(
-                &who.fleet,
-                &disposed,
-                disposition.map(|d| d.as_sql()),
-                domain.as_deref(),
-            ))
-        };
-        if let Some(d) = disposition {
-            query.and("v.disposition = {}::disposition", d.as_sql().to_owned());
+        let groups = UnitFilter { disposition, domain: domain.clone(), ..UnitFilter::default() };
+        let counted = reads::units_counted_by_totals(&who.fleet, &groups).map(|mut q| {
+            q.push(" AND t.disposition IS NOT NULL");
+            q
+        });
+        if let Some(d) = named {
+            query.and("v.disposition = {}::disposition", d);
         }
         if let Some(domain) = domain {
             query.and("v.domain = {}", domain);
         }
-        self.units_query(who, List::Dispositions, args, query, counted).await
+        self.units_query(who, List::Dispositions, args, Listed::View(query), counted).await
     }
 
     /// Events, newest first unless not `newest_first`; each order has cursors of its own.

@@ -210,6 +210,56 @@ async fn lists_take_date_ranges_on_the_time_that_matters_to_each() {
     }
 }
 
+#[tokio::test]
+async fn a_range_of_dispositions_pages_in_creation_order_with_its_filters() {
+    let app = spawn_app().await;
+    app.allow_history_rewrites().await;
+    calendar(&app).await;
+    // A unit registered before the range and disposed inside it, and one
+    // disposed after it: the range is on the disposal, the order on creation.
+    app.sql(
+        "INSERT INTO work_units (fleet, external_ref, domain, created_at) VALUES
+           ('g', 'g0', 'asm', '2025-12-01T09:00:00Z'), ('g', 'g7', 'default', '2026-01-05T08:00:00Z')",
+    )
+    .await;
+    dispose(&app, "g0", "DEFERRED", "2026-01-06T09:00:00Z").await;
+    dispose(&app, "g7", "DROPPED", "2026-01-20T09:00:00Z").await;
+    let op = Agent::new(&app, "g", "op", Role::Operator).await;
+    const PAGE: &str = "query($after: String, $d: Disposition, $domain: String) {
+        dispositions(first: 2, after: $after, disposition: $d, domain: $domain,
+                     disposed: { from: \"2026-01-05T00:00:00Z\", until: \"2026-01-14T00:00:00Z\" }) {
+            totalCount edges { node { externalRef } } pageInfo { hasNextPage endCursor } } }";
+    let pages = |vars: Value| {
+        let op = &op;
+        async move {
+            let (mut seen, mut after, mut totals) = (Vec::new(), Value::Null, Vec::new());
+            loop {
+                let mut v = vars.clone();
+                v["after"] = after;
+                let d = op.run(PAGE, v).await.data()["dispositions"].clone();
+                seen.extend(refs(&d).into_iter().map(str::to_owned));
+                totals.push(d["totalCount"].as_i64().expect("totalCount"));
+                if d["pageInfo"]["hasNextPage"] != json!(true) {
+                    return (seen, totals);
+                }
+                after = d["pageInfo"]["endCursor"].clone();
+            }
+        }
+    };
+    let (all, totals) = pages(json!({})).await;
+    assert_eq!(all, ["g0", "g1", "g2", "g3", "g4"], "creation order across pages, g7 outside the range");
+    assert!(totals.iter().all(|&t| t == 5), "every page counts the whole range: {totals:?}");
+    let (default, totals) = pages(json!({ "domain": "default" })).await;
+    assert_eq!(default, ["g1", "g2", "g4"]);
+    assert!(totals.iter().all(|&t| t == 3), "{totals:?}");
+    let (migrated, totals) = pages(json!({ "d": "MIGRATED" })).await;
+    assert_eq!(migrated, ["g1", "g2"]);
+    assert_eq!(totals, [2]);
+    let (none, totals) = pages(json!({ "d": "DEAD", "domain": "default" })).await;
+    assert!(none.is_empty());
+    assert_eq!(totals, [0]);
+}
+
 const THROUGHPUT: &str = "query($b: ThroughputBucket!, $from: DateTime, $until: DateTime, $d: String) {
     throughput(bucket: $b, from: $from, until: $until, domain: $d) { start disposition count costCents distinctAgents } }";
 

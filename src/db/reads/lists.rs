@@ -4,7 +4,7 @@
 use sea_orm::{ActiveEnum, DatabaseTransaction, DbErr, EntityTrait};
 use uuid::Uuid;
 
-use super::query::{Query, Range};
+use super::query::{Cursor, Query, Range};
 use crate::db::entities::{Disposition, EventType, QuestionStatus, WorkState, event, question};
 use crate::db::events::EVENT_COLUMNS;
 use crate::db::units::UNIT_COLUMNS;
@@ -110,14 +110,51 @@ fn by_group(q: &mut Query, alias: &str, filter: &UnitFilter) {
 }
 
 /// Units listed by one of the views (`v_stall_list`, `v_rework`,
-/// `v_disposition_detail`), as whole units.
+/// `v_disposition_detail`): their ids and creation times, to be paged by
+/// [`view_page`] (and counted as they are).
 pub fn units_in_view(fleet: &str, view: &str) -> Query {
-    let mut q = Query::new(&format!(
-        "SELECT {UNIT_COLUMNS} FROM {view} v JOIN work_units u ON u.id = v.unit_id WHERE v.fleet = "
-    ));
+    let mut q = Query::new(&format!("SELECT v.unit_id, v.created_at FROM {view} v WHERE v.fleet = "));
     let p = q.bind(fleet);
     q.push(&p);
     q
+}
+
+/// `dispositions` over a range of `disposed_at`, to be paged by
+/// [`view_page`]. The range's disposals are read first (from
+/// `work_units_disposed_at_idx` alone) and only then sorted: the fence
+/// (`OFFSET 0`) keeps the planner from walking the fleet's whole disposed
+/// history in creation order to filter it by date, which it believes cheap
+/// because it takes disposal and creation times for independent. It costs
+/// what the range holds; its `totalCount` comes from the day totals.
+pub fn disposed_in(fleet: &str, disposed: &Range, disposition: Option<&str>, domain: Option<&str>) -> Query {
+    let mut q = Query::new(
+        "SELECT v.unit_id, v.created_at FROM (SELECT d.unit_id, d.created_at FROM v_disposition_detail d WHERE d.fleet = ",
+    );
+    let p = q.bind(fleet);
+    q.push(&p);
+    q.range("d.disposed_at", disposed);
+    if let Some(disposition) = disposition {
+        q.and("d.disposition = {}::disposition", disposition.to_owned());
+    }
+    if let Some(domain) = domain {
+        q.and("d.domain = {}", domain.to_owned());
+    }
+    q.push(" OFFSET 0) AS v WHERE true");
+    q
+}
+
+/// One page of a view's units ([`units_in_view`], [`disposed_in`]) after
+/// `cursor`, whole. The page is cut from the view alone, in the units' order
+/// (its own index), and only its units are read from the table: joined to the
+/// table before paging, the planner hashed the view against every unit of
+/// the fleet (250 ms for `rework`, 4.7 s for 30 days of `dispositions` at
+/// 500,000 units, issue 27).
+pub fn view_page(mut q: Query, cursor: Option<Cursor>, limit: i32) -> Query {
+    q.page_on("v", "unit_id", cursor, false, limit);
+    q.around(
+        &format!("SELECT {UNIT_COLUMNS} FROM ("),
+        ") AS p JOIN work_units u ON u.id = p.unit_id ORDER BY u.created_at, u.id",
+    )
 }
 
 /// `events`: newest first, filtered.
