@@ -87,6 +87,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261202_000021_claim_path", "0021_claim_path"),
             // Reads of the ledger after years: a date range of dispositions and the costliest units from their indexes.
             sql_migration!("m20261203_000022_ranged_pages", "0022_ranged_pages"),
+            // The sweeper folds only the totals that moved, not every row of every totals table each pass.
+            sql_migration!("m20261203_000023_fold_what_moved", "0023_fold_what_moved"),
         ]
     }
 }

@@ -303,6 +303,51 @@ async fn a_corrupted_total_is_found_by_the_audit_and_a_rebuild_repairs_it() {
     }
 }
 
+/// The day totals' rows as stored, each with the transaction that wrote it.
+async fn stored_disposal_days(app: &TestApp) -> Vec<Value> {
+    app.sql_json(
+        "SELECT fleet, day::text AS day, domain, disposition::text AS disposition, units, xmin::text AS written_by
+           FROM disposal_days ORDER BY 1, 2, 3, 4, 6",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_fold_rewrites_only_the_totals_that_moved() {
+    let app = spawn_app().await;
+    app.allow_history_rewrites().await;
+    let op = Agent::new(&app, "f", "op", Role::Operator).await;
+    let refs: Vec<String> = (0..40).map(|i| format!("d{i:02}")).collect();
+    let refs: Vec<&str> = refs.iter().map(String::as_str).collect();
+    app.register(&op.token, &refs).await;
+    // Forty disposals on forty days: forty groups of the day totals.
+    app.sql(
+        "UPDATE work_units SET state = 'abandoned', disposition = 'DROPPED',
+                disposed_at = '2026-01-01T12:00:00Z'::timestamptz + (substr(external_ref, 2)::int * interval '1 day'),
+                evidence_urls = ARRAY['https://wiki.example/' || external_ref]
+          WHERE fleet = 'f';
+         INSERT INTO work_unit_events (fleet, unit_id, event_type, from_state, to_state, agent_id, created_at)
+         SELECT fleet, id, 'disposed', 'ready', 'abandoned', 'op', disposed_at FROM work_units WHERE fleet = 'f'",
+    )
+    .await;
+    app.sql_json("SELECT ledger_compact_totals() AS folded").await;
+    let before = stored_disposal_days(&app).await;
+    assert_eq!(before.len(), 40, "one folded row per day: {before:#?}");
+
+    // One new unit moves one group of the unit totals and one of the event
+    // totals; the day totals did not move, so no fold may touch them.
+    app.register(&op.token, &["late"]).await;
+    let folded = app.sql_i64("SELECT ledger_compact_totals()").await;
+    assert!(folded <= 6, "a fold after one registration took {folded} rows: it rewrote totals that did not move");
+    assert_eq!(stored_disposal_days(&app).await, before, "no day total was rewritten");
+    let (totals, units) = totals_and_units(&app).await;
+    assert_eq!(totals, units, "the totals still equal the units");
+    let (totals, events) = event_totals_and_events(&app).await;
+    assert_eq!(totals, events, "the event totals still equal the events");
+    let audit = work_ledger(&app, &["audit"], None);
+    assert!(audit.status.success(), "{}\n{}", text(&audit.stdout), text(&audit.stderr));
+}
+
 #[tokio::test]
 async fn the_totals_are_read_only_and_per_fleet_for_the_service_and_readers() {
     let app = spawn_app().await;
