@@ -89,6 +89,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261203_000022_ranged_pages", "0022_ranged_pages"),
             // The sweeper folds only the totals that moved, not every row of every totals table each pass.
             sql_migration!("m20261203_000023_fold_what_moved", "0023_fold_what_moved"),
+            // throughput bounds its whole buckets as dates, so that the day totals' indexes take the range.
+            sql_migration!("m20261203_000024_throughput_by_date", "0024_throughput_by_date"),
         ]
     }
 }

@@ -23,15 +23,19 @@ ALTER TABLE disposal_agent_counts ADD COLUMN folded boolean NOT NULL DEFAULT fal
 ALTER TABLE agent_totals ADD COLUMN folded boolean NOT NULL DEFAULT false;
 ALTER TABLE claim_days ADD COLUMN folded boolean NOT NULL DEFAULT false;
 
--- Joined on their keys' `=` (hashable) and, for the keys that may be NULL,
--- IS NOT DISTINCT FROM as a filter on those few candidates.
+-- Joined on `=` of every key, the keys that may be NULL through coalesce()
+-- with a value they never hold (an agent name is never empty, a disposal
+-- day never -infinity), so that the whole key hashes: IS NOT DISTINCT FROM
+-- would leave those keys to a join filter, and a first fold after
+-- ledger_rebuild_totals (every row unfolded) compared each day total with
+-- every day of its group (342 s at 229,000 units instead of seconds).
 CREATE OR REPLACE FUNCTION ledger_compact_totals() RETURNS bigint LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, public, pg_temp AS $$
     WITH moved AS (SELECT DISTINCT fleet, domain, state, disposition, reworked FROM unit_totals WHERE NOT folded),
          gone AS (
              DELETE FROM unit_totals t USING moved m
               WHERE t.fleet = m.fleet AND t.domain = m.domain AND t.state = m.state AND t.reworked = m.reworked
-                AND t.disposition IS NOT DISTINCT FROM m.disposition
+                AND coalesce(t.disposition::text, '') = coalesce(m.disposition::text, '')
              RETURNING t.*),
          kept AS (
              INSERT INTO unit_totals (fleet, domain, state, disposition, reworked, units, cost_cents, folded)
@@ -42,7 +46,7 @@ SET search_path = pg_catalog, public, pg_temp AS $$
          moved_events AS (SELECT DISTINCT fleet, event_type, agent_id FROM event_totals WHERE NOT folded),
          gone_events AS (
              DELETE FROM event_totals t USING moved_events m
-              WHERE t.fleet = m.fleet AND t.event_type = m.event_type AND t.agent_id IS NOT DISTINCT FROM m.agent_id
+              WHERE t.fleet = m.fleet AND t.event_type = m.event_type AND coalesce(t.agent_id, '') = coalesce(m.agent_id, '')
              RETURNING t.*),
          kept_events AS (
              INSERT INTO event_totals (fleet, event_type, agent_id, events, folded)
@@ -53,7 +57,7 @@ SET search_path = pg_catalog, public, pg_temp AS $$
          gone_disposals AS (
              DELETE FROM disposal_days t USING moved_disposals m
               WHERE t.fleet = m.fleet AND t.domain = m.domain AND t.disposition = m.disposition
-                AND t.day IS NOT DISTINCT FROM m.day
+                AND coalesce(t.day, '-infinity') = coalesce(m.day, '-infinity')
              RETURNING t.*),
          kept_disposals AS (
              INSERT INTO disposal_days (fleet, day, domain, disposition, units, cost_cents, reworked, verified_units,
