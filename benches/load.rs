@@ -1075,7 +1075,11 @@ async fn claim_next_sql(
 /// `support::seed` has grown that database to `units` units and ten events
 /// per unit (10 fleets, `bench` holding half, two years of history): in a
 /// small fleet of its own again, and in `bench` (its READY fifth, 100,000
-/// units at a million). Each phase starts vacuumed and checkpointed.
+/// units at a million), and last in `bench` again on units of its own
+/// registered as its oldest (so that the same claim takes them first): the
+/// seeded READY units are reworked units with two years of history on cold
+/// pages, a heavier claim than a fresh unit's, and this phase tells the
+/// fleet's size apart from that. Each phase starts vacuumed and checkpointed.
 async fn at_size(args: &Args, url: &str, owner: &DatabaseConnection, units: i64) -> Result<(), AnyError> {
     let needed = args.agents * args.per_agent;
     for fleet in ["awarm", "small", "small-after"] {
@@ -1086,6 +1090,7 @@ async fn at_size(args: &Args, url: &str, owner: &DatabaseConnection, units: i64)
     let after = Arc::new(seed_tokens(owner, "small-after", "agent", args.agents).await?);
     // Names no seeded unit is held by (the seed's holders are agent-N).
     let big = Arc::new(seed_tokens(owner, "bench", "load", args.agents).await?);
+    let big_fresh = Arc::new(seed_tokens(owner, "bench", "fresh", args.agents).await?);
     let settle = || async {
         owner.execute_unprepared("VACUUM ANALYZE").await?;
         owner.execute_unprepared("CHECKPOINT").await.map(|_| ())
@@ -1128,6 +1133,20 @@ async fn at_size(args: &Args, url: &str, owner: &DatabaseConnection, units: i64)
     settle().await?;
     let in_big =
         phase(format!("claim-and-finish over HTTP, fleet `bench`, ledger of {sized}"), args.seconds, big).await;
+    owner
+        .execute_raw(stmt(
+            "INSERT INTO work_units (fleet, external_ref, created_at)
+             SELECT 'bench', 'fresh-' || g, now() - interval '3 years' FROM generate_series(1, $1) g",
+            [(needed as i64).into()],
+        ))
+        .await?;
+    settle().await?;
+    let in_big_fresh = phase(
+        format!("claim-and-finish over HTTP, fleet `bench`, fresh units first, ledger of {sized}"),
+        args.seconds,
+        big_fresh,
+    )
+    .await;
 
     println!("Machine: {}", support::machine(owner).await?);
     println!("Agents: {}, {} s per phase, server pool {}", args.agents, args.seconds, args.pool);
@@ -1137,14 +1156,15 @@ async fn at_size(args: &Args, url: &str, owner: &DatabaseConnection, units: i64)
         seeded.steps.iter().map(|(n, s)| format!("{n} {s:.0} s")).collect::<Vec<_>>().join(", ")
     );
     println!();
-    print_table(&[&empty, &small_after, &in_big], None);
+    print_table(&[&empty, &small_after, &in_big, &in_big_fresh], None);
     println!();
     let pct = |a: &Report| 100.0 * a.rate() / empty.rate();
     println!(
-        "writes: units={ledger_units} events={ledger_events} empty_per_s={:.0} small_fleet_pct={:.0} big_fleet_pct={:.0}",
+        "writes: units={ledger_units} events={ledger_events} empty_per_s={:.0} small_fleet_pct={:.0} big_fleet_pct={:.0} big_fleet_fresh_pct={:.0}",
         empty.rate(),
         pct(&small_after),
-        pct(&in_big)
+        pct(&in_big),
+        pct(&in_big_fresh)
     );
     Ok(())
 }
