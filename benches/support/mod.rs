@@ -37,9 +37,7 @@ pub async fn scratch_database(prefix: &str) -> Result<Scratch, AnyError> {
 /// this build's schema.
 pub async fn kept_database(name: &str) -> Result<Scratch, AnyError> {
     let base = std::env::var("DATABASE_URL").map_err(|_| "--ledger needs DATABASE_URL (the server that keeps it)")?;
-    let mut url = url::Url::parse(&base)?;
-    url.set_path(&format!("/{name}"));
-    let url = url.to_string();
+    let url = database_url(&base, name)?;
     db::migrate(&url).await?;
     Ok(Scratch { url, embedded: None })
 }
@@ -47,6 +45,11 @@ pub async fn kept_database(name: &str) -> Result<Scratch, AnyError> {
 /// `CREATE DATABASE name` on the server of `url`; returns its URL.
 pub async fn empty_database(url: &str, name: &str) -> Result<String, AnyError> {
     admin(url, &format!("CREATE DATABASE {name}")).await?;
+    database_url(url, name)
+}
+
+/// The URL of database `name` on the server of `url`.
+fn database_url(url: &str, name: &str) -> Result<String, AnyError> {
     let mut url = url::Url::parse(url)?;
     url.set_path(&format!("/{name}"));
     Ok(url.to_string())

@@ -220,10 +220,8 @@ pub async fn seed(db: &DatabaseConnection, units: i64, events: i64) -> Result<Se
         ),
         ("session reset", "RESET session_replication_role; RESET maintenance_work_mem; RESET work_mem; RESET synchronous_commit;
                 DROP TABLE seed_units, seed_script, seed_indexes".to_owned()),
-        // The triggers that keep the unit totals did not run: count them once.
+        // The triggers that keep the totals did not run: count them once (folded, migration 0023).
         ("totals", "SELECT ledger_rebuild_totals()".to_owned()),
-        // Folded once here, as the sweeper's first pass would (migration 0023: later passes fold what moved).
-        ("totals folded", "SELECT ledger_compact_totals()".to_owned()),
         (
             "vacuum analyze",
             "VACUUM (ANALYZE, FREEZE) work_units, work_unit_attempts, work_unit_events, blocking_questions, unit_totals,

@@ -144,25 +144,18 @@ impl Ledger {
         validate::range("disposed.from", "disposed.until", &disposed)?;
         validate::filter("domain", domain.as_deref())?;
         let named = disposition.map(Disposition::as_sql);
-        if disposed.from.is_some() || disposed.until.is_some() {
-            // Counted by the day totals (through `throughput` by day).
-            let counted = aggregates::disposals_counted(&who.fleet, &disposed, named, domain.as_deref());
-            let query = reads::disposed_in(&who.fleet, &disposed, named, domain.as_deref());
-            return self.units_query(who, List::Dispositions, args, Listed::View(query), Some(counted)).await;
-        }
-        // Without a time range the unit totals count the same units.
-        let mut query = reads::units_in_view(&who.fleet, "v_disposition_detail");
-        let groups = UnitFilter { disposition, domain: domain.clone(), ..UnitFilter::default() };
-        let counted = reads::units_counted_by_totals(&who.fleet, &groups).map(|mut q| {
-            q.push(" AND t.disposition IS NOT NULL");
-            q
-        });
-        if let Some(d) = named {
-            query.and("v.disposition = {}::disposition", d);
-        }
-        if let Some(domain) = domain {
-            query.and("v.domain = {}", domain);
-        }
+        // Without a time range the unit totals count the same units; with
+        // one, the day totals (through `throughput` by day).
+        let counted = if disposed.from.is_none() && disposed.until.is_none() {
+            let groups = UnitFilter { disposition, domain: domain.clone(), ..UnitFilter::default() };
+            reads::units_counted_by_totals(&who.fleet, &groups).map(|mut q| {
+                q.push(" AND t.disposition IS NOT NULL");
+                q
+            })
+        } else {
+            Some(aggregates::disposals_counted(&who.fleet, &disposed, named, domain.as_deref()))
+        };
+        let query = reads::dispositions(&who.fleet, &disposed, named, domain.as_deref());
         self.units_query(who, List::Dispositions, args, Listed::View(query), counted).await
     }
 

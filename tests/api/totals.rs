@@ -346,6 +346,13 @@ async fn a_fold_rewrites_only_the_totals_that_moved() {
     assert_eq!(totals, events, "the event totals still equal the events");
     let audit = work_ledger(&app, &["audit"], None);
     assert!(audit.status.success(), "{}\n{}", text(&audit.stdout), text(&audit.stderr));
+
+    // A recount leaves every total folded: the next fold has nothing to take.
+    app.sql("SELECT ledger_rebuild_totals()").await;
+    assert_eq!(app.sql_i64("SELECT count(*) FROM disposal_days WHERE NOT folded").await, 0);
+    assert_eq!(app.sql_i64("SELECT ledger_compact_totals()").await, 0, "a fold after a recount rewrote totals");
+    let (totals, units) = totals_and_units(&app).await;
+    assert_eq!(totals, units, "the recount's totals equal the units");
 }
 
 #[tokio::test]

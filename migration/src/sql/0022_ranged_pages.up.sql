@@ -1,7 +1,7 @@
 -- Reads of the ledger after years (issue 27).
 --
 -- `dispositions(disposed: {from, until})`: the page is now cut from the
--- range's disposals alone (db::reads::disposed_in and view_page), which this
+-- range's disposals alone (db::reads::dispositions and view_page), which this
 -- index gives with their creation time, and only the page's units are read
 -- from the table. Before, the view was joined to the table before paging and
 -- the planner hashed it against every unit of the fleet (4.7 s alone, 10 s

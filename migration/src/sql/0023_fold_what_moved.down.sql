@@ -1,3 +1,5 @@
+DROP FUNCTION ledger_rebuild_totals();
+ALTER FUNCTION ledger_recount_totals() RENAME TO ledger_rebuild_totals;
 -- The fold of 0020: every row of every totals table, every pass.
 CREATE OR REPLACE FUNCTION ledger_compact_totals() RETURNS bigint LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, public, pg_temp AS $$

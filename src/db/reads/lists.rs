@@ -119,31 +119,29 @@ pub fn units_in_view(fleet: &str, view: &str) -> Query {
     q
 }
 
-/// `dispositions` over a range of `disposed_at`, to be paged by
-/// [`view_page`]. The range's disposals are read first (from
-/// `work_units_disposed_at_idx` alone) and only then sorted: the fence
-/// (`OFFSET 0`) keeps the planner from walking the fleet's whole disposed
-/// history in creation order to filter it by date, which it believes cheap
-/// because it takes disposal and creation times for independent. It costs
-/// what the range holds; its `totalCount` comes from the day totals.
-pub fn disposed_in(fleet: &str, disposed: &Range, disposition: Option<&str>, domain: Option<&str>) -> Query {
-    let mut q = Query::new(
-        "SELECT v.unit_id, v.created_at FROM (SELECT d.unit_id, d.created_at FROM v_disposition_detail d WHERE d.fleet = ",
-    );
-    let p = q.bind(fleet);
-    q.push(&p);
-    q.range("d.disposed_at", disposed);
+/// `dispositions`, to be paged by [`view_page`]: the units of
+/// `v_disposition_detail`, filtered. Over a range of `disposed_at`, the
+/// range's disposals are read first (from `work_units_disposed_at_idx`
+/// alone) and only then sorted: the fence (`OFFSET 0`) keeps the planner
+/// from walking the fleet's whole disposed history in creation order to
+/// filter it by date, which it believes cheap because it takes disposal and
+/// creation times for independent. That costs what the range holds.
+pub fn dispositions(fleet: &str, disposed: &Range, disposition: Option<&str>, domain: Option<&str>) -> Query {
+    let mut q = units_in_view(fleet, "v_disposition_detail");
+    q.range("v.disposed_at", disposed);
     if let Some(disposition) = disposition {
-        q.and("d.disposition = {}::disposition", disposition.to_owned());
+        q.and("v.disposition = {}::disposition", disposition.to_owned());
     }
     if let Some(domain) = domain {
-        q.and("d.domain = {}", domain.to_owned());
+        q.and("v.domain = {}", domain.to_owned());
     }
-    q.push(" OFFSET 0) AS v WHERE true");
+    if disposed.from.is_some() || disposed.until.is_some() {
+        q = q.around("SELECT v.unit_id, v.created_at FROM (", " OFFSET 0) AS v WHERE true");
+    }
     q
 }
 
-/// One page of a view's units ([`units_in_view`], [`disposed_in`]) after
+/// One page of a view's units ([`units_in_view`], [`dispositions`]) after
 /// `cursor`, whole. The page is cut from the view alone, in the units' order
 /// (its own index), and only its units are read from the table: joined to the
 /// table before paging, the planner hashed the view against every unit of

@@ -23,7 +23,7 @@ pub use batches::{
     event_counts_of_units, events_of_units, group_by, questions_of_units, units_by_ids,
 };
 pub use lists::{
-    EventFilter, QuestionFilter, UnitFilter, counted_by_totals, disposed_in, events, events_counted_by_totals,
+    EventFilter, QuestionFilter, UnitFilter, counted_by_totals, dispositions, events, events_counted_by_totals,
     events_page, questions, questions_page, units, units_counted_by_totals, units_in_view, view_page,
 };
 pub use query::{Cursor, Query, Range};
