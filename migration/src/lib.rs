@@ -91,6 +91,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261203_000023_fold_what_moved", "0023_fold_what_moved"),
             // throughput bounds its whole buckets as dates, so that the day totals' indexes take the range.
             sql_migration!("m20261203_000024_throughput_by_date", "0024_throughput_by_date"),
+            // claimNext orders READY units by (created_at, external_ref), an order only the READY indexes give.
+            sql_migration!("m20261204_000025_claim_order", "0025_claim_order"),
         ]
     }
 }

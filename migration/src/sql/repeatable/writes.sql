@@ -180,7 +180,10 @@ $$;
 -- ---------------------------------------------------------------------------
 
 -- The unit claimNext takes, locked: stale units (expired lease) first,
--- longest expired first, then the oldest READY unit, optionally of one
+-- longest expired first, then the oldest READY unit (by registration time,
+-- then external ref: an order only the READY indexes give, so no planner
+-- estimate can send the pick through the fleet's keyset index and over
+-- every unit claimed before; migration 0025), optionally of one
 -- domain, with FOR NO KEY UPDATE SKIP LOCKED so that 64 agents claim at once
 -- without queueing on each other's rows. NO KEY UPDATE is the lock the
 -- claim's own UPDATE takes: FOR UPDATE would also conflict with the KEY
@@ -210,12 +213,12 @@ BEGIN
                AND NOT (u.attempt_count > 0 AND EXISTS (
                        SELECT 1 FROM work_unit_attempts a
                         WHERE a.id = u.current_attempt_id AND a.agent_id = p_agent AND a.outcome = 'failed'))
-             ORDER BY u.created_at, u.id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
+             ORDER BY u.created_at, u.external_ref LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
         END IF;
         IF pick.id IS NULL THEN
             SELECT * INTO pick FROM work_units u
              WHERE u.fleet = p_fleet AND u.state = 'ready'
-             ORDER BY u.created_at, u.id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
+             ORDER BY u.created_at, u.external_ref LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
         END IF;
     ELSE
         SELECT * INTO pick FROM work_units u
@@ -228,12 +231,12 @@ BEGIN
                AND NOT (u.attempt_count > 0 AND EXISTS (
                        SELECT 1 FROM work_unit_attempts a
                         WHERE a.id = u.current_attempt_id AND a.agent_id = p_agent AND a.outcome = 'failed'))
-             ORDER BY u.created_at, u.id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
+             ORDER BY u.created_at, u.external_ref LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
         END IF;
         IF pick.id IS NULL THEN
             SELECT * INTO pick FROM work_units u
              WHERE u.fleet = p_fleet AND u.state = 'ready' AND u.domain = p_domain
-             ORDER BY u.created_at, u.id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
+             ORDER BY u.created_at, u.external_ref LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
         END IF;
     END IF;
     RETURN pick;
