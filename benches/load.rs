@@ -294,11 +294,13 @@ async fn main() -> Result<(), AnyError> {
 
     // The same minimal claim as one autocommit statement: the least any claim can cost.
     eprintln!("seed claim statement...");
+    let wal_before = wal_position(&owner).await?;
     let seed_one =
         until_drained(&raw_pool, &args, "seed claim as one statement (raw SQL, 1 round trip)", "claim", "seed1", {
             |pool, agent| async move { Ok(seed::claim_statement(&pool, &agent).await?.is_some()) }
         })
         .await;
+    let seed_one_wal = wal_position(&owner).await? - wal_before;
     settle().await?;
 
     // The least a job with its records can cost: the seed's one-statement
@@ -324,6 +326,7 @@ async fn main() -> Result<(), AnyError> {
     // owner (the function runs as the writer role, under row-level
     // security), in the notification mode the service sends.
     eprintln!("raw SQL claim...");
+    let raw_wal_before = wal_position(&owner).await?;
     let raw = {
         let pool = raw_pool.clone();
         drive(args.agents, args.seconds, "project claim statement (autocommit, owner)", move |i, deadline| {
@@ -335,6 +338,7 @@ async fn main() -> Result<(), AnyError> {
         })
         .await
     };
+    let raw_wal = wal_position(&owner).await? - raw_wal_before;
     settle().await?;
 
     // The same statement notifying inside its transaction, as hand-written
@@ -588,6 +592,14 @@ async fn main() -> Result<(), AnyError> {
         pct(raw.rate(), seed_one.rate()),
         pct(raw_notify.rate(), seed_one.rate())
     );
+    // The WAL each claim wrote, page images included: both phases start
+    // right after a checkpoint (settle), as every phase does.
+    let per_claim = |bytes: i64, r: &Report| bytes as f64 / r.ops.max(1) as f64;
+    println!(
+        "WAL per claim after a checkpoint: project claim statement {:.0} bytes, seed claim as one statement {:.0} bytes",
+        per_claim(raw_wal, &raw),
+        per_claim(seed_one_wal, &seed_one)
+    );
     println!(
         "paced claim p99 at 80% of the saturated rate: {:.2} ms",
         paced.samples.first().map(|(_, s)| s.pct(0.99)).unwrap_or(0.0)
@@ -812,6 +824,12 @@ async fn lifecycle(http: &Http, token: &str, i: usize, deadline: Instant) -> Vec
 }
 
 /// Units of `fleet` with more than one `claimed` event or attempt.
+/// The server's WAL position now, as bytes since its start.
+async fn wal_position(db: &DatabaseConnection) -> Result<i64, AnyError> {
+    let row = db.query_one_raw(stmt("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint AS n", [])).await?;
+    Ok(row.map(|r| r.try_get("", "n")).transpose()?.unwrap_or(0))
+}
+
 async fn claimed_twice(db: &DatabaseConnection, fleet: &str) -> Result<i64, AnyError> {
     let row = db
         .query_one_raw(stmt(
