@@ -12,6 +12,9 @@
 //! events trigger, to measure what the marker costs; `xid-only` goes back to
 //! migration 0003's trigger (transaction id only, no batch sequence). Both
 //! break live delivery's exactness and exist only for this comparison.
+//! `WL_BENCH_IDS=random` gives units, attempts, events and questions random
+//! (version 4) ids again instead of migration 0026's time-ordered ones, to
+//! measure the WAL and time that random index pages cost.
 //!
 //! Uses DATABASE_URL when set (a scratch database is created next to it),
 //! otherwise an embedded PostgreSQL in a temporary folder. Prints a Markdown
@@ -227,6 +230,13 @@ async fn main() -> Result<(), AnyError> {
         .is_ok();
     let position = std::env::var("WL_BENCH_EVENT_POSITION").unwrap_or_else(|_| "marker".into());
     event_position_variant(&owner, &position).await?;
+    if std::env::var("WL_BENCH_IDS").is_ok_and(|ids| ids == "random") {
+        for table in ["work_units", "work_unit_attempts", "work_unit_events", "blocking_questions"] {
+            owner
+                .execute_unprepared(&format!("ALTER TABLE {table} ALTER COLUMN id SET DEFAULT gen_random_uuid()"))
+                .await?;
+        }
+    }
 
     let per_agent = args.per_agent;
     let claims_needed = args.agents * per_agent;
