@@ -428,7 +428,8 @@ async fn main() -> Result<(), AnyError> {
     // claimNext through the server: HTTP, auth, GraphQL, RLS. A fresh agent
     // (token) per claim, so every call is a new claim.
     eprintln!("claimNext over HTTP...");
-    let api = fresh_claims(&http, args.agents, args.seconds, "claimNext over HTTP", api_tokens.clone(), None).await;
+    let api =
+        fresh_claims(&http, args.agents, args.seconds, "claimNext over HTTP", api_tokens.clone(), None, None).await;
     settle().await?;
 
     // The floor of every request: HTTP, the token (cached), GraphQL, and a
@@ -457,6 +458,11 @@ async fn main() -> Result<(), AnyError> {
     // The same agents below saturation: 80% of the rate just measured.
     let offered = (api.rate() * 0.8).max(1.0);
     eprintln!("paced claimNext over HTTP at {offered:.0}/s...");
+    // Where the paced tail comes from: when each call started, and what
+    // PostgreSQL ran in the background meanwhile (autovacuum, checkpoints).
+    let paced_starts: Arc<CallStarts> = Arc::default();
+    let paced_from = Instant::now();
+    let watcher = tokio::spawn(background_work(owner.clone(), paced_from, Duration::from_secs(args.seconds)));
     let paced = fresh_claims(
         &http,
         args.agents,
@@ -464,8 +470,10 @@ async fn main() -> Result<(), AnyError> {
         &format!("claimNext over HTTP, paced at {offered:.0}/s (80%)"),
         paced_tokens,
         Some(Duration::from_secs_f64(args.agents as f64 / offered)),
+        Some(paced_starts.clone()),
     )
     .await;
+    let background = watcher.await??;
     settle().await?;
 
     // The shortest whole job: claimNext, transition(IN_PROGRESS), dispose(DROPPED); one token per agent.
@@ -502,6 +510,7 @@ async fn main() -> Result<(), AnyError> {
         args.seconds,
         &format!("claimNext over HTTP, {} agents", args.race_agents),
         race_tokens,
+        None,
         None,
     )
     .await;
@@ -614,6 +623,7 @@ async fn main() -> Result<(), AnyError> {
         "paced claim p99 at 80% of the saturated rate: {:.2} ms",
         paced.samples.first().map(|(_, s)| s.pct(0.99)).unwrap_or(0.0)
     );
+    print_paced_tail(&paced, paced_from, &paced_starts, &background);
     println!(
         "{} agents vs {}: {:.0}% of the throughput; units claimed twice: {twice}",
         args.race_agents,
@@ -669,11 +679,12 @@ async fn fresh_claims(
     name: &str,
     tokens: Arc<Vec<String>>,
     pace: Option<Duration>,
+    starts: Option<Arc<CallStarts>>,
 ) -> Report {
     let next = Arc::new(AtomicUsize::new(0));
     let http = http.clone();
     drive(agents, seconds, name, move |i, deadline| {
-        let (http, tokens, next) = (http.clone(), tokens.clone(), next.clone());
+        let (http, tokens, next, starts) = (http.clone(), tokens.clone(), next.clone(), starts.clone());
         async move {
             let mut s = Samples::default();
             let mut tick = pace.map(|pace| {
@@ -686,7 +697,13 @@ async fn fresh_claims(
                     tick.tick().await;
                 }
                 let Some(token) = tokens.get(next.fetch_add(1, Ordering::SeqCst)) else { break };
+                let started = Instant::now();
                 let resp = timed(&mut s, http.gql(token, CLAIM, json!({}))).await;
+                if let Some(starts) = &starts
+                    && let Ok(mut starts) = starts.lock()
+                {
+                    starts.push((started, started.elapsed()));
+                }
                 if resp["data"]["claimNext"].is_null() {
                     eprintln!("claimNext failed: {resp}");
                     break;
@@ -834,6 +851,72 @@ async fn lifecycle(http: &Http, token: &str, i: usize, deadline: Instant) -> Vec
 }
 
 /// Units of `fleet` with more than one `claimed` event or attempt.
+/// When each call of a phase started, and how long it took.
+type CallStarts = std::sync::Mutex<Vec<(Instant, Duration)>>;
+
+/// What PostgreSQL runs beside the requests for `length` from `from`:
+/// autovacuum workers (and what they work on) and checkpoints, sampled every
+/// 50 ms as (seconds since `from`, what).
+async fn background_work(db: DatabaseConnection, from: Instant, length: Duration) -> Result<Vec<(f64, String)>, DbErr> {
+    let mut seen = Vec::new();
+    let mut last_checkpoints: Option<i64> = None;
+    while from.elapsed() < length {
+        let rows = db
+            .query_all_raw(stmt(
+                "SELECT 'autovacuum: ' || regexp_replace(query, '^autovacuum: ', '') AS what FROM pg_stat_activity
+                  WHERE backend_type = 'autovacuum worker' AND query <> ''
+                 UNION ALL
+                 SELECT 'checkpoints so far: ' || (checkpoints_timed + checkpoints_req) FROM pg_stat_bgwriter",
+                [],
+            ))
+            .await?;
+        let at = from.elapsed().as_secs_f64();
+        for row in rows {
+            let what: String = row.try_get("", "what")?;
+            if let Some(n) = what.strip_prefix("checkpoints so far: ").and_then(|n| n.parse::<i64>().ok()) {
+                if last_checkpoints.is_some_and(|last| last != n) {
+                    seen.push((at, "a checkpoint ended".to_owned()));
+                }
+                last_checkpoints = Some(n);
+            } else {
+                seen.push((at, what));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(seen)
+}
+
+/// The paced phase's slowest 1% by when they started (250 ms windows), and
+/// the background work seen in those windows: a tail in a few windows is a
+/// stall, one spread over the run is queueing.
+fn print_paced_tail(paced: &Report, from: Instant, starts: &CallStarts, background: &[(f64, String)]) {
+    let Some((_, samples)) = paced.samples.first() else { return };
+    let p99 = Duration::from_secs_f64(samples.pct(0.99) / 1000.0);
+    let Ok(starts) = starts.lock() else { return };
+    let mut windows = std::collections::BTreeMap::<u64, (usize, Duration)>::new();
+    for (start, took) in starts.iter().filter(|(_, took)| *took >= p99) {
+        let window = (start.duration_since(from).as_secs_f64() / 0.25) as u64;
+        let entry = windows.entry(window).or_default();
+        entry.0 += 1;
+        entry.1 = entry.1.max(*took);
+    }
+    let slow: usize = windows.values().map(|(n, _)| n).sum();
+    println!("paced tail: {slow} calls at or over p99, started in {} windows of 250 ms:", windows.len());
+    for (window, (n, worst)) in &windows {
+        let (lo, hi) = (*window as f64 * 0.25, (*window + 1) as f64 * 0.25);
+        let mut what: Vec<&str> =
+            background.iter().filter(|(at, _)| *at >= lo - 0.25 && *at < hi).map(|(_, what)| what.as_str()).collect();
+        what.sort_unstable();
+        what.dedup();
+        println!(
+            "  {lo:>5.2}-{hi:.2} s: {n} calls, worst {:.1} ms; background: {}",
+            worst.as_secs_f64() * 1000.0,
+            if what.is_empty() { "none seen".to_owned() } else { what.join("; ") }
+        );
+    }
+}
+
 /// The server's WAL position now, as bytes since its start.
 async fn wal_position(db: &DatabaseConnection) -> Result<i64, AnyError> {
     let row = db.query_one_raw(stmt("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint AS n", [])).await?;

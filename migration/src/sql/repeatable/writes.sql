@@ -181,9 +181,9 @@ $$;
 
 -- The unit claimNext takes, locked: stale units (expired lease) first,
 -- longest expired first, then the oldest READY unit (by registration time,
--- then external ref: an order only the READY indexes give, so no planner
--- estimate can send the pick through the fleet's keyset index and over
--- every unit claimed before; migration 0025), optionally of one
+-- then external ref: an order only the pick's own READY indexes give, so no
+-- planner estimate can send the pick through the fleet's keyset index and
+-- over every unit claimed before; migration 0025), optionally of one
 -- domain, with FOR NO KEY UPDATE SKIP LOCKED so that 64 agents claim at once
 -- without queueing on each other's rows. NO KEY UPDATE is the lock the
 -- claim's own UPDATE takes: FOR UPDATE would also conflict with the KEY
