@@ -9,8 +9,7 @@
 -- change) makes the two look alike to the planner, which then took the
 -- keyset index: a claimed unit stays in it, live, in the same place, so
 -- every pick stepped over each unit claimed before it (one claim 3.3 ms
--- after 16,000 claims, 1.1 ms through the READY index; the bench's claim
--- phases paid it on every call).
+-- after 16,000 claims, 1.1 ms through the READY index).
 --
 -- The pick now orders by (created_at, external_ref), which only these two
 -- READY indexes give: the keyset index would need a sort, so no statistics

@@ -9,9 +9,8 @@
 -- the WAL, so a claim wrote 18-19 KB of WAL (85% of it page images of
 -- those leaves) against the seed claim's 6 KB; ids in creation order keep
 -- a fleet's new entries on a few pages: 6.2-6.5 KB per claim, measured
--- with pg_waldump (docs/BENCHMARKS.md). The same locality keeps a big
--- ledger's hot index pages in memory (recent units are claimed, not old
--- ones).
+-- with pg_waldump (docs/BENCHMARKS.md). New rows' entries also stay
+-- together in the buffer cache instead of spread over every leaf.
 --
 -- Still 74 random bits per id: an id is no easier to guess. Ids already
 -- written stay as they are; order by id is never a meaning (pages order by
