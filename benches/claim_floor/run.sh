@@ -32,6 +32,8 @@ sed -n '/const SCHEMA: &str = "/,/";/p' "$peers" | sed '1s/.*const SCHEMA: &str 
     | sed 's/.*"WITH pick/WITH pick/; s/SELECT unit_id FROM attempt",/SELECT unit_id FROM attempt;/' \
     | sed "s/\\\$1/'agent-' || :a/g"
 } > /tmp/wl_claim_floor_seed.sql
+grep -q 'SKIP LOCKED' /tmp/wl_claim_floor_seed.sql && grep -q 'CREATE TABLE seed.events' <(sed -n '/const SCHEMA/,/";/p' "$peers") \
+  || { echo "error: the seed's schema or claim_statement moved in $peers; update the extraction here" >&2; exit 1; }
 units=$(( (rounds + 1) * 9 * 4000 * seconds ))
 psql "$url" -q \
   -c "INSERT INTO seed.units (external_ref) SELECT 'unit-' || g FROM generate_series(1, $units) g" \
