@@ -95,6 +95,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261204_000025_claim_order", "0025_claim_order"),
             // Ids in time order (UUID version 7): a claim's index entries on a few pages, a third of the WAL.
             sql_migration!("m20261204_000026_time_ordered_ids", "0026_time_ordered_ids"),
+            // Row-level security looks up the fleet once per statement (a sub-select), not once per row.
+            sql_migration!("m20261205_000027_fleet_lookup_once", "0027_fleet_lookup_once"),
         ]
     }
 }

@@ -265,3 +265,79 @@ async fn the_grafana_reader_role_sees_its_fleet_and_nothing_else() {
     assert!(err.contains("permission denied"), "{err}");
     reader.close().await.expect("close");
 }
+
+/// Row-level security evaluates a fleet lookup in a policy for every row a
+/// scan reads unless the lookup is a sub-select (run once per statement): a
+/// reader login's panel over 7,300 day totals spent 15 of its 17 ms calling
+/// `reader_fleet()` (issue 27). Counted here by PostgreSQL's own function
+/// statistics, on scans forced to read every row.
+#[tokio::test]
+async fn a_reader_login_looks_up_its_fleet_once_per_statement_not_per_row() {
+    use sea_orm::{ConnectionTrait, TransactionTrait};
+    let app = spawn_app().await;
+    fixture(&app).await;
+    app.sql("INSERT INTO work_units (fleet, external_ref) SELECT 'f', 'bulk-' || g FROM generate_series(1, 300) g")
+        .await;
+    app.sql("INSERT INTO work_units (fleet, external_ref) SELECT 'g', 'bulk-' || g FROM generate_series(1, 300) g")
+        .await;
+    let role = format!("grafana_t{}", uuid::Uuid::new_v4().simple());
+    work_ledger::db::reader_logins::create(&app.owner, &role, "f", "s3cret").await.expect("create reader");
+    app.sql(&format!("ALTER ROLE {role} SET track_functions = 'all'")).await;
+    let mut url = url::Url::parse(&app.db_url).expect("url");
+    url.set_username(&role).expect("user");
+    url.set_password(Some("s3cret")).expect("password");
+    let reader = work_ledger::db::connect(url.as_str(), 1).await.expect("reader connects");
+
+    let tx = reader.begin().await.expect("begin");
+    tx.execute_unprepared(
+        "SET LOCAL enable_indexscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_indexonlyscan = off",
+    )
+    .await
+    .expect("scans");
+    let calls = "SELECT coalesce((SELECT calls FROM pg_stat_xact_user_functions WHERE funcname = 'reader_fleet'), 0)";
+    for (table, rows) in [("work_units", 310), ("unit_totals", 1), ("work_unit_events", 1)] {
+        let before = number(&tx, calls).await;
+        let seen = number(&tx, &format!("SELECT count(*) FROM {table}")).await;
+        let after = number(&tx, calls).await;
+        assert!(seen >= rows, "{table}: the reader sees its fleet's {seen} rows");
+        assert!(
+            after - before <= 1,
+            "{table}: reader_fleet() ran {} times for one statement over {seen} rows",
+            after - before
+        );
+    }
+    // Still only its own fleet.
+    assert_eq!(number(&tx, "SELECT count(*) FROM work_units WHERE fleet <> 'f'").await, 0);
+    tx.rollback().await.expect("rollback");
+    reader.close().await.expect("close");
+}
+
+/// The first column of the one row `sql` returns, as a number.
+async fn number(db: &impl sea_orm::ConnectionTrait, sql: &str) -> i64 {
+    let row = db
+        .query_one_raw(sea_orm::Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            format!("SELECT ({sql})::bigint AS n"),
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    row.expect("a row").try_get::<i64>("", "n").expect("n")
+}
+
+/// Every policy's fleet lookup is a sub-select or an inline expression, never
+/// a function called per row; a new table's policy written the old way fails here.
+#[tokio::test]
+async fn no_row_level_security_policy_calls_a_fleet_function_per_row() {
+    let app = spawn_app().await;
+    // A sub-select prints as `( SELECT reader_fleet() AS reader_fleet)`.
+    let per_row = app
+        .sql_json(
+            r"SELECT polrelid::regclass::text || '.' || polname AS policy FROM pg_policy
+               WHERE regexp_replace(concat_ws(' ', pg_get_expr(polqual, polrelid), pg_get_expr(polwithcheck, polrelid)),
+                                    '\(\s*SELECT (current_fleet|reader_fleet)\(\) AS \w+\)', '', 'g')
+                     ~ '(current_fleet|reader_fleet)\('
+               ORDER BY 1",
+        )
+        .await;
+    assert_eq!(per_row, Vec::<Value>::new(), "policies that call a fleet function on every row");
+}
