@@ -24,7 +24,7 @@ PGOPTIONS="-c client_min_messages=warning" psql "$server" -qc "DROP DATABASE IF 
 DATABASE_URL="$url" "$bin" migrate > /dev/null 2>&1
 # The seed's schema and one-statement claim, taken from the load bench's peer (one copy).
 peers=../peers/mod.rs
-sed -n '/const SCHEMA: &str = "/,/";/p' "$peers" | sed '1s/.*const SCHEMA: &str = "//; $s/";$//' | psql "$url" -q
+schema=$(sed -n '/const SCHEMA: &str = "/,/";/p' "$peers" | sed '1s/.*const SCHEMA: &str = "//; $s/";$//')
 {
   echo '\set a random(1, 1000000000)'
   sed -n '/pub async fn claim_statement/,/^    }/p' "$peers" \
@@ -32,8 +32,9 @@ sed -n '/const SCHEMA: &str = "/,/";/p' "$peers" | sed '1s/.*const SCHEMA: &str 
     | sed 's/.*"WITH pick/WITH pick/; s/SELECT unit_id FROM attempt",/SELECT unit_id FROM attempt;/' \
     | sed "s/\\\$1/'agent-' || :a/g"
 } > /tmp/wl_claim_floor_seed.sql
-grep -q 'SKIP LOCKED' /tmp/wl_claim_floor_seed.sql && grep -q 'CREATE TABLE seed.events' <(sed -n '/const SCHEMA/,/";/p' "$peers") \
+grep -q 'SKIP LOCKED' /tmp/wl_claim_floor_seed.sql && grep -q 'CREATE TABLE seed.events' <<< "$schema" \
   || { echo "error: the seed's schema or claim_statement moved in $peers; update the extraction here" >&2; exit 1; }
+psql "$url" -q <<< "$schema"
 units=$(( (rounds + 1) * 9 * 4000 * seconds ))
 psql "$url" -q \
   -c "INSERT INTO seed.units (external_ref) SELECT 'unit-' || g FROM generate_series(1, $units) g" \
@@ -72,14 +73,19 @@ marker() { psql "$url" -qc "ALTER TABLE work_unit_events $1 TRIGGER work_unit_ev
 read_indexes="'work_units_cost_idx', 'work_units_keyset_idx', 'work_units_rework_idx',
               'work_unit_attempts_agent_started_idx', 'work_unit_events_keyset_idx', 'work_unit_events_unit_idx'"
 
+# pgbench over `script` for `seconds`, in the service's notification mode; its output only on failure.
+bench() {
+  PGOPTIONS="-c work_ledger.notify=after-commit" \
+    pgbench -n -M prepared -c "$clients" -j 2 -T "$1" -f "$2" "$url" > /tmp/wl_claim_floor.out 2>&1 \
+    || { cat /tmp/wl_claim_floor.out; exit 1; }
+}
+
 declare -A seed_rate
 run() { # label script attempts-table
   local label=$1 script=$2 table=$3 before after r
   psql "$url" -q -c "VACUUM" -c "CHECKPOINT"
   before=$(psql "$url" -qAt -c "SELECT count(*) FROM $table")
-  PGOPTIONS="-c work_ledger.notify=after-commit" \
-    pgbench -n -M prepared -c "$clients" -j 2 -T "$seconds" -f "$script" "$url" > /tmp/wl_claim_floor.out 2>&1 \
-    || { cat /tmp/wl_claim_floor.out; exit 1; }
+  bench "$seconds" "$script"
   after=$(psql "$url" -qAt -c "SELECT count(*) FROM $table")
   r=$(( (after - before) / seconds ))
   if [ "$label" = seed ]; then
@@ -96,7 +102,7 @@ run() { # label script attempts-table
 
 # Warm-up, not reported: every variant once for a second (plans, caches).
 for script in /tmp/wl_claim_floor_seed.sql ledger_claim.sql least_claim.sql; do
-  PGOPTIONS="-c work_ledger.notify=after-commit" pgbench -n -M prepared -c "$clients" -j 2 -T 2 -f "$script" "$url" > /dev/null 2>&1
+  bench 2 "$script"
 done
 
 printf '| round | claim | claims/s | of the seed |\n| --- | --- | ---: | ---: |\n'

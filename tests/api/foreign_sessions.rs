@@ -19,16 +19,6 @@ use crate::ws_client::Ws;
 const EVENTS: &str = "subscription($after: String, $types: [EventType!]) {
     ledgerEvents(after: $after, types: $types) { id eventType unit { externalRef } } }";
 
-/// A `work-ledger reader create` login of fleet `fleet`: its URL.
-async fn reader_login(app: &TestApp, fleet: &str) -> String {
-    let role = format!("grafana_t{}", uuid::Uuid::new_v4().simple());
-    db::reader_logins::create(&app.owner, &role, fleet, "s3cret").await.expect("create reader");
-    let mut url = url::Url::parse(&app.db_url).expect("url");
-    url.set_username(&role).expect("user");
-    url.set_password(Some("s3cret")).expect("password");
-    url.to_string()
-}
-
 /// The marker key space of the event writers (migration 0004): the key of floor `n`.
 fn marker(n: i64) -> i64 {
     (0x776c_i64 << 48) | n
@@ -43,7 +33,8 @@ async fn a_reader_logins_advisory_locks_block_no_write() {
     let app = spawn_app().await;
     let op = app.token("f", "op", Role::Operator).await;
     app.register(&op, &["a", "b"]).await;
-    let reader: DatabaseConnection = db::connect(&reader_login(&app, "other").await, 1).await.expect("reader connects");
+    let reader: DatabaseConnection =
+        db::connect(app.reader_login("other").await.as_str(), 1).await.expect("reader connects");
     // Exclusively, every key the next writers could ask for, and some below.
     let next = last_batch(&app).await;
     let keys: Vec<String> = ((next - 3).max(1)..next + 20).map(|n| marker(n).to_string()).collect();
@@ -78,7 +69,8 @@ async fn a_reader_logins_idle_marker_lock_holds_no_delivery_back() {
     assert_eq!(first["ledgerEvents"]["unit"]["externalRef"], "before");
 
     // Idle (no transaction), holding the lowest marker key shared.
-    let reader: DatabaseConnection = db::connect(&reader_login(&app, "other").await, 1).await.expect("reader connects");
+    let reader: DatabaseConnection =
+        db::connect(app.reader_login("other").await.as_str(), 1).await.expect("reader connects");
     reader.execute_unprepared(&format!("SELECT pg_advisory_lock_shared({})", marker(0))).await.expect("lock");
     app.register(&op, &["while-held"]).await;
     let event = tokio::time::timeout(Duration::from_secs(5), ws.next_data())
@@ -94,7 +86,7 @@ async fn a_reader_logins_idle_marker_lock_holds_no_delivery_back() {
 #[tokio::test]
 async fn notifications_do_not_say_which_fleet_is_busy() {
     let app = spawn_app().await;
-    let mut listener = PgListener::connect(&reader_login(&app, "other").await).await.expect("connect");
+    let mut listener = PgListener::connect(app.reader_login("other").await.as_str()).await.expect("connect");
     listener.listen("work_ledger_events").await.expect("listen");
     let op = app.token("busy", "op", Role::Operator).await;
     // One write at a time, each heard before the next.

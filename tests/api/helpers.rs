@@ -321,6 +321,17 @@ impl TestApp {
         value.as_i64().unwrap_or_else(|| panic!("not an integer from {sql}: {value}"))
     }
 
+    /// A new `work-ledger reader create` login of fleet `fleet` (password
+    /// `s3cret`): its connection URL, the role's name as the user.
+    pub async fn reader_login(&self, fleet: &str) -> url::Url {
+        let role = format!("grafana_t{}", uuid::Uuid::new_v4().simple());
+        db::reader_logins::create(&self.owner, &role, fleet, "s3cret").await.expect("create reader");
+        let mut url = url::Url::parse(&self.db_url).expect("url");
+        url.set_username(&role).expect("user");
+        url.set_password(Some("s3cret")).expect("password");
+        url
+    }
+
     pub async fn register(&self, token: &str, refs: &[&str]) -> Vec<Value> {
         let units: Vec<Value> = refs.iter().map(|r| json!({ "externalRef": r })).collect();
         let resp = self

@@ -329,11 +329,7 @@ async fn notifications_until(listener: &mut PgListener, channels: &[&str], senti
 #[tokio::test]
 async fn a_reader_of_another_fleet_learns_nothing_from_notifications_and_forgeries_change_nothing() {
     let app = spawn_app().await;
-    let role = format!("grafana_t{}", uuid::Uuid::new_v4().simple());
-    db::reader_logins::create(&app.owner, &role, "fleet-b", "s3cret").await.expect("create reader");
-    let mut url = url::Url::parse(&app.db_url).expect("url");
-    url.set_username(&role).expect("user");
-    url.set_password(Some("s3cret")).expect("password");
+    let url = app.reader_login("fleet-b").await;
     let channels = ["work_ledger_events", "work_ledger_tokens", "work_ledger_ping"];
     let mut listener = PgListener::connect(url.as_str()).await.expect("the reader connects");
     listener.listen_all(channels).await.expect("LISTEN is open to every role");
@@ -410,11 +406,7 @@ async fn reader_logins_and_the_service_run_with_timeouts_and_the_queue_is_watche
     let mut config = test_config();
     config.live.listener.health_interval = Duration::from_millis(100);
     let app = spawn_app_with(config).await;
-    let role = format!("grafana_t{}", uuid::Uuid::new_v4().simple());
-    db::reader_logins::create(&app.owner, &role, "f", "s3cret").await.expect("create reader");
-    let mut url = url::Url::parse(&app.db_url).expect("url");
-    url.set_username(&role).expect("user");
-    url.set_password(Some("s3cret")).expect("password");
+    let url = app.reader_login("f").await;
     let show = |pool: sea_orm::DatabaseConnection| async move {
         let mut values = Vec::new();
         for setting in ["statement_timeout", "idle_in_transaction_session_timeout"] {

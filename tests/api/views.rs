@@ -201,11 +201,7 @@ async fn the_grafana_reader_role_sees_its_fleet_and_nothing_else() {
     let other = Agent::new(&app, "other", "op", Role::Operator).await;
     app.register(&other.token, &["secret-unit"]).await;
 
-    let role = format!("grafana_t{}", uuid::Uuid::new_v4().simple());
-    work_ledger::db::reader_logins::create(&app.owner, &role, "f", "s3cret").await.expect("create reader");
-    let mut url = url::Url::parse(&app.db_url).expect("url");
-    url.set_username(&role).expect("user");
-    url.set_password(Some("s3cret")).expect("password");
+    let url = app.reader_login("f").await;
     let reader = work_ledger::db::connect(url.as_str(), 1).await.expect("reader connects");
     let q = |sql: String| {
         let reader = reader.clone();
@@ -280,12 +276,8 @@ async fn a_reader_login_looks_up_its_fleet_once_per_statement_not_per_row() {
         .await;
     app.sql("INSERT INTO work_units (fleet, external_ref) SELECT 'g', 'bulk-' || g FROM generate_series(1, 300) g")
         .await;
-    let role = format!("grafana_t{}", uuid::Uuid::new_v4().simple());
-    work_ledger::db::reader_logins::create(&app.owner, &role, "f", "s3cret").await.expect("create reader");
-    app.sql(&format!("ALTER ROLE {role} SET track_functions = 'all'")).await;
-    let mut url = url::Url::parse(&app.db_url).expect("url");
-    url.set_username(&role).expect("user");
-    url.set_password(Some("s3cret")).expect("password");
+    let url = app.reader_login("f").await;
+    app.sql(&format!("ALTER ROLE {} SET track_functions = 'all'", url.username())).await;
     let reader = work_ledger::db::connect(url.as_str(), 1).await.expect("reader connects");
 
     let tx = reader.begin().await.expect("begin");

@@ -17,21 +17,17 @@
 DO $$
 DECLARE
     p record;
-    qual text;
-    checked text;
+    once constant text := '(SELECT \1())';
 BEGIN
     FOR p IN SELECT c.relname, pol.polname, pg_get_expr(pol.polqual, pol.polrelid) AS q,
                     pg_get_expr(pol.polwithcheck, pol.polrelid) AS w
                FROM pg_policy pol JOIN pg_class c ON c.oid = pol.polrelid
               WHERE pg_get_expr(pol.polqual, pol.polrelid) IN ('(fleet = current_fleet())', '(fleet = reader_fleet())')
     LOOP
-        qual := replace(replace(p.q, 'current_fleet()', '(SELECT current_fleet())'), 'reader_fleet()', '(SELECT reader_fleet())');
-        IF p.w IS NULL THEN
-            EXECUTE format('ALTER POLICY %I ON %I USING %s', p.polname, p.relname, qual);
-        ELSE
-            checked := replace(p.w, 'current_fleet()', '(SELECT current_fleet())');
-            EXECUTE format('ALTER POLICY %I ON %I USING %s WITH CHECK %s', p.polname, p.relname, qual, checked);
-        END IF;
+        EXECUTE format('ALTER POLICY %I ON %I USING %s%s', p.polname, p.relname,
+                       regexp_replace(p.q, '(current_fleet|reader_fleet)\(\)', once, 'g'),
+                       CASE WHEN p.w IS NULL THEN ''
+                            ELSE ' WITH CHECK ' || regexp_replace(p.w, '(current_fleet|reader_fleet)\(\)', once, 'g') END);
     END LOOP;
 END
 $$;
