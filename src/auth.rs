@@ -221,15 +221,25 @@ pub fn expired(at: DateTime<Utc>) -> String {
 
 /// Records tokens' last use (`api_tokens.last_used_at`) off the requests'
 /// path: a call that is due (the lookup found the last record older than a
-/// minute) is spawned and nobody waits for it, and the process sends at
+/// minute) is queued and nobody waits for it, and the process sends at
 /// most one a minute per token (a burst of requests of one token would
-/// otherwise each send one before the first commits). The database keeps it
-/// to one write a minute across replicas (`ledger_token_touch`). One per
-/// [`crate::ledger::Ledger`].
+/// otherwise each send one before the first commits). One sender at a time
+/// writes everything queued in one statement, so that a thousand tokens
+/// connecting at once (a fleet's reconnect) cost a few commits, not a
+/// thousand. The database keeps it to one write a minute across replicas
+/// (`ledger_token_touch`). One per [`crate::ledger::Ledger`].
 #[derive(Debug, Default)]
 pub struct LastUse {
     /// When this process last sent a token's record.
     sent: Arc<Mutex<HashMap<Uuid, Instant>>>,
+    /// Records due and not sent yet, and whether a sender is running.
+    queue: Arc<Mutex<Queued>>,
+}
+
+#[derive(Debug, Default)]
+struct Queued {
+    due: Vec<Uuid>,
+    sending: bool,
 }
 
 impl LastUse {
@@ -237,6 +247,8 @@ impl LastUse {
     const EVERY: Duration = Duration::from_secs(60);
     /// Tokens remembered before the ones sent over a minute ago are forgotten.
     const REMEMBERED: usize = 4096;
+    /// Records per statement.
+    const BATCH: usize = 1000;
 
     /// Records a use of `token` in the background, unless this process did
     /// within the minute. A failure is logged: it costs only the record.
@@ -244,16 +256,32 @@ impl LastUse {
         if !self.admit(token, Instant::now()) {
             return;
         }
-        let db = db.clone();
-        let sent = self.sent.clone();
+        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        queue.due.push(token);
+        if std::mem::replace(&mut queue.sending, true) {
+            return;
+        }
+        drop(queue);
+        let (db, sent, queue) = (db.clone(), self.sent.clone(), self.queue.clone());
         tokio::spawn(async move {
-            match db::tokens::touch(&db, token).await {
-                Ok(Some(_)) => {}
-                // The row was busy: the next request of this token tries again.
-                Ok(None) => {
-                    sent.lock().unwrap_or_else(|e| e.into_inner()).remove(&token);
+            loop {
+                let due: Vec<Uuid> = {
+                    let mut queue = queue.lock().unwrap_or_else(|e| e.into_inner());
+                    if queue.due.is_empty() {
+                        queue.sending = false;
+                        return;
+                    }
+                    let n = queue.due.len().min(Self::BATCH);
+                    queue.due.drain(..n).collect()
+                };
+                match db::tokens::touch_all(&db, due).await {
+                    // A busy row: the next request of that token tries again.
+                    Ok(touched) => {
+                        let mut sent = sent.lock().unwrap_or_else(|e| e.into_inner());
+                        touched.iter().filter(|(_, t)| t.is_none()).for_each(|(id, _)| _ = sent.remove(id));
+                    }
+                    Err(err) => tracing::warn!(error = %err, "cannot record the tokens' last use"),
                 }
-                Err(err) => tracing::warn!(%token, error = %err, "cannot record the token's last use"),
             }
         });
     }

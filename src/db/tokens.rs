@@ -64,15 +64,18 @@ pub async fn authenticate(db: &impl ConnectionTrait, hash: &[u8; 32]) -> Result<
     })))
 }
 
-/// Records a use of the token now, unless one was recorded within the
-/// minute: `Some(true)` when it wrote, `Some(false)` when nothing was due,
-/// `None` when another write held the token's row (nothing waited).
-pub async fn touch(db: &impl ConnectionTrait, id: Uuid) -> Result<Option<bool>, DbErr> {
-    let row = db
-        .query_one_raw(stmt("SELECT ledger_token_touch($1) AS touched", [id.into()]))
-        .await?
-        .ok_or_else(|| DbErr::RecordNotFound("ledger_token_touch".into()))?;
-    row.try_get("", "touched")
+/// Records a use of each token now, unless one was recorded within the
+/// minute, in one statement: per token `Some(true)` when it wrote,
+/// `Some(false)` when nothing was due, `None` when another write held the
+/// token's row (nothing waited).
+pub async fn touch_all(db: &impl ConnectionTrait, ids: Vec<Uuid>) -> Result<Vec<(Uuid, Option<bool>)>, DbErr> {
+    let rows = db
+        .query_all_raw(stmt(
+            "SELECT ledger_token_touch(i.id) AS touched, i.id FROM unnest($1::uuid[]) AS i(id)",
+            [ids.into()],
+        ))
+        .await?;
+    rows.iter().map(|r| Ok((r.try_get("", "id")?, r.try_get("", "touched")?))).collect()
 }
 
 /// When a new token stops working.

@@ -28,6 +28,7 @@ use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use async_graphql::dataloader::{DataLoader, Loader};
 use sea_orm::{DatabaseConnection, DbErr, SqlxPostgresConnector};
 use tokio::sync::{Notify, broadcast, watch};
 use tokio_util::sync::CancellationToken;
@@ -102,7 +103,51 @@ struct Inner {
     /// Rows a subscription payload needs, read once per event ([`memo`]).
     questions: memo::Memo<(String, Uuid), Option<question::Model>>,
     attempts: memo::Memo<(String, Uuid), Option<attempt::Model>>,
+    /// Subscriptions' token checks, asked together ([`Live::token_dead`]).
+    token_checks: DataLoader<TokenChecks>,
+    /// Subscriptions' starting points, read together ([`Live::start_now`]).
+    starts: DataLoader<Starts>,
     stop: CancellationToken,
+}
+
+/// "Now" in the event log for many subscriptions starting at once, from one
+/// read on the request pool. A starting point (the delivery watermark and a
+/// snapshot, [`crate::db::events::start`]) reads no fleet's rows, so one read
+/// serves every fleet of the batch; the batch is read after each of its
+/// subscriptions joined its fleet's broadcast, which is all a start needs
+/// ([`tail`]). No cache: a later subscription gets a later read.
+struct Starts {
+    requests: DatabaseConnection,
+    users: Arc<AtomicI64>,
+}
+
+impl Loader<String> for Starts {
+    type Value = db::events::Start;
+    type Error = Arc<DbErr>;
+
+    async fn load(&self, fleets: &[String]) -> Result<HashMap<String, Self::Value>, Self::Error> {
+        let Some(fleet) = fleets.first() else { return Ok(HashMap::new()) };
+        let start = db::in_fleet_counted::<_, DbErr, _>(&self.requests, Some(&self.users), fleet, |tx| {
+            Box::pin(async move { db::events::start(tx).await })
+        })
+        .await
+        .map_err(Arc::new)?;
+        Ok(fleets.iter().map(|f| (f.clone(), start.clone())).collect())
+    }
+}
+
+/// Which of many tokens no longer work, in one statement on the live pool:
+/// a reconnect storm of 10,000 subscriptions asks a few times, not 10,000.
+/// No cache: each batch is read after every check in it was asked.
+struct TokenChecks(DatabaseConnection);
+
+impl Loader<Uuid> for TokenChecks {
+    type Value = db::tokens::Dead;
+    type Error = Arc<DbErr>;
+
+    async fn load(&self, keys: &[Uuid]) -> Result<HashMap<Uuid, Self::Value>, Self::Error> {
+        Ok(db::tokens::dead_among(&self.0, keys.to_vec()).await.map_err(Arc::new)?.into_iter().collect())
+    }
 }
 
 /// Past this share of the notification queue, the listener warns: once the
@@ -139,6 +184,12 @@ impl Live {
             waiting,
             questions: memo::Memo::default(),
             attempts: memo::Memo::default(),
+            token_checks: DataLoader::new(TokenChecks(db.clone()), tokio::spawn).max_batch_size(1000),
+            starts: DataLoader::new(
+                Starts { requests: ledger.db().clone(), users: ledger.metrics().pool_users.clone() },
+                tokio::spawn,
+            )
+            .max_batch_size(1000),
             listening: watch::channel(false).0,
             connects: watch::channel(0).0,
             revoked: broadcast::channel(256).0,
@@ -329,8 +380,16 @@ impl Live {
     /// subscription asks once its tail has its starting point, before it
     /// sends anything, so that a revocation takes effect on the next request
     /// (SPEC §8) and not only when its notice arrives.
+    /// Checks asked at once share one statement.
     pub async fn token_dead(&self, token: Uuid) -> Result<Option<db::tokens::Dead>, DbErr> {
-        Ok(db::tokens::dead_among(&self.0.db, vec![token]).await?.pop().map(|(_, dead)| dead))
+        self.0.token_checks.load_one(token).await.map_err(unshare)
+    }
+
+    /// Where the event log is now, for a subscription of `fleet` that has
+    /// joined its fleet's broadcast; starts asked at once share one read.
+    pub async fn start_now(&self, fleet: &str) -> Result<db::events::Start, DbErr> {
+        let start = self.0.starts.load_one(fleet.to_owned()).await.map_err(unshare)?;
+        start.ok_or_else(|| DbErr::RecordNotFound("the event log's starting point".into()))
     }
 
     /// Closes the connections of every tracked token that was revoked,
@@ -370,6 +429,19 @@ impl Live {
         self.0.feeds.wake_all();
         self.check_tokens().await;
     }
+}
+
+/// The error of a batch every one of its callers got: the error itself for
+/// the last, one the service classifies alike for the others (no database
+/// text reaches a client either way).
+fn unshare(shared: Arc<DbErr>) -> DbErr {
+    Arc::try_unwrap(shared).unwrap_or_else(|err| {
+        if db::is_unavailable(&err) {
+            DbErr::ConnectionAcquire(sea_orm::error::ConnAcquireErr::Timeout)
+        } else {
+            DbErr::Custom("a shared read failed".into())
+        }
+    })
 }
 
 /// A WebSocket connection's token, counted while the connection is open.

@@ -42,8 +42,9 @@ pub struct Tail {
 impl Tail {
     /// Starts with what commits after this call.
     pub async fn from_now(live: &Live, ledger: &Ledger, who: &Principal) -> Result<Self, LedgerError> {
+        who.require(crate::auth::Permission::LedgerRead)?;
         let (feed, receiver) = join(live, who);
-        let start = ledger.read(who, |tx| Box::pin(async move { Ok(events::start(tx).await?) })).await?;
+        let start = live.start_now(&who.fleet).await?;
         Ok(Self::new(ledger, who, feed, receiver, start.position(), Some(start)))
     }
 

@@ -203,6 +203,30 @@ async fn last_use_is_recorded_off_the_request_s_path_at_most_once_a_minute() {
     wait_until(&app, "agent-1", &format!("last_used_at > '{}'", moved.as_str().expect("moved"))).await;
 }
 
+#[tokio::test]
+async fn tokens_used_at_once_have_their_last_use_recorded_together_in_few_transactions() {
+    let app = spawn_app().await;
+    const TOKENS: usize = 64;
+    let mut tokens = Vec::new();
+    for i in 0..TOKENS {
+        tokens.push(app.token("f", &format!("burst-{i}"), Role::Agent).await);
+    }
+    // A reconnect storm in small: every token's first request at once.
+    futures::future::join_all(tokens.iter().map(|t| me(&app, t))).await.iter().for_each(|r| _ = r.data());
+    let recorded =
+        "SELECT count(*) FILTER (WHERE last_used_at IS NOT NULL) AS n FROM api_tokens WHERE name LIKE 'burst-%'";
+    let deadline = std::time::Instant::now() + GUARD;
+    while app.sql_json(recorded).await != vec![json!({ "n": TOKENS })] {
+        assert!(std::time::Instant::now() < deadline, "every use recorded within the guard");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // An UPDATE stamps the row with its transaction's id (xmin): one
+    // transaction per token would leave 64 of them.
+    let writers = "SELECT count(DISTINCT xmin::text) AS n FROM api_tokens WHERE name LIKE 'burst-%'";
+    let n = app.sql_json(writers).await[0]["n"].as_i64().expect("a count");
+    assert!(n <= (TOKENS / 4) as i64, "{n} transactions recorded the last use of {TOKENS} tokens");
+}
+
 /// `token list`'s row of the token named `name`, split into its columns.
 fn row<'a>(list: &'a str, name: &str) -> Vec<&'a str> {
     let row = list.lines().find(|l| l.split_whitespace().nth(2) == Some(name));
