@@ -177,6 +177,60 @@ async fn an_event_committed_before_a_new_feeds_first_read_is_not_skipped() {
     assert_eq!(tag(&prompt_event(&mut ws, "the event before the feed's first read").await), "in-between");
 }
 
+/// Subscriptions that start at once share one read of their starting point
+/// and one token re-check (`Live::start_now`, `Live::token_dead`), across
+/// fleets: each still skips what committed before it began, and from its
+/// first event on misses nothing and repeats nothing.
+#[tokio::test]
+async fn subscriptions_started_at_once_each_skip_the_past_and_then_miss_nothing() {
+    let app = spawn_app().await;
+    let mut units = Vec::new();
+    let mut readers = Vec::new();
+    for fleet in ["f", "g"] {
+        let op = app.token(fleet, "op", Role::Operator).await;
+        let unit = app.register(&op, &["many"]).await[0]["id"].as_str().expect("id").to_owned();
+        // A subscription that started earlier: a start kept from it would
+        // hand the later ones "before".
+        let early = app.token(fleet, "early", Role::Reader).await;
+        let mut early = Ws::subscription(&app, &early, EVENTS, json!({ "unit": unit })).await;
+        // Written until it arrives: the subscription is live once it does.
+        let deadline = std::time::Instant::now() + PROMPT;
+        loop {
+            app.sql(&insert_event(&unit, "before").replace("'f'", &format!("'{fleet}'"))).await;
+            if let Ok(event) = tokio::time::timeout(Duration::from_millis(200), next_event(&mut early)).await {
+                assert_eq!(tag(&event), "before");
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the early subscription went live within {PROMPT:?}");
+        }
+        for i in 0..16 {
+            readers.push((app.token(fleet, &format!("reader-{i}"), Role::Reader).await, unit.clone()));
+        }
+        units.push((fleet, unit));
+    }
+    let subscriptions =
+        readers.iter().map(|(token, unit)| Ws::subscription(&app, token, EVENTS, json!({ "unit": unit })));
+    let mut subscriptions = futures::future::join_all(subscriptions).await;
+
+    let tags = ["e1", "e2", "e3", "e4", "e5"];
+    for t in tags {
+        for (fleet, unit) in &units {
+            app.sql(&insert_event(unit, t).replace("'f'", &format!("'{fleet}'"))).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for (ws, (_, unit)) in subscriptions.iter_mut().zip(&readers) {
+        let mut got = Vec::new();
+        while got.last().map(String::as_str) != Some("e5") {
+            let event = prompt_event(ws, "the last event").await;
+            assert_eq!(event["unitId"].as_str(), Some(unit.as_str()), "its own fleet's unit");
+            got.push(tag(&event));
+        }
+        let first = tags.iter().position(|t| *t == got[0]).unwrap_or_else(|| panic!("{got:?}: an event from before"));
+        assert_eq!(got, tags[first..].to_vec(), "a suffix of what committed after the start, once each, in order");
+    }
+}
+
 /// SPEC §6: a notification is only a hint. An event whose notification never
 /// comes (here the notify trigger is off in this test's own database, as for a
 /// process that died between its commit and its NOTIFY) still reaches an idle
