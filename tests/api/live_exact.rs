@@ -49,9 +49,14 @@ fn tag(event: &Value) -> String {
 }
 
 fn insert_event(unit: &str, tag: &str) -> String {
+    insert_event_in("f", unit, tag)
+}
+
+/// A `heartbeat` event of `unit` in `fleet`, tagged `tag`, written as the owner.
+fn insert_event_in(fleet: &str, unit: &str, tag: &str) -> String {
     format!(
         "INSERT INTO work_unit_events (fleet, unit_id, event_type, agent_id, detail)
-         VALUES ('f', '{unit}', 'heartbeat', 'writer', '{{\"tx\": \"{tag}\"}}')"
+         VALUES ('{fleet}', '{unit}', 'heartbeat', 'writer', '{{\"tx\": \"{tag}\"}}')"
     )
 }
 
@@ -196,7 +201,7 @@ async fn subscriptions_started_at_once_each_skip_the_past_and_then_miss_nothing(
         // Written until it arrives: the subscription is live once it does.
         let deadline = std::time::Instant::now() + PROMPT;
         loop {
-            app.sql(&insert_event(&unit, "before").replace("'f'", &format!("'{fleet}'"))).await;
+            app.sql(&insert_event_in(fleet, &unit, "before")).await;
             if let Ok(event) = tokio::time::timeout(Duration::from_millis(200), next_event(&mut early)).await {
                 assert_eq!(tag(&event), "before");
                 break;
@@ -215,7 +220,7 @@ async fn subscriptions_started_at_once_each_skip_the_past_and_then_miss_nothing(
     let tags = ["e1", "e2", "e3", "e4", "e5"];
     for t in tags {
         for (fleet, unit) in &units {
-            app.sql(&insert_event(unit, t).replace("'f'", &format!("'{fleet}'"))).await;
+            app.sql(&insert_event_in(fleet, unit, t)).await;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
