@@ -97,6 +97,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261204_000026_time_ordered_ids", "0026_time_ordered_ids"),
             // Row-level security looks up the fleet once per statement (a sub-select), not once per row.
             sql_migration!("m20261205_000027_fleet_lookup_once", "0027_fleet_lookup_once"),
+            // A feed's read of its fleet's new events in one statement (live_events_after).
+            sql_migration!("m20261206_000028_feed_read_in_one_statement", "0028_feed_read_in_one_statement"),
         ]
     }
 }

@@ -88,36 +88,31 @@ pub async fn watermark(db: &impl ConnectionTrait) -> Result<i64, DbErr> {
 }
 
 /// Up to `limit` events of `fleet` after `after`, in delivery order, that no
-/// in-flight event writer can precede: the watermark first, then the rows
-/// (two statements, so the rows come from a later snapshot; the caller's
-/// transaction must be READ COMMITTED, as every transaction here is).
+/// in-flight event writer can precede: one call of `live_events_after`
+/// (migration 0028), which takes the app role and the fleet, reads the
+/// watermark, then the rows in a later statement. In autocommit it needs no
+/// transaction of its own (a feed's read is one round trip); in a caller's
+/// transaction, that transaction must be READ COMMITTED, as every
+/// transaction here is, and already in `fleet`.
 pub async fn events_after(
     db: &impl ConnectionTrait,
     fleet: &str,
     after: Position,
     limit: usize,
 ) -> Result<Batch, DbErr> {
-    let watermark = watermark(db).await?;
     let sql = format!(
-        "WITH w AS (
-             SELECT EXISTS (SELECT 1 FROM work_unit_events h WHERE h.fleet = $1 AND h.batch >= $5) AS held
-         )
-         SELECT w.held, e.batch, e.tx_id, {EVENT_COLUMNS}
-           FROM w LEFT JOIN LATERAL (
-                SELECT * FROM work_unit_events e
-                 WHERE e.fleet = $1 AND (e.batch, e.tx_id, e.seq) > ($2, $3, $4) AND e.batch < $5
-                 ORDER BY e.batch, e.tx_id, e.seq
-                 LIMIT $6
-           ) e ON true
-          ORDER BY e.batch, e.tx_id, e.seq"
+        "SELECT r.watermark, r.held, e.batch, e.tx_id, {EVENT_COLUMNS}
+           FROM live_events_after($1, $2, $3, $4, $5) WITH ORDINALITY AS r
+           LEFT JOIN LATERAL (SELECT (r.event).*) AS e ON true
+          ORDER BY r.ordinality"
     );
-    let values =
-        [fleet.into(), after.batch.into(), after.tx.into(), after.seq.into(), watermark.into(), (limit as i64).into()];
+    let values = [fleet.into(), after.batch.into(), after.tx.into(), after.seq.into(), (limit as i32).into()];
     let rows = db.query_all_raw(stmt(&sql, values)).await?;
-    let mut batch = Batch { events: Vec::with_capacity(rows.len()), watermark, held: false };
+    let mut batch = Batch { events: Vec::with_capacity(rows.len()), watermark: 0, held: false };
     for row in rows {
+        batch.watermark = row.try_get("", "watermark")?;
         batch.held = row.try_get("", "held")?;
-        // The LEFT JOIN yields one row of NULLs when there is no event.
+        // One row with a NULL event when there is none.
         let Some(batch_no) = row.try_get::<Option<i64>>("", "batch")? else { continue };
         let tx: i64 = row.try_get("", "tx_id")?;
         let event = event::Model::from_query_result(&row, "")?;

@@ -43,7 +43,7 @@ impl Subscription {
     ) -> Result<impl Stream<Item = Result<BlockingQuestion>> + use<>> {
         crate::ledger::validate::filter("assigneeGroup", assignee_group.as_deref())?;
         let (live, ledger, who) = parts(ctx)?;
-        let tail = Tail::from_now(&live, &ledger, &who).await?;
+        let tail = Tail::from_now(&live, &ledger, &who, Some(EventType::Blocked)).await?;
         still_live(&live, &who).await?;
         let open = if include_open.unwrap_or(true) {
             open_questions(&ledger, &who, assignee_group.clone()).await?
@@ -86,7 +86,7 @@ impl Subscription {
     ) -> Result<impl Stream<Item = Result<StallEvent>> + use<>> {
         crate::ledger::validate::filter("domain", domain.as_deref())?;
         let (live, ledger, who) = parts(ctx)?;
-        let tail = Tail::from_now(&live, &ledger, &who).await?;
+        let tail = Tail::from_now(&live, &ledger, &who, Some(EventType::Stalled)).await?;
         still_live(&live, &who).await?;
         let current = if include_current.unwrap_or(true) {
             stalled_units(&ledger, &who, domain.as_deref()).await?
@@ -128,9 +128,14 @@ impl Subscription {
         types: Option<Vec<EventType>>,
     ) -> Result<impl Stream<Item = Result<WorkUnitEvent>> + use<>> {
         let (live, ledger, who) = parts(ctx)?;
+        // Asked for one type of event: woken for that type only.
+        let only = match types.as_deref() {
+            Some([one]) => Some(*one),
+            _ => None,
+        };
         let tail = match after {
-            Some(cursor) => Tail::after(&live, &ledger, &who, &cursor).await?,
-            None => Tail::from_now(&live, &ledger, &who).await?,
+            Some(cursor) => Tail::after(&live, &ledger, &who, &cursor, only).await?,
+            None => Tail::from_now(&live, &ledger, &who, only).await?,
         };
         still_live(&live, &who).await?;
         let types: Option<Arc<HashSet<EventType>>> = types.map(|t| Arc::new(t.into_iter().collect()));

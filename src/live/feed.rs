@@ -12,11 +12,12 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use sea_orm::{DatabaseConnection, DbErr};
+use sea_orm::{DatabaseConnection, DbErr, Iterable};
 use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 
 use crate::db;
+use crate::db::entities::EventType;
 use crate::db::events::{self, LiveEvent, Position};
 
 /// Events a feed reads per statement.
@@ -27,9 +28,15 @@ const RECHECK_MIN: Duration = Duration::from_millis(5);
 const RECHECK_MAX: Duration = Duration::from_secs(1);
 
 /// What subscribers of one fleet hold: the broadcast of its events, in
-/// delivery order.
+/// delivery order, and, for subscribers that deliver one type of event only,
+/// a broadcast of that type's events, so that they are not woken for the
+/// others (a triage service's `blockingQuestionOpened` waits for one event
+/// in ten).
 pub struct Feed {
     events: broadcast::Sender<Arc<LiveEvent>>,
+    /// Indexed by `EventType as usize`; each made by its first subscriber.
+    of_type: Vec<OnceLock<broadcast::Sender<Arc<LiveEvent>>>>,
+    capacity: usize,
     wake: Arc<Notify>,
     coverage: Mutex<Coverage>,
 }
@@ -48,8 +55,33 @@ enum Coverage {
 }
 
 impl Feed {
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<LiveEvent>> {
-        self.events.subscribe()
+    fn new(capacity: usize, wake: Arc<Notify>) -> Self {
+        Self {
+            events: broadcast::channel(capacity).0,
+            of_type: EventType::iter().map(|_| OnceLock::new()).collect(),
+            capacity,
+            wake,
+            coverage: Mutex::new(Coverage::NotStarted { from: None }),
+        }
+    }
+
+    /// Every event from now on, or, with `only`, the events of that type.
+    /// Either way an event reaches the receiver once the feed read it after
+    /// this call, so [`Feed::covers`] holds for both.
+    pub fn subscribe(&self, only: Option<EventType>) -> broadcast::Receiver<Arc<LiveEvent>> {
+        match only {
+            None => self.events.subscribe(),
+            Some(kind) => self.of_type[kind as usize].get_or_init(|| broadcast::channel(self.capacity).0).subscribe(),
+        }
+    }
+
+    /// Broadcasts one event to every subscriber and to those of its type.
+    fn send(&self, event: Arc<LiveEvent>) {
+        // No receiver is not an error: a subscriber may be leaving.
+        if let Some(typed) = self.of_type[event.event.event_type as usize].get() {
+            let _ = typed.send(event.clone());
+        }
+        let _ = self.events.send(event);
     }
 
     /// True when everything after `position` reaches a receiver taken from
@@ -118,11 +150,7 @@ impl Feeds {
         let wake = Arc::new(Notify::new());
         let held = Arc::new(AtomicBool::new(false));
         let tag = Arc::new(OnceLock::new());
-        let feed = Arc::new(Feed {
-            events: broadcast::channel(self.capacity).0,
-            wake: wake.clone(),
-            coverage: Mutex::new(Coverage::NotStarted { from: None }),
-        });
+        let feed = Arc::new(Feed::new(self.capacity, wake.clone()));
         let entry = Entry { feed: Arc::downgrade(&feed), wake: wake.clone(), held: held.clone(), tag: tag.clone() };
         entries.insert(fleet.to_owned(), entry);
         let task = FeedTask {
@@ -257,12 +285,13 @@ impl FeedTask {
     /// must look again without a notification.
     async fn drain(&self, feed: &Feed, after: &mut Position) -> bool {
         loop {
-            let fleet = self.fleet.clone();
             let from = *after;
-            let read = db::in_fleet_counted::<_, DbErr, _>(&self.db, Some(&self.waiting), &self.fleet, move |tx| {
-                Box::pin(async move { events::events_after(tx, &fleet, from, BATCH).await })
-            })
-            .await;
+            // One statement in autocommit (it takes the fleet itself), so a
+            // feed holds a pool connection for one round trip.
+            let read = {
+                let _in_flight = db::InFlight::new(&self.waiting);
+                events::events_after(&self.db, &self.fleet, from, BATCH).await
+            };
             let batch = match read {
                 Ok(read) => read,
                 // Retried on the recheck timer.
@@ -272,13 +301,57 @@ impl FeedTask {
                 }
             };
             for event in &batch.events {
-                // No receiver is not an error: a subscriber may be leaving.
-                let _ = feed.events.send(Arc::new(event.clone()));
+                feed.send(Arc::new(event.clone()));
             }
             *after = batch.next_after(from, BATCH);
             if batch.events.len() < BATCH {
                 return batch.held;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::entities::event;
+
+    fn event(seq: i64, event_type: EventType) -> Arc<LiveEvent> {
+        let event = event::Model {
+            id: uuid::Uuid::nil(),
+            seq,
+            fleet: "f".into(),
+            unit_id: uuid::Uuid::nil(),
+            attempt_id: None,
+            event_type,
+            from_state: None,
+            to_state: None,
+            agent_id: None,
+            cost_delta_cents: 0,
+            detail: serde_json::json!({}),
+            source_event_id: None,
+            request_hash: None,
+            created_at: chrono::Utc::now(),
+        };
+        Arc::new(LiveEvent { position: Position { batch: 1, tx: 1, seq }, event })
+    }
+
+    #[test]
+    fn a_subscriber_of_one_type_receives_that_type_only_and_the_others_everything() {
+        let feed = Feed::new(64, Arc::new(Notify::new()));
+        let mut everything = feed.subscribe(None);
+        let mut blocked = feed.subscribe(Some(EventType::Blocked));
+        let mut stalled = feed.subscribe(Some(EventType::Stalled));
+        let kinds = [EventType::Registered, EventType::Claimed, EventType::Blocked, EventType::Heartbeat];
+        for (seq, kind) in kinds.iter().cycle().take(20).enumerate() {
+            feed.send(event(seq as i64, *kind));
+        }
+        let drain = |rx: &mut broadcast::Receiver<Arc<LiveEvent>>| {
+            std::iter::from_fn(|| rx.try_recv().ok()).map(|e| (e.event.seq, e.event.event_type)).collect::<Vec<_>>()
+        };
+        assert_eq!(drain(&mut everything).len(), 20, "every event reaches a subscriber of all of them");
+        let only_blocked = drain(&mut blocked);
+        assert_eq!(only_blocked, (0..5).map(|i| (i * 4 + 2, EventType::Blocked)).collect::<Vec<_>>());
+        assert!(drain(&mut stalled).is_empty(), "nothing wakes a subscriber of a type that did not occur");
     }
 }

@@ -17,6 +17,7 @@ use tokio::sync::broadcast::{self, error::RecvError};
 use super::Live;
 use super::feed::Feed;
 use crate::auth::Principal;
+use crate::db::entities::EventType;
 use crate::db::events::{self, LiveEvent, Position, Start};
 use crate::ledger::cursor::EventCursor;
 use crate::ledger::{Ledger, LedgerError};
@@ -40,10 +41,18 @@ pub struct Tail {
 }
 
 impl Tail {
-    /// Starts with what commits after this call.
-    pub async fn from_now(live: &Live, ledger: &Ledger, who: &Principal) -> Result<Self, LedgerError> {
+    /// Starts with what commits after this call. With `only`, the live
+    /// events are that type's alone (its subscriber delivers no other), and
+    /// the tail wakes for nothing else; events read from the table while
+    /// catching up come in every type.
+    pub async fn from_now(
+        live: &Live,
+        ledger: &Ledger,
+        who: &Principal,
+        only: Option<EventType>,
+    ) -> Result<Self, LedgerError> {
         who.require(crate::auth::Permission::LedgerRead)?;
-        let (feed, receiver) = join(live, who);
+        let (feed, receiver) = join(live, who, only);
         let start = live.start_now(&who.fleet).await?;
         Ok(Self::new(ledger, who, feed, receiver, start.position(), Some(start)))
     }
@@ -52,9 +61,16 @@ impl Tail {
     /// A cursor read from a list carries the list's floor: the tail then
     /// starts no later than just before that batch, so nothing that was not
     /// yet committed when the list was read is behind it (see [`EventCursor`]).
-    pub async fn after(live: &Live, ledger: &Ledger, who: &Principal, cursor: &str) -> Result<Self, LedgerError> {
+    /// `only` as for [`Tail::from_now`].
+    pub async fn after(
+        live: &Live,
+        ledger: &Ledger,
+        who: &Principal,
+        cursor: &str,
+        only: Option<EventType>,
+    ) -> Result<Self, LedgerError> {
         let EventCursor { at, floor, .. } = EventCursor::decode(cursor).map_err(|_| foreign_cursor())?;
-        let (feed, receiver) = join(live, who);
+        let (feed, receiver) = join(live, who, only);
         let id = at.id;
         let position =
             ledger.read(who, move |tx| Box::pin(async move { Ok(events::position_of(tx, id).await?) })).await?;
@@ -145,9 +161,9 @@ impl Drop for Tail {
 }
 
 /// Joins the fleet's broadcast (before the position is fixed: see above).
-fn join(live: &Live, who: &Principal) -> (Arc<Feed>, broadcast::Receiver<Arc<LiveEvent>>) {
+fn join(live: &Live, who: &Principal, only: Option<EventType>) -> (Arc<Feed>, broadcast::Receiver<Arc<LiveEvent>>) {
     let feed = live.feeds().feed(&who.fleet);
-    let receiver = feed.subscribe();
+    let receiver = feed.subscribe(only);
     (feed, receiver)
 }
 

@@ -51,7 +51,7 @@ impl Live {
         // Joined before the first read: whatever commits after that read is
         // in the receiver, so no answer falls between a read and the wait.
         let feed = self.feeds().feed(&who.fleet);
-        let mut news = feed.subscribe();
+        let mut news = feed.subscribe(None);
         loop {
             let unit = ledger.unit(who, unit_id).await?.ok_or_else(|| LedgerError::not_found("unit", unit_id))?;
             if unit.state != WorkState::Blocked || Instant::now() >= deadline {

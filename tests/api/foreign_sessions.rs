@@ -53,6 +53,31 @@ async fn a_reader_logins_advisory_locks_block_no_write() {
     reader.close().await.expect("close");
 }
 
+/// The feed's one-statement read (migration 0028) takes the app role and the
+/// fleet it is given: no login outside the service may call it, or it would
+/// read any fleet's events.
+#[tokio::test]
+async fn a_reader_login_cannot_call_the_feeds_read_of_another_fleet() {
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    app.register(&op, &["a"]).await;
+    let reader: DatabaseConnection =
+        db::connect(app.reader_login("other").await.as_str(), 1).await.expect("reader connects");
+    let err = reader
+        .query_all_raw(db::stmt("SELECT (event).id FROM live_events_after('f', 0, 0, 0, 10)", []))
+        .await
+        .expect_err("a reader login may not call it");
+    assert!(err.to_string().contains("permission denied"), "{err}");
+    let callers = app
+        .sql_i64(
+            "SELECT count(*) FROM unnest(ARRAY['public', 'work_ledger_writer']) AS r(name)
+              WHERE has_function_privilege(r.name, 'live_events_after(text, bigint, bigint, bigint, integer)', 'EXECUTE')",
+        )
+        .await;
+    assert_eq!(callers, 0, "neither PUBLIC nor the writer role may call it");
+    reader.close().await.expect("close");
+}
+
 #[tokio::test]
 async fn a_reader_logins_idle_marker_lock_holds_no_delivery_back() {
     let app = spawn_app().await;

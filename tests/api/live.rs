@@ -457,7 +457,7 @@ async fn a_stream_without_a_cursor_starts_with_what_commits_after_it_began() {
         permissions: Role::Reader.permissions(),
     };
     let ledger = Ledger::new(app.owner.clone());
-    let mut tail = Tail::from_now(&app.live, &ledger, &principal).await.expect("tail");
+    let mut tail = Tail::from_now(&app.live, &ledger, &principal, None).await.expect("tail");
     tx_x.commit().await.expect("commit X");
     app.sql(&insert("Z")).await;
 

@@ -1,0 +1,1 @@
+DROP FUNCTION live_events_after(text, bigint, bigint, bigint, integer);
