@@ -126,6 +126,40 @@ fn args() -> Result<Args, AnyError> {
     Ok(args)
 }
 
+/// Connections of each of this process's two pools (the owner's, the
+/// writer's ledger): the writer's operations take about a millisecond each,
+/// so a few connections carry its rate.
+const BENCH_POOL: u32 = 8;
+/// A replica's connections besides its request pool: the live pool's default.
+const REPLICA_LIVE: u32 = 4;
+/// The default request pool (`WORK_LEDGER_DB_POOL_SIZE`).
+const REPLICA_POOL: u32 = 32;
+/// Kept free for a `psql` or a monitor during the run.
+const SPARE: i64 = 4;
+
+struct Budget {
+    max_connections: i64,
+    replica_pool: u32,
+}
+
+/// Everything the run opens must fit PostgreSQL's `max_connections`, or new
+/// connections are refused under load (a replica's LISTEN reconnect among
+/// them, then its subscribers wait for the 1 s re-read): two replicas'
+/// pools (request, live, LISTEN) and this process's two. The replicas keep
+/// their default request pool when it fits, else the largest that does.
+async fn connection_budget(owner: &DatabaseConnection) -> Result<Budget, AnyError> {
+    let row = owner
+        .query_one_raw(stmt("SELECT current_setting('max_connections')::bigint AS n", []))
+        .await?
+        .ok_or("max_connections: no row")?;
+    let max_connections: i64 = row.try_get("", "n")?;
+    let per_replica = (max_connections - SPARE - 2 * i64::from(BENCH_POOL)) / 2 - i64::from(REPLICA_LIVE) - 1;
+    if per_replica < 4 {
+        return Err(format!("PostgreSQL's max_connections ({max_connections}) leaves no room for two replicas").into());
+    }
+    Ok(Budget { max_connections, replica_pool: REPLICA_POOL.min(per_replica as u32) })
+}
+
 /// The bench holds every client socket: the open-files soft limit goes up
 /// to the hard one when `needed` is above it.
 fn raise_open_files(needed: usize) -> Result<u64, AnyError> {
@@ -172,7 +206,8 @@ async fn main() -> Result<(), AnyError> {
     let open_files = raise_open_files(args.subscribers + 512)?;
     let sweep = work_ledger::duration::parse(&args.sweep).map_err(|e| format!("--sweep: {e}"))?;
     let support::Scratch { url, embedded } = support::scratch_database("wl_subs").await?;
-    let owner = db::connect(&url, 16).await?;
+    let owner = db::connect(&url, BENCH_POOL).await?;
+    let pools = connection_budget(&owner).await?;
 
     // Tokens first: `serve` mints none when live tokens exist. One per
     // subscriber, as separate processes would have: the server lets one
@@ -180,7 +215,7 @@ async fn main() -> Result<(), AnyError> {
     eprintln!("minting {} tokens...", args.subscribers);
     let readers: Vec<String> = futures::stream::iter(0..args.subscribers)
         .map(|i| mint(&owner, format!("fleet{}", i % args.fleets), format!("reader-{i}"), Role::Reader))
-        .buffered(16)
+        .buffered(BENCH_POOL as usize)
         .try_collect()
         .await?;
     let mut writers = Vec::new();
@@ -195,7 +230,12 @@ async fn main() -> Result<(), AnyError> {
     let stall_operator =
         auth::principal_of(&owner, &auth::hash_token(&secret)).await?.ok_or("the stall operator's token is unknown")?;
 
-    let serve = ServeArgs { url: url.clone(), max_connections: args.subscribers + 256, sweep: args.sweep.clone() };
+    let serve = ServeArgs {
+        url: url.clone(),
+        max_connections: args.subscribers + 256,
+        sweep: args.sweep.clone(),
+        db_pool_size: pools.replica_pool,
+    };
     let mut replicas = vec![Replica::start(&serve).await?, Replica::start(&serve).await?];
     for r in &replicas {
         replica::wait_ready(r.port).await?;
@@ -245,7 +285,7 @@ async fn main() -> Result<(), AnyError> {
     let connected_in = clock.at(Instant::now());
 
     // The writer: one task per fleet, paced from here.
-    let ledger = Ledger::new(db::connect(&url, 16).await?);
+    let ledger = Ledger::new(db::connect(&url, BENCH_POOL).await?);
     let mut lanes = Vec::new();
     let mut writing = Vec::new();
     for who in writers {
@@ -433,7 +473,8 @@ async fn main() -> Result<(), AnyError> {
     println!(
         "{} subscribers over {} fleets and 2 replicas (a third each on ledgerEvents, blockingQuestionOpened, \
          unitStalled), {} events/s ({} committed in the {} s steady phase: {:.0}/s), churn at {} s, writer on for \
-         {} s after it; servers: release build, defaults but a sweep every {}; open-files soft limit {}",
+         {} s after it; servers: release build, defaults but a sweep every {}; open-files soft limit {}; \
+         PostgreSQL max_connections {}: request pools of {} per replica (+ {} live, 1 LISTEN), {} for this process",
         args.subscribers,
         args.fleets,
         args.rate,
@@ -443,7 +484,11 @@ async fn main() -> Result<(), AnyError> {
         args.seconds,
         args.after,
         args.sweep,
-        open_files
+        open_files,
+        pools.max_connections,
+        pools.replica_pool,
+        REPLICA_LIVE,
+        2 * BENCH_POOL
     );
     println!();
     println!("| measure | value |");

@@ -22,6 +22,8 @@ pub struct ServeArgs {
     pub url: String,
     pub max_connections: usize,
     pub sweep: String,
+    /// `WORK_LEDGER_DB_POOL_SIZE`: the replicas' pools must fit PostgreSQL's `max_connections`.
+    pub db_pool_size: u32,
 }
 
 impl Replica {
@@ -43,6 +45,7 @@ impl Replica {
             // Every subscriber is a connection; the default cap is half the open-files limit.
             .env("WORK_LEDGER_MAX_CONNECTIONS", args.max_connections.to_string())
             .env("WORK_LEDGER_SWEEP_INTERVAL", &args.sweep)
+            .env("WORK_LEDGER_DB_POOL_SIZE", args.db_pool_size.to_string())
             .stdout(std::process::Stdio::null())
             // The servers' warnings (pool waits under the reconnect storm)
             // are worth reading after a run, not in the report.
