@@ -6,13 +6,18 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use async_graphql::{Context, Object, Subscription as SubscriptionObject};
+use async_graphql::parser::types::{Field, Selection};
+use async_graphql::registry::Registry;
+use async_graphql::{
+    Context, ContextSelectionSet, Object, OutputType, Positioned, ServerResult, Subscription as SubscriptionObject,
+    Value,
+};
 use chrono::{DateTime, Utc};
 use futures::stream::{self, Stream, StreamExt};
 use uuid::Uuid;
 
 use super::loaders::{AttemptId, UnitId};
-use super::types::{Attempt, BlockingQuestion, WorkUnit, WorkUnitEvent};
+use super::types::{Attempt, BlockingQuestion, EVENT_OWN_FIELDS, WorkUnit, WorkUnitEvent};
 use super::{Result, ledger, principal};
 use crate::auth::{self, Permission, Principal};
 use crate::db::entities::{EventType, QuestionStatus, question, work_unit};
@@ -126,8 +131,9 @@ impl Subscription {
         after: Option<String>,
         unit_id: Option<Uuid>,
         types: Option<Vec<EventType>>,
-    ) -> Result<impl Stream<Item = Result<WorkUnitEvent>> + use<>> {
+    ) -> Result<impl Stream<Item = Result<StreamedEvent>> + use<>> {
         let (live, ledger, who) = parts(ctx)?;
+        let selection = own_fields_only(ctx.item);
         // Asked for one type of event: woken for that type only.
         let only = match types.as_deref() {
             Some([one]) => Some(*one),
@@ -139,16 +145,64 @@ impl Subscription {
         };
         still_live(&live, &who).await?;
         let types: Option<Arc<HashSet<EventType>>> = types.map(|t| Arc::new(t.into_iter().collect()));
+        let shared = selection.map(|selection| (live.clone(), selection));
         Ok(follow(tail, move |event| {
-            let types = types.clone();
+            let (types, shared) = (types.clone(), shared.clone());
             async move {
                 let e = &event.event;
                 let wanted =
                     unit_id.is_none_or(|u| e.unit_id == u) && types.as_ref().is_none_or(|t| t.contains(&e.event_type));
-                Ok(wanted.then(|| WorkUnitEvent::streamed(e.clone())))
+                Ok(wanted.then(|| StreamedEvent { event: WorkUnitEvent::streamed(e.clone()), shared }))
             }
         }))
     }
+}
+
+/// An event as `ledgerEvents` streams it (the schema's `WorkUnitEvent`).
+/// When the subscription selects only the event's own fields
+/// ([`own_fields_only`]), its payload is the same for every subscriber with
+/// that selection, and is resolved once per process for all of them
+/// ([`Live::payloads`]) instead of once per subscriber.
+pub struct StreamedEvent {
+    event: WorkUnitEvent,
+    /// The process's payloads and the selection's key, when shareable.
+    shared: Option<(Live, Arc<str>)>,
+}
+
+impl OutputType for StreamedEvent {
+    fn type_name() -> std::borrow::Cow<'static, str> {
+        WorkUnitEvent::type_name()
+    }
+
+    fn create_type_info(registry: &mut Registry) -> String {
+        WorkUnitEvent::create_type_info(registry)
+    }
+
+    async fn resolve(&self, ctx: &ContextSelectionSet<'_>, field: &Positioned<Field>) -> ServerResult<Value> {
+        let resolve = || OutputType::resolve(&self.event, ctx, field);
+        match &self.shared {
+            Some((live, selection)) => live.payloads().get_or_read((self.event.0.id, selection.clone()), resolve).await,
+            None => resolve().await,
+        }
+    }
+}
+
+/// A key for the selection of `field` when it is a plain list of the event's
+/// own fields (each without argument, directive or sub-selection; no
+/// fragment), which resolve to the same values whoever asks; `None` for any
+/// other selection, which each subscriber resolves for itself.
+fn own_fields_only(field: &Positioned<Field>) -> Option<Arc<str>> {
+    let mut key = String::new();
+    for selection in &field.node.selection_set.node.items {
+        let Selection::Field(own) = &selection.node else { return None };
+        let own = &own.node;
+        let plain = own.arguments.is_empty() && own.directives.is_empty() && own.selection_set.node.items.is_empty();
+        if !plain || !EVENT_OWN_FIELDS.contains(&own.name.node.as_str()) {
+            return None;
+        }
+        key.push_str(&format!("{}:{},", own.response_key().node, own.name.node));
+    }
+    Some(key.into())
 }
 
 /// The subscription's token is still live: asked after its tail has taken

@@ -314,6 +314,27 @@ impl WorkUnitEvent {
     }
 }
 
+/// The fields of [`WorkUnitEvent`] that read nothing but the event (no
+/// context: no loader, no permission, no clock): a selection of these alone
+/// resolves to the same payload for every subscriber, which `ledgerEvents`
+/// resolves once per process. A field added to the type joins this list
+/// only if that holds for it.
+pub const EVENT_OWN_FIELDS: [&str; 13] = [
+    "__typename",
+    "id",
+    "cursor",
+    "unitId",
+    "attemptId",
+    "eventType",
+    "fromState",
+    "toState",
+    "agentId",
+    "costDeltaCents",
+    "detail",
+    "idempotencyKey",
+    "createdAt",
+];
+
 #[Object]
 impl WorkUnitEvent {
     async fn id(&self) -> Uuid {

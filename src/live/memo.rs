@@ -17,6 +17,7 @@ pub const CAPACITY: usize = 4096;
 
 pub struct Memo<K, V> {
     entries: Mutex<Entries<K, V>>,
+    capacity: usize,
 }
 
 struct Entries<K, V> {
@@ -26,11 +27,16 @@ struct Entries<K, V> {
 
 impl<K: Hash + Eq + Clone, V: Clone> Default for Memo<K, V> {
     fn default() -> Self {
-        Self { entries: Mutex::new(Entries { cells: HashMap::new(), order: VecDeque::new() }) }
+        Self::with_capacity(CAPACITY)
     }
 }
 
 impl<K: Hash + Eq + Clone, V: Clone> Memo<K, V> {
+    /// Keeps the newest `capacity` keys.
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self { entries: Mutex::new(Entries { cells: HashMap::new(), order: VecDeque::new() }), capacity }
+    }
+
     /// The value for `key`: read by `read` once, while others asking for the
     /// same key wait for that read. A failed read is not kept (the next
     /// caller reads again).
@@ -47,7 +53,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Memo<K, V> {
                     let cell = Arc::new(OnceCell::new());
                     entries.cells.insert(key.clone(), cell.clone());
                     entries.order.push_back(key);
-                    while entries.order.len() > CAPACITY {
+                    while entries.order.len() > self.capacity {
                         if let Some(old) = entries.order.pop_front() {
                             entries.cells.remove(&old);
                         }

@@ -103,6 +103,8 @@ struct Inner {
     /// Rows a subscription payload needs, read once per event ([`memo`]).
     questions: memo::Memo<(String, Uuid), Option<question::Model>>,
     attempts: memo::Memo<(String, Uuid), Option<attempt::Model>>,
+    /// Streamed events' payloads by event and selection ([`Live::payloads`]).
+    payloads: memo::Memo<(Uuid, Arc<str>), async_graphql::Value>,
     /// Subscriptions' token checks, asked together ([`Live::token_dead`]).
     token_checks: DataLoader<TokenChecks>,
     /// Subscriptions' starting points, read together ([`Live::start_now`]).
@@ -156,6 +158,9 @@ pub const QUEUE_USAGE_WARNING: f64 = 0.5;
 /// An event writer open this long is logged at every health tick: it holds
 /// live delivery back for every fleet until it ends.
 pub const WRITER_AGE_WARNING: Duration = Duration::from_secs(30);
+/// Streamed payloads kept: a reconnected subscriber's catch-up (its fleet's
+/// last minute or so, 100 fleets) still finds what the others resolved.
+const PAYLOADS: usize = 32 * 1024;
 
 impl Live {
     /// Prepares the subsystem over the database `requests` connects to (with
@@ -184,6 +189,7 @@ impl Live {
             waiting,
             questions: memo::Memo::default(),
             attempts: memo::Memo::default(),
+            payloads: memo::Memo::with_capacity(PAYLOADS),
             token_checks: DataLoader::new(TokenChecks(db.clone()), tokio::spawn).max_batch_size(1000),
             starts: DataLoader::new(
                 Starts { requests: ledger.db().clone(), users: ledger.metrics().pool_users.clone() },
@@ -335,6 +341,13 @@ impl Live {
     /// The attempts memo: keyed by fleet and attempt id.
     pub fn attempts(&self) -> &memo::Memo<(String, Uuid), Option<attempt::Model>> {
         &self.0.attempts
+    }
+
+    /// The payload of a streamed event for one selection of the event's own
+    /// fields, resolved once per process for every subscriber asking for it
+    /// (the key is the event's id, unique across fleets, and the selection).
+    pub fn payloads(&self) -> &memo::Memo<(Uuid, Arc<str>), async_graphql::Value> {
+        &self.0.payloads
     }
 
     fn feeds(&self) -> &Feeds {

@@ -286,6 +286,55 @@ async fn a_subscription_to_one_type_gets_each_of_its_events_once_in_order_throug
     assert_eq!(all, expected, "the other subscription gets the whole burst once, in order");
 }
 
+/// Issue 27: `ledgerEvents` payloads that select only the event's own fields
+/// are resolved once per process for all the subscribers with that selection;
+/// each subscriber still gets exactly what it asked for (its fields, its
+/// aliases, its directives, its nested objects), whoever resolved first.
+#[tokio::test]
+async fn subscribers_selecting_an_event_differently_each_get_their_own_selection() {
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    let unit = app.register(&op, &["shared"]).await[0]["id"].as_str().expect("id").to_owned();
+    let reader = app.token("f", "reader", Role::Reader).await;
+    let after = newest_cursor(&app, &reader).await;
+    let subscription = |selection: &str, extra: &str| {
+        format!(
+            "subscription($after: String, $unit: UUID{extra}) {{ ledgerEvents(after: $after, unitId: $unit) {selection} }}"
+        )
+    };
+    let vars = json!({ "after": after, "unit": unit, "yes": false });
+    let plain = json!({ "after": after, "unit": unit });
+    let selections = [
+        (subscription("{ id eventType }", ""), plain.clone()),
+        (subscription("{ id eventType }", ""), plain.clone()),
+        (subscription("{ eventId: id kind: eventType }", ""), plain.clone()),
+        (subscription("{ eventId: id kind: eventType }", ""), plain.clone()),
+        (subscription("{ id: unitId eventType }", ""), plain.clone()),
+        (subscription("{ id unit { externalRef } }", ""), plain.clone()),
+        (subscription("{ id eventType @include(if: $yes) }", ", $yes: Boolean!"), vars),
+        (subscription("{ __typename id }", ""), plain.clone()),
+    ];
+    let mut streams = Vec::new();
+    for (query, variables) in &selections {
+        streams.push(Ws::subscription(&app, &reader, query, variables.clone()).await);
+    }
+    app.sql(&insert_event(&unit, "x")).await;
+    let event = app.sql_json("SELECT id FROM work_unit_events WHERE detail->>'tx' = 'x'").await[0]["id"].clone();
+    let expected = [
+        json!({ "id": event, "eventType": "HEARTBEAT" }),
+        json!({ "id": event, "eventType": "HEARTBEAT" }),
+        json!({ "eventId": event, "kind": "HEARTBEAT" }),
+        json!({ "eventId": event, "kind": "HEARTBEAT" }),
+        json!({ "id": unit, "eventType": "HEARTBEAT" }),
+        json!({ "id": event, "unit": { "externalRef": "shared" } }),
+        json!({ "id": event }),
+        json!({ "__typename": "WorkUnitEvent", "id": event }),
+    ];
+    for (ws, want) in streams.iter_mut().zip(expected) {
+        assert_eq!(prompt_event(ws, "the event").await, want);
+    }
+}
+
 /// SPEC §6: a notification is only a hint. An event whose notification never
 /// comes (here the notify trigger is off in this test's own database, as for a
 /// process that died between its commit and its NOTIFY) still reaches an idle
