@@ -131,7 +131,9 @@ fn args() -> Result<Args, AnyError> {
 /// so a few connections carry its rate.
 const BENCH_POOL: u32 = 8;
 /// A replica's connections besides its request pool: the live pool's default.
-const REPLICA_LIVE: u32 = 4;
+fn replica_live() -> u32 {
+    work_ledger::live::LiveConfig::default().pool_size
+}
 /// The default request pool (`WORK_LEDGER_DB_POOL_SIZE`).
 const REPLICA_POOL: u32 = 32;
 /// Kept free for a `psql` or a monitor during the run.
@@ -153,7 +155,7 @@ async fn connection_budget(owner: &DatabaseConnection) -> Result<Budget, AnyErro
         .await?
         .ok_or("max_connections: no row")?;
     let max_connections: i64 = row.try_get("", "n")?;
-    let per_replica = (max_connections - SPARE - 2 * i64::from(BENCH_POOL)) / 2 - i64::from(REPLICA_LIVE) - 1;
+    let per_replica = (max_connections - SPARE - 2 * i64::from(BENCH_POOL)) / 2 - i64::from(replica_live()) - 1;
     if per_replica < 4 {
         return Err(format!("PostgreSQL's max_connections ({max_connections}) leaves no room for two replicas").into());
     }
@@ -487,7 +489,7 @@ async fn main() -> Result<(), AnyError> {
         open_files,
         pools.max_connections,
         pools.replica_pool,
-        REPLICA_LIVE,
+        replica_live(),
         2 * BENCH_POOL
     );
     println!();

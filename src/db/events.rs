@@ -90,10 +90,10 @@ pub async fn watermark(db: &impl ConnectionTrait) -> Result<i64, DbErr> {
 /// Up to `limit` events of `fleet` after `after`, in delivery order, that no
 /// in-flight event writer can precede: one call of `live_events_after`
 /// (migration 0028), which takes the app role and the fleet, reads the
-/// watermark, then the rows in a later statement. In autocommit it needs no
-/// transaction of its own (a feed's read is one round trip); in a caller's
-/// transaction, that transaction must be READ COMMITTED, as every
-/// transaction here is, and already in `fleet`.
+/// watermark, then the rows in a later statement. Called in autocommit (a
+/// feed's read, a tail's catch-up): one round trip, no transaction around
+/// it; inside a transaction, that transaction must be READ COMMITTED and
+/// would stay in `fleet` afterwards.
 pub async fn events_after(
     db: &impl ConnectionTrait,
     fleet: &str,

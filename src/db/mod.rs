@@ -179,7 +179,9 @@ pub async fn begin(db: &DatabaseConnection) -> Result<DatabaseTransaction, DbErr
 /// by the transaction-local setting that every row-level security policy
 /// reads. This is the only way request code reaches the database: it opens
 /// the transaction, sets role and fleet, runs the closure, and commits (or
-/// rolls back when the closure fails).
+/// rolls back when the closure fails). One read sets them itself instead, in
+/// SQL: the event log's tail, [`events::events_after`] (migration 0028), one
+/// round trip for a feed's or a catching-up subscriber's page.
 /// Database failures reach the caller as `E::from(DbErr)`.
 pub async fn in_fleet<T, E, F>(db: &DatabaseConnection, fleet: &str, work: F) -> Result<T, E>
 where

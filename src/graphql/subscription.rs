@@ -4,6 +4,7 @@
 //! stalled) right now, and drop the live duplicates of what it held.
 
 use std::collections::HashSet;
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use async_graphql::parser::types::{Field, Selection};
@@ -200,7 +201,7 @@ fn own_fields_only(field: &Positioned<Field>) -> Option<Arc<str>> {
         if !plain || !EVENT_OWN_FIELDS.contains(&own.name.node.as_str()) {
             return None;
         }
-        key.push_str(&format!("{}:{},", own.response_key().node, own.name.node));
+        let _ = write!(key, "{}:{},", own.response_key().node, own.name.node);
     }
     Some(key.into())
 }

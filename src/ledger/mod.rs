@@ -39,7 +39,7 @@ use uuid::Uuid;
 use crate::auth::{self, AuthError, Permission, Principal};
 use crate::db::entities::work_unit;
 use crate::db::writes::function;
-use crate::db::{self, Notify, units};
+use crate::db::{self, Notify, events, units};
 use crate::metrics::Metrics;
 use notifier::Notifier;
 
@@ -132,6 +132,21 @@ impl Ledger {
     {
         who.require(Permission::LedgerRead)?;
         db::in_fleet_counted(&self.db, Some(&self.metrics.pool_users), &who.fleet, read).await
+    }
+
+    /// Up to `limit` of the caller's fleet's events after `from`, in delivery
+    /// order ([`events::events_after`]): one statement in autocommit on the
+    /// request pool, which takes the app role and the fleet itself, so it
+    /// needs no transaction of [`Ledger::read`] around it.
+    pub async fn events_after(
+        &self,
+        who: &Principal,
+        from: events::Position,
+        limit: usize,
+    ) -> Result<events::Batch, LedgerError> {
+        who.require(Permission::LedgerRead)?;
+        let _in_flight = db::InFlight::new(&self.metrics.pool_users);
+        Ok(events::events_after(&self.db, &who.fleet, from, limit).await?)
     }
 
     /// [`Ledger::read`] of a read that scans the caller's whole fleet: at

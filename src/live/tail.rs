@@ -142,11 +142,8 @@ impl Tail {
     /// begins (a feed started after this tail joined may begin later than
     /// the tail's first reads reached).
     async fn catch_up(&mut self) -> Result<(), LedgerError> {
-        let (fleet, from) = (self.who.fleet.clone(), self.position);
-        let batch = self
-            .ledger
-            .read(&self.who, move |tx| Box::pin(async move { Ok(events::events_after(tx, &fleet, from, PAGE).await?) }))
-            .await?;
+        let from = self.position;
+        let batch = self.ledger.events_after(&self.who, from, PAGE).await?;
         self.position = batch.next_after(from, PAGE);
         self.catching_up = batch.events.len() >= PAGE || !self.feed.covers(self.position);
         self.pending.extend(batch.events.into_iter().map(Arc::new));

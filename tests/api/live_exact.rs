@@ -40,6 +40,20 @@ async fn prompt_event(ws: &mut Ws, what: &str) -> Value {
         .unwrap_or_else(|_| panic!("{what}: not delivered within {PROMPT:?}"))
 }
 
+/// Writes `before` events of `unit` until `ws` delivers one: the
+/// subscription is live once it does (later `before`s may still follow).
+async fn until_live(app: &TestApp, ws: &mut Ws, fleet: &str, unit: &str) {
+    let deadline = std::time::Instant::now() + PROMPT;
+    loop {
+        app.sql(&insert_event_in(fleet, unit, "before")).await;
+        if let Ok(event) = tokio::time::timeout(Duration::from_millis(200), next_event(ws)).await {
+            assert_eq!(tag(&event), "before");
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "the subscription went live within {PROMPT:?}");
+    }
+}
+
 fn unit_ref(event: &Value) -> String {
     event["unit"]["externalRef"].as_str().unwrap_or_default().to_owned()
 }
@@ -198,16 +212,7 @@ async fn subscriptions_started_at_once_each_skip_the_past_and_then_miss_nothing(
         // hand the later ones "before".
         let early = app.token(fleet, "early", Role::Reader).await;
         let mut early = Ws::subscription(&app, &early, EVENTS, json!({ "unit": unit })).await;
-        // Written until it arrives: the subscription is live once it does.
-        let deadline = std::time::Instant::now() + PROMPT;
-        loop {
-            app.sql(&insert_event_in(fleet, &unit, "before")).await;
-            if let Ok(event) = tokio::time::timeout(Duration::from_millis(200), next_event(&mut early)).await {
-                assert_eq!(tag(&event), "before");
-                break;
-            }
-            assert!(std::time::Instant::now() < deadline, "the early subscription went live within {PROMPT:?}");
-        }
+        until_live(&app, &mut early, fleet, &unit).await;
         for i in 0..16 {
             readers.push((app.token(fleet, &format!("reader-{i}"), Role::Reader).await, unit.clone()));
         }
@@ -251,14 +256,7 @@ async fn a_subscription_to_one_type_gets_each_of_its_events_once_in_order_throug
     let reader = app.token("f", "reader", Role::Reader).await;
     let only = json!({ "unit": unit, "types": ["HEARTBEAT"] });
     let mut heartbeats = Ws::subscription(&app, &reader, EVENTS, only).await;
-    let deadline = std::time::Instant::now() + PROMPT;
-    loop {
-        app.sql(&insert_event(&unit, "before")).await;
-        if tokio::time::timeout(Duration::from_millis(200), next_event(&mut heartbeats)).await.is_ok() {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "the subscription went live within {PROMPT:?}");
-    }
+    until_live(&app, &mut heartbeats, "f", &unit).await;
     let after = newest_cursor(&app, &reader).await;
     let mut everything = Ws::subscription(&app, &reader, EVENTS, json!({ "unit": unit, "after": after })).await;
 
