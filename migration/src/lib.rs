@@ -99,6 +99,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261205_000027_fleet_lookup_once", "0027_fleet_lookup_once"),
             // A feed's read of its fleet's new events in one statement (live_events_after).
             sql_migration!("m20261206_000028_feed_read_in_one_statement", "0028_feed_read_in_one_statement"),
+            // Cost per UTC day (per unit's group and per agent), for costSummary and costTotal over a range at any size.
+            sql_migration!("m20261207_000029_cost_days", "0029_cost_days"),
         ]
     }
 }

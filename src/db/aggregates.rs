@@ -30,8 +30,8 @@ pub struct CostSummaryRow {
 /// `cost_recorded` events) and the units it was recorded for. AGENT groups
 /// by the agent of the attempt the cost was recorded on.
 ///
-/// Every form aggregates per unit (or per attempt) first, from covering
-/// indexes of migration 0008, and names its key only on the grouped rows.
+/// Every form reads totals (the unit totals, the agent totals, the cost
+/// days), and names its key only on the grouped rows.
 pub async fn cost_summary(
     tx: &DatabaseTransaction,
     fleet: &str,
@@ -48,8 +48,7 @@ pub fn cost_summary_query(fleet: &str, group: CostGroup, range: &Range, domain: 
     let mut q = match (bounded, group) {
         (false, CostGroup::Agent) => agent_cost(fleet, domain),
         (false, _) => unit_cost(fleet, group, domain),
-        (true, CostGroup::Agent) => agent_cost_in(fleet, range, domain),
-        (true, _) => unit_cost_in(fleet, group, range, domain),
+        (true, _) => cost_in(fleet, group, range, domain),
     };
     q.push(" ORDER BY 1");
     q
@@ -127,49 +126,30 @@ fn agent_cost(fleet: &str, domain: Option<&str>) -> Query {
     q
 }
 
-/// The cost records of `[from, until)`, summed per `per` (a column of the events).
-fn recorded(q: &mut Query, fleet: &str, per: &str, range: &Range) -> String {
-    q.push(&format!(
-        "SELECT e.{per}, sum(e.cost_delta_cents) AS cost FROM work_unit_events e \
-          WHERE e.event_type = 'cost_recorded' AND e.fleet = "
-    ));
-    let p = q.bind(fleet);
-    q.push(&p);
-    q.range("e.created_at", range);
-    q.push(&format!(" GROUP BY e.{per}"));
-    p
-}
-
-/// Over a range, by domain, state or disposition: the cost recorded per
-/// unit, then per group of those units.
-fn unit_cost_in(fleet: &str, group: CostGroup, range: &Range, domain: Option<&str>) -> Query {
+/// Over a range, by any group: the units and cost recorded in it
+/// (`cost_recorded_in`, migration 0029: the whole UTC days from the cost
+/// days, the cut ends from their records), per unit's group now or per
+/// agent of the attempt the cost was recorded on. Cost recorded without an
+/// attempt has no agent.
+fn cost_in(fleet: &str, group: CostGroup, range: &Range, domain: Option<&str>) -> Query {
+    let key = match group {
+        CostGroup::Agent => "g.agent_id".to_owned(),
+        _ => unit_key(group, "g"),
+    };
     let mut q = Query::new(&format!(
-        "SELECT {} AS key, count(*) AS units, sum(r.cost)::bigint AS cost_cents FROM (",
-        unit_key(group, "u")
+        "SELECT {key} AS key, sum(g.units)::bigint AS units, sum(g.cost_cents)::bigint AS cost_cents \
+           FROM cost_recorded_in("
     ));
-    let p = recorded(&mut q, fleet, "unit_id", range);
-    q.push(&format!(") AS r JOIN work_units u ON u.id = r.unit_id AND u.fleet = {p}"));
-    if let Some(domain) = domain {
-        q.and("u.domain = {}", domain.to_owned());
-    }
-    q.push(" GROUP BY 1");
-    q
-}
-
-/// Over a range, by agent: the cost recorded per attempt, then per (agent,
-/// unit), then per agent. Cost recorded without an attempt has no agent.
-fn agent_cost_in(fleet: &str, range: &Range, domain: Option<&str>) -> Query {
-    let mut q = Query::new(
-        "SELECT a.key, count(*) AS units, sum(a.cost)::bigint AS cost_cents FROM (\
-           SELECT t.agent_id AS key, t.unit_id, sum(r.cost) AS cost FROM (",
-    );
-    let p = recorded(&mut q, fleet, "attempt_id", range);
-    q.push(&format!(") AS r JOIN work_unit_attempts t ON t.id = r.attempt_id AND t.fleet = {p}"));
-    if let Some(domain) = domain {
-        let d = q.bind(domain.to_owned());
-        q.push(&format!(" JOIN work_units u ON u.id = t.unit_id AND u.fleet = {p} AND u.domain = {d}"));
-    }
-    q.push(" GROUP BY 1, 2) AS a GROUP BY 1");
+    let args = [
+        fleet.into(),
+        (group == CostGroup::Agent).into(),
+        range.from.into(),
+        range.until.into(),
+        domain.map(str::to_owned).into(),
+    ]
+    .map(|v: sea_orm::Value| q.bind(v))
+    .join(", ");
+    q.push(&format!("{args}) g GROUP BY 1 HAVING sum(g.units) <> 0"));
     q
 }
 

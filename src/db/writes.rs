@@ -81,12 +81,15 @@ pub async fn report_stalls(db: &impl ConnectionTrait, batch_size: u32) -> Result
 }
 
 /// Folds the deltas of the totals into one row per group
-/// (`ledger_compact_totals`, migrations 0018-0020) and keeps the cycle times
-/// of the weeks that ended (`ledger_fold_cycle_weeks`, 0020); returns the
-/// rows folded and kept.
+/// (`ledger_compact_totals`, migrations 0018-0020; `ledger_fold_cost_days`,
+/// 0029) and keeps the cycle times of the weeks that ended
+/// (`ledger_fold_cycle_weeks`, 0020); returns the rows folded and kept.
 pub async fn compact_totals(db: &impl ConnectionTrait) -> Result<u64, DbErr> {
     let row = db
-        .query_one_raw(stmt("SELECT ledger_compact_totals() + ledger_fold_cycle_weeks() AS folded", []))
+        .query_one_raw(stmt(
+            "SELECT ledger_compact_totals() + ledger_fold_cost_days() + ledger_fold_cycle_weeks() AS folded",
+            [],
+        ))
         .await?
         .ok_or_else(|| DbErr::RecordNotFound("ledger_compact_totals".into()))?;
     let folded: i64 = row.try_get("", "folded")?;

@@ -156,6 +156,37 @@ const RULES: &[(&str, &str)] = &[
           WHERE a.units IS DISTINCT FROM t.units OR a.cost IS DISTINCT FROM t.cost",
     ),
     (
+        "cost_days",
+        // The cost per UTC day (migration 0029), under each unit's group now
+        // and per agent of the attempt it was recorded on, with the unit's
+        // (or the agent's on it) previous day with cost, equals the records.
+        "SELECT coalesce(c.fleet, t.fleet) AS fleet, NULL::uuid AS unit_id,
+                format('%s: %s', coalesce(c.k, t.k), coalesce(c.v, 'nothing')) AS expected,
+                coalesce(t.v, 'nothing') || ' in ' || coalesce(t.tab, 'the cost days') AS found
+           FROM (SELECT d.fleet,
+                        concat_ws('/', d.day, coalesce('agent ' || d.agent_id, u.state || '/'
+                                                       || coalesce(u.disposition::text, 'OPEN')),
+                                  u.domain, coalesce('after ' || d.prior_day, 'first')) AS k,
+                        format('%s units, %s cents', count(*), sum(d.cost_cents)) AS v
+                   FROM cost_unit_days(ARRAY(SELECT id FROM work_units WHERE $1::text IS NULL OR fleet = $1),
+                                       9223372036854775807) d
+                   JOIN work_units u ON u.id = d.unit_id
+                  GROUP BY 1, 2) c
+           FULL JOIN (SELECT fleet, tab, k, format('%s units, %s cents', sum(units), sum(cost_cents)) AS v
+                        FROM (SELECT fleet, 'cost_days' AS tab, units, cost_cents,
+                                     concat_ws('/', day, state || '/' || coalesce(disposition::text, 'OPEN'), domain,
+                                               coalesce('after ' || prior_day, 'first')) AS k
+                                FROM cost_days WHERE $1::text IS NULL OR fleet = $1
+                              UNION ALL
+                              SELECT fleet, 'agent_cost_days', units, cost_cents,
+                                     concat_ws('/', day, 'agent ' || agent_id, domain,
+                                               coalesce('after ' || prior_day, 'first'))
+                                FROM agent_cost_days WHERE $1::text IS NULL OR fleet = $1) r
+                       GROUP BY 1, 2, 3 HAVING sum(units) <> 0 OR sum(cost_cents) <> 0) t
+             ON t.fleet = c.fleet AND t.k = c.k
+          WHERE c.v IS DISTINCT FROM t.v",
+    ),
+    (
         "disposal_days",
         // The disposals per UTC day (migration 0020) equal the disposed units.
         "SELECT coalesce(u.fleet, t.fleet) AS fleet, NULL::uuid AS unit_id,

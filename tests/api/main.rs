@@ -11,6 +11,7 @@ mod auth;
 mod cancellation;
 mod claims;
 mod contract;
+mod cost_days;
 mod dashboards;
 mod embedded;
 mod failover;

@@ -147,7 +147,7 @@ async fn audit_is_clean_on_a_worked_ledger_and_catches_each_rule_broken_by_hand(
     let clean = work_ledger(&app, &["audit"], None);
     assert!(clean.status.success(), "{}\n{}", text(&clean.stdout), text(&clean.stderr));
     assert_eq!(text(&clean.stdout), "", "no findings");
-    assert!(text(&clean.stderr).contains("audit clean: 15 rules checked"), "{}", text(&clean.stderr));
+    assert!(text(&clean.stderr).contains("audit clean: 16 rules checked"), "{}", text(&clean.stderr));
 
     // A superuser breaks one rule per unit, triggers and foreign keys off
     // (`session_replication_role = replica`); indexes still hold, so the one
@@ -164,6 +164,10 @@ async fn audit_is_clean_on_a_worked_ledger_and_catches_each_rule_broken_by_hand(
          SELECT fleet, id, 2, 'agent-z', 'abandoned', now() FROM work_units WHERE id = '{dropped}';
          INSERT INTO cycle_weeks_until VALUES ('f', '2020-01-13') ON CONFLICT (fleet) DO UPDATE SET until = '2020-01-13';
          INSERT INTO cycle_weeks VALUES ('f', '2020-01-06', 1, 60, 60);
+         INSERT INTO cost_days (fleet, day, domain, state, disposition, prior_day, units, cost_cents)
+         VALUES ('f', '2020-01-06', 'default', 'done', 'MIGRATED', NULL, 1, 10);
+         INSERT INTO agent_cost_days (fleet, day, agent_id, domain, prior_day, units, cost_cents)
+         VALUES ('f', '2020-01-06', 'agent-z', 'default', NULL, 1, 10);
          UPDATE work_unit_attempts SET outcome = NULL, ended_at = NULL
           WHERE unit_id = '{reclaimed}' AND outcome = 'superseded';
          UPDATE work_unit_attempts SET attempt_no = 5 WHERE unit_id = '{verified}';
@@ -208,8 +212,10 @@ async fn audit_is_clean_on_a_worked_ledger_and_catches_each_rule_broken_by_hand(
     expect("-", "cycle_weeks");
     // That attempt gave agent-z a unit behind the agent totals' back.
     expect("-", "agent_totals");
+    // And wrote cost days that no cost record has.
+    expect("-", "cost_days");
     let rules: BTreeSet<&str> = found.iter().map(|(_, rule)| rule.as_str()).collect();
-    assert_eq!(rules.len(), 15, "every rule caught its breach: {out}");
+    assert_eq!(rules.len(), 16, "every rule caught its breach: {out}");
 
     // Another fleet's audit sees none of it.
     let elsewhere = work_ledger(&app, &["audit", "--fleet", "g"], None);

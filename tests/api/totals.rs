@@ -279,6 +279,19 @@ async fn a_corrupted_total_is_found_by_the_audit_and_a_rebuild_repairs_it() {
         ),
         ("claim_days", "UPDATE claim_days SET stale = stale + 1 WHERE fleet = 'f'", "stale"),
         ("agent_totals", "INSERT INTO agent_totals VALUES ('f', 'agent-a', 'default', 0, 7)", "agent-a"),
+        // The cost days (migration 0029): a day's cost under a group, and an agent's units.
+        (
+            "cost_days",
+            "INSERT INTO cost_days (fleet, day, domain, state, disposition, prior_day, units, cost_cents)
+             VALUES ('f', current_date - 3, 'default', 'abandoned', 'DROPPED', NULL, 0, 40)",
+            "40 cents in cost_days",
+        ),
+        (
+            "cost_days",
+            "INSERT INTO agent_cost_days (fleet, day, agent_id, domain, prior_day, units, cost_cents)
+             VALUES ('f', current_date, 'agent-q', 'default', current_date - 1, 1, 0)",
+            "agent agent-q/default/after",
+        ),
         ("claim_days", "DELETE FROM never_started WHERE fleet = 'f'", "not in never_started"),
         (
             "cycle_weeks",
@@ -385,6 +398,8 @@ async fn the_totals_are_read_only_and_per_fleet_for_the_service_and_readers() {
         "agent_totals",
         "cycle_weeks",
         "cycle_weeks_until",
+        "cost_days",
+        "agent_cost_days",
     ] {
         let refused = app
             .app_role_exec(Some("f"), &format!("DELETE FROM {table}"))
