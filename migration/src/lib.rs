@@ -101,6 +101,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261206_000028_feed_read_in_one_statement", "0028_feed_read_in_one_statement"),
             // Cost per UTC day (per unit's group and per agent), for costSummary and costTotal over a range at any size.
             sql_migration!("m20261207_000029_cost_days", "0029_cost_days"),
+            // throughput's cut buckets from their whole days and the day sets of agents; one index range per cut end.
+            sql_migration!("m20261207_000030_throughput_cut_by_day", "0030_throughput_cut_by_day"),
         ]
     }
 }

@@ -301,6 +301,21 @@ async fn throughput_per_day_and_week_and_cost_over_a_range() {
             bucket("2026-01-06T00:00:00+00:00", "DEAD", 1, 30, 1)
         ])
     );
+    // A week the range cuts: its whole days from the day totals and the day
+    // sets of agents, the part of a day cut at an end from the units
+    // (migration 0030); agents counted once across both.
+    let whole_tuesday = json!([
+        bucket("2026-01-05T00:00:00+00:00", "MIGRATED", 2, 150, 3),
+        bucket("2026-01-05T00:00:00+00:00", "DEAD", 1, 30, 1),
+    ]);
+    assert_eq!(
+        run(json!({ "b": "WEEK", "from": "2026-01-05T06:00:00Z", "until": "2026-01-07T00:00:00Z" })).await,
+        whole_tuesday
+    );
+    assert_eq!(
+        run(json!({ "b": "WEEK", "from": "2026-01-05T00:00:00Z", "until": "2026-01-06T12:30:00Z" })).await,
+        json!([bucket("2026-01-05T00:00:00+00:00", "MIGRATED", 2, 150, 3)])
+    );
     assert_eq!(
         run(json!({ "b": "WEEK", "d": "asm" })).await,
         json!([bucket("2026-01-05T00:00:00+00:00", "DEAD", 1, 30, 1)])
