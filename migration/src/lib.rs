@@ -103,6 +103,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261207_000029_cost_days", "0029_cost_days"),
             // throughput's cut buckets from their whole days and the day sets of agents; one index range per cut end.
             sql_migration!("m20261207_000030_throughput_cut_by_day", "0030_throughput_cut_by_day"),
+            // Events per UTC day and type, for events { totalCount } over a range at any size.
+            sql_migration!("m20261207_000031_event_days", "0031_event_days"),
         ]
     }
 }

@@ -126,7 +126,8 @@ const RULES: &[(&str, &str)] = &[
     ),
     (
         "event_totals",
-        // The events counted per type and agent for totalCount (migrations 0019, 0020) equal the events.
+        // The events counted per type and agent for totalCount (migrations
+        // 0019, 0020), and per UTC day and type (0031), equal the events.
         "SELECT coalesce(e.fleet, t.fleet) AS fleet, NULL::uuid AS unit_id,
                 format('%s %s events of %s', coalesce(e.n, 0), coalesce(e.event_type, t.event_type),
                        coalesce(e.agent_id, t.agent_id, 'no agent')) AS expected,
@@ -136,6 +137,19 @@ const RULES: &[(&str, &str)] = &[
            FULL JOIN (SELECT fleet, event_type::text AS event_type, agent_id, sum(events) AS n FROM event_totals
                        WHERE $1::text IS NULL OR fleet = $1 GROUP BY 1, 2, 3 HAVING sum(events) <> 0) t
              ON t.fleet = e.fleet AND t.event_type = e.event_type AND t.agent_id IS NOT DISTINCT FROM e.agent_id
+          WHERE e.n IS DISTINCT FROM t.n
+         UNION ALL
+         -- And per UTC day and type (migration 0031).
+         SELECT coalesce(e.fleet, t.fleet), NULL::uuid,
+                format('%s %s events on %s', coalesce(e.n, 0), coalesce(e.event_type, t.event_type),
+                       coalesce(e.day, t.day)),
+                format('%s in event_days', coalesce(t.n, 0))
+           FROM (SELECT fleet, ((created_at) AT TIME ZONE 'UTC')::date AS day, event_type::text AS event_type,
+                        count(*) AS n
+                   FROM work_unit_events WHERE $1::text IS NULL OR fleet = $1 GROUP BY 1, 2, 3) e
+           FULL JOIN (SELECT fleet, day, event_type::text AS event_type, sum(events) AS n FROM event_days
+                       WHERE $1::text IS NULL OR fleet = $1 GROUP BY 1, 2, 3 HAVING sum(events) <> 0) t
+             ON t.fleet = e.fleet AND t.day = e.day AND t.event_type = e.event_type
           WHERE e.n IS DISTINCT FROM t.n",
     ),
     (

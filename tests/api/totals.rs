@@ -400,6 +400,7 @@ async fn the_totals_are_read_only_and_per_fleet_for_the_service_and_readers() {
         "cycle_weeks_until",
         "cost_days",
         "agent_cost_days",
+        "event_days",
     ] {
         let refused = app
             .app_role_exec(Some("f"), &format!("DELETE FROM {table}"))
@@ -416,4 +417,70 @@ async fn the_totals_are_read_only_and_per_fleet_for_the_service_and_readers() {
     assert!(noted.is_err_and(|e| e.contains("permission denied")), "the trigger's helper is not the service's");
     let rebuild = app.app_role_exec(Some("f"), "SELECT ledger_rebuild_totals()").await;
     assert!(rebuild.is_err_and(|e| e.contains("permission denied")), "a rebuild is the owner's");
+}
+
+#[tokio::test]
+async fn events_over_a_range_count_as_the_rows_say_through_folds() {
+    let app = spawn_app().await;
+    let op = Agent::new(&app, "f", "op", Role::Operator).await;
+    app.register(&op.token, &["e0", "e1", "e2"]).await;
+    // Events written into the past by hand on three days (the trigger counts
+    // them per day as they arrive), besides today's registrations.
+    app.sql(
+        "INSERT INTO work_unit_events (fleet, unit_id, event_type, agent_id, created_at)
+         SELECT 'f', u.id, 'heartbeat', 'op', v.at FROM work_units u,
+                (VALUES ('2026-03-01T10:00:00Z'::timestamptz), ('2026-03-01T23:59:59Z'), ('2026-03-02T00:00:00Z'),
+                        ('2026-03-03T12:00:00Z')) v(at)
+          WHERE u.fleet = 'f'",
+    )
+    .await;
+    let query = "query($from: DateTime, $until: DateTime, $t: [EventType!]) {
+        events(first: 1, filter: { from: $from, until: $until, types: $t }) { totalCount } }";
+    let ranges = [
+        // Cuts the first day, the second whole, the third from midnight.
+        (Some("2026-03-01T12:00:00Z"), Some("2026-03-03T00:00:00Z")),
+        (Some("2026-03-01T00:00:00Z"), Some("2026-03-02T00:00:00Z")),
+        (Some("2026-03-01T11:00:00Z"), Some("2026-03-01T23:59:59Z")),
+        (Some("2026-03-01T23:59:59Z"), Some("2026-03-03T12:00:00.000001Z")),
+        (None, Some("2026-03-02T00:00:00Z")),
+        (Some("2026-03-02T00:00:00Z"), None),
+    ];
+    for when in ["as written", "folded"] {
+        if when == "folded" {
+            app.live.sweep_now().await.expect("a fold");
+        }
+        for (from, until) in ranges {
+            for types in [json!(null), json!(["HEARTBEAT"]), json!(["REGISTERED", "HEARTBEAT"])] {
+                let got = op.run(query, json!({ "from": from, "until": until, "t": types })).await;
+                let of_types = match types.as_array() {
+                    None => "true".to_owned(),
+                    Some(t) => format!(
+                        "upper(event_type::text) = ANY(ARRAY[{}])",
+                        t.iter()
+                            .map(|t| format!("'{}'", t.as_str().unwrap_or_default()))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                };
+                let rows = app
+                    .sql_i64(&format!(
+                        "SELECT count(*) FROM work_unit_events WHERE fleet = 'f' AND created_at >= {} AND created_at < {}
+                            AND {of_types}",
+                        from.map_or("'-infinity'".to_owned(), |f| format!("'{f}'")),
+                        until.map_or("'infinity'".to_owned(), |u| format!("'{u}'")),
+                    ))
+                    .await;
+                assert_eq!(got.data()["events"]["totalCount"], json!(rows), "{when}: [{from:?}, {until:?}) of {types}");
+            }
+        }
+    }
+    assert_eq!(app.sql_i64("SELECT count(*) FROM event_days WHERE fleet = 'f' AND NOT folded").await, 0);
+    let audit = work_ledger(&app, &["audit", "--fleet", "f"], None);
+    assert!(audit.status.success(), "{}", text(&audit.stdout));
+    // A day's count changed by hand is the event rule's finding.
+    app.sql("UPDATE event_days SET events = events + 1 WHERE fleet = 'f' AND day = '2026-03-02'").await;
+    let audit = work_ledger(&app, &["audit", "--fleet", "f"], None);
+    assert_eq!(audit.status.code(), Some(1), "{}", text(&audit.stderr));
+    let out = text(&audit.stdout);
+    assert!(out.lines().all(|l| l.contains("\tevent_totals\t")) && out.contains("2026-03-02"), "{out}");
 }

@@ -171,13 +171,24 @@ pub fn events(fleet: &str, filter: &EventFilter) -> Query {
     q
 }
 
-/// The `totalCount` of `events(filter)` from the event totals (migrations
-/// 0019 and 0020: per type and agent), when the filter names event types and
-/// an agent only (else the rows are counted).
+/// The `totalCount` of `events(filter)` from the event totals, when the
+/// filter names no unit: per type and agent (migrations 0019 and 0020)
+/// without a time range; per UTC day and type with one and no agent
+/// (`events_counted_in`, 0031: the whole days from the totals, the part of a
+/// day cut at each end from the rows). Else the rows are counted.
 pub fn events_counted_by_totals(fleet: &str, filter: &EventFilter) -> Option<Query> {
-    let by_rows = filter.unit_id.is_some() || filter.created.from.is_some() || filter.created.until.is_some();
-    if by_rows {
+    let ranged = filter.created.from.is_some() || filter.created.until.is_some();
+    if filter.unit_id.is_some() || (ranged && filter.agent_id.is_some()) {
         return None;
+    }
+    if ranged {
+        let mut q = Query::new("SELECT events_counted_in(");
+        let types: Vec<String> = filter.types.iter().map(|t| t.to_value()).collect();
+        let args = [fleet.into(), types.into(), filter.created.from.into(), filter.created.until.into()]
+            .map(|v: sea_orm::Value| q.bind(v))
+            .join(", ");
+        q.push(&format!("{args}) AS n"));
+        return Some(q);
     }
     let mut q = Query::new("SELECT coalesce(sum(t.events), 0)::bigint AS n FROM event_totals t WHERE t.fleet = ");
     let p = q.bind(fleet);
