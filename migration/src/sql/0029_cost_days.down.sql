@@ -6,6 +6,7 @@ BEGIN
 END
 $$;
 DROP FUNCTION cost_recorded_in(text, boolean, timestamptz, timestamptz, text);
+DROP FUNCTION ledger_whole_days(timestamptz, timestamptz);
 DROP FUNCTION ledger_recount_cost_days();
 DROP FUNCTION ledger_fold_cost_days();
 DROP TRIGGER work_units_cost_days_moved ON work_units;

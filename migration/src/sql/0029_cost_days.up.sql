@@ -159,9 +159,12 @@ BEGIN
     RETURN NULL;
 END
 $$;
+-- Cost is only recorded on an attempt (ledger_record_cost), so a unit with no
+-- attempt before the change has none to move: a unit's first claim, the
+-- claim path's common case, does not run the trigger.
 CREATE TRIGGER work_units_cost_days_moved AFTER UPDATE ON work_units FOR EACH ROW
-    WHEN (OLD.state IS DISTINCT FROM NEW.state OR OLD.disposition IS DISTINCT FROM NEW.disposition
-          OR OLD.domain IS DISTINCT FROM NEW.domain OR OLD.fleet IS DISTINCT FROM NEW.fleet)
+    WHEN (OLD.attempt_count > 0 AND (OLD.state IS DISTINCT FROM NEW.state OR OLD.disposition IS DISTINCT FROM NEW.disposition
+          OR OLD.domain IS DISTINCT FROM NEW.domain OR OLD.fleet IS DISTINCT FROM NEW.fleet))
     EXECUTE FUNCTION cost_days_moved();
 
 -- Folds the groups with a delta into one row each, as ledger_compact_totals
@@ -240,6 +243,25 @@ SELECT ledger_fold_cost_days();
 -- Planned from their statistics before autovacuum first visits them.
 ANALYZE cost_days, agent_cost_days;
 
+-- The whole UTC days of [p_from, p_until) (NULL: unbounded), [lo, hi), and
+-- the parts of a day the range cuts at each end, [p_from, low_end) and
+-- [high_start, p_until): the whole range when no day lies whole inside it.
+-- The one split behind the reads that take whole days from day totals and
+-- the cut ends from the rows (cost_recorded_in, throughput, events_counted_in).
+CREATE FUNCTION ledger_whole_days(p_from timestamptz, p_until timestamptz, OUT lo date, OUT hi date,
+                                  OUT low_end timestamptz, OUT high_start timestamptz)
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    f timestamp := coalesce(p_from, '-infinity') AT TIME ZONE 'UTC';
+    u timestamp := coalesce(p_until, 'infinity') AT TIME ZONE 'UTC';
+BEGIN
+    lo := CASE WHEN date_trunc('day', f) = f THEN f::date ELSE (date_trunc('day', f) + interval '1 day')::date END;
+    hi := date_trunc('day', u)::date;
+    low_end := CASE WHEN lo < hi THEN lo::timestamp AT TIME ZONE 'UTC' ELSE coalesce(p_until, 'infinity') END;
+    high_start := CASE WHEN lo < hi THEN hi::timestamp AT TIME ZONE 'UTC' ELSE 'infinity' END;
+END
+$$;
+
 -- Units and cost recorded in [p_from, p_until) (NULL: unbounded) in the
 -- fleet, per current (domain, state, disposition) of the units, or with
 -- p_agents per (agent of the attempt, domain); p_domain keeps one domain.
@@ -254,17 +276,15 @@ RETURNS TABLE (fleet text, agent_id text, domain text, state work_state, disposi
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, public, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
-    f timestamp := coalesce(p_from, '-infinity') AT TIME ZONE 'UTC';
-    u timestamp := coalesce(p_until, 'infinity') AT TIME ZONE 'UTC';
-    -- The whole days: [lo, hi).
-    lo date := CASE WHEN date_trunc('day', f) = f THEN f::date ELSE (date_trunc('day', f) + interval '1 day')::date END;
-    hi date := date_trunc('day', u)::date;
-    whole boolean := lo < hi;
-    -- The cut ends: [p_from, low_end) and [high_start, p_until); the whole
-    -- range when no day lies whole inside it.
-    low_end timestamptz := CASE WHEN lo < hi THEN lo::timestamp AT TIME ZONE 'UTC' ELSE coalesce(p_until, 'infinity') END;
-    high_start timestamptz := CASE WHEN lo < hi THEN hi::timestamp AT TIME ZONE 'UTC' ELSE 'infinity' END;
+    lo date;
+    hi date;
+    low_end timestamptz;
+    high_start timestamptz;
+    whole boolean;
 BEGIN
+    SELECT d.lo, d.hi, d.low_end, d.high_start INTO lo, hi, low_end, high_start
+      FROM ledger_whole_days(p_from, p_until) d;
+    whole := lo < hi;
     RETURN QUERY
     WITH cut AS (
              SELECT e.unit_id, e.attempt_id, e.cost_delta_cents FROM work_unit_events e

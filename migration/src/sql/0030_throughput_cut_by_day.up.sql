@@ -24,14 +24,15 @@ DECLARE
                          ELSE date_trunc(p_bucket, f) + ('1 ' || p_bucket)::interval END;
     hi timestamp := date_trunc(p_bucket, u);
     whole boolean := lo < hi;
-    -- The whole days: [dlo, dhi). Those outside [lo, hi) belong to a cut bucket.
-    dlo date := CASE WHEN date_trunc('day', f) = f THEN f::date ELSE (date_trunc('day', f) + interval '1 day')::date END;
-    dhi date := date_trunc('day', u)::date;
-    -- The parts of a day the range cuts: [p_from, low_end) and [high_start,
-    -- p_until); the whole range when no day lies whole inside it.
-    low_end timestamptz := CASE WHEN dlo < dhi THEN dlo::timestamp AT TIME ZONE 'UTC' ELSE coalesce(p_until, 'infinity') END;
-    high_start timestamptz := CASE WHEN dlo < dhi THEN dhi::timestamp AT TIME ZONE 'UTC' ELSE 'infinity' END;
+    -- The whole days [dlo, dhi) (those outside [lo, hi) belong to a cut
+    -- bucket) and the parts of a day the range cuts at each end.
+    dlo date;
+    dhi date;
+    low_end timestamptz;
+    high_start timestamptz;
 BEGIN
+    SELECT d.lo, d.hi, d.low_end, d.high_start INTO dlo, dhi, low_end, high_start
+      FROM ledger_whole_days(p_from, p_until) d;
     RETURN QUERY
     WITH cut AS (
              SELECT w.fleet, w.id, w.disposition, w.cost_cents,

@@ -106,17 +106,14 @@ ANALYZE event_days;
 CREATE FUNCTION events_counted_in(p_fleet text, p_types text[], p_from timestamptz, p_until timestamptz)
 RETURNS bigint LANGUAGE plpgsql STABLE SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
-    f timestamp := coalesce(p_from, '-infinity') AT TIME ZONE 'UTC';
-    u timestamp := coalesce(p_until, 'infinity') AT TIME ZONE 'UTC';
-    -- The whole days: [lo, hi).
-    lo date := CASE WHEN date_trunc('day', f) = f THEN f::date ELSE (date_trunc('day', f) + interval '1 day')::date END;
-    hi date := date_trunc('day', u)::date;
-    -- The cut ends: [p_from, low_end) and [high_start, p_until); the whole
-    -- range when no day lies whole inside it.
-    low_end timestamptz := CASE WHEN lo < hi THEN lo::timestamp AT TIME ZONE 'UTC' ELSE coalesce(p_until, 'infinity') END;
-    high_start timestamptz := CASE WHEN lo < hi THEN hi::timestamp AT TIME ZONE 'UTC' ELSE 'infinity' END;
+    lo date;
+    hi date;
+    low_end timestamptz;
+    high_start timestamptz;
     every boolean := cardinality(p_types) = 0;
 BEGIN
+    SELECT w.lo, w.hi, w.low_end, w.high_start INTO lo, hi, low_end, high_start
+      FROM ledger_whole_days(p_from, p_until) w;
     RETURN (SELECT coalesce(sum(d.events), 0) FROM event_days d
              WHERE lo < hi AND d.fleet = p_fleet AND d.day >= lo AND d.day < hi
                AND (every OR d.event_type::text = ANY(p_types)))
