@@ -224,10 +224,10 @@ pub async fn seed(db: &DatabaseConnection, units: i64, events: i64) -> Result<Se
         ("totals", "SELECT ledger_rebuild_totals()".to_owned()),
         (
             "vacuum analyze",
-            "VACUUM (ANALYZE, FREEZE) work_units, work_unit_attempts, work_unit_events, blocking_questions, unit_totals,
-                    event_totals, disposal_days, disposal_agents, disposal_agent_counts, claim_days, claim_agents,
-                    never_started, agent_totals"
-                .to_owned(),
+            // Every table, so that none a migration adds is left out: a roll-up
+            // never vacuumed is read from its heap, not by its covering index
+            // (agent_cost_days, 30 days: 11,518 heap pages, 49 ms against 10).
+            "VACUUM (ANALYZE, FREEZE)".to_owned(),
         ),
     ];
     let mut timings = Vec::new();
