@@ -105,6 +105,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261207_000030_throughput_cut_by_day", "0030_throughput_cut_by_day"),
             // Events per UTC day and type, for events { totalCount } over a range at any size.
             sql_migration!("m20261207_000031_event_days", "0031_event_days"),
+            // Disposals per UTC week (disposal_days summed by week, kept by a trigger), for the weekly reads.
+            sql_migration!("m20261208_000032_disposal_weeks", "0032_disposal_weeks"),
         ]
     }
 }

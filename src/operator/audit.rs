@@ -202,29 +202,42 @@ const RULES: &[(&str, &str)] = &[
     ),
     (
         "disposal_days",
-        // The disposals per UTC day (migration 0020) equal the disposed units.
+        // The disposals per UTC day (migration 0020) and per UTC week (its
+        // sum by week, 0032) equal the disposed units.
         "SELECT coalesce(u.fleet, t.fleet) AS fleet, NULL::uuid AS unit_id,
-                format('%s: %s', concat_ws('/', coalesce(u.day, t.day), coalesce(u.domain, t.domain),
+                format('%s: %s', concat_ws('/', coalesce(u.start, t.start), coalesce(u.domain, t.domain),
                                            coalesce(u.disposition, t.disposition)),
                        coalesce(u.counts, 'nothing')) AS expected,
-                coalesce(t.counts, 'nothing') || ' in disposal_days' AS found
-           FROM (SELECT fleet, ((disposed_at) AT TIME ZONE 'UTC')::date::text AS day, domain, disposition::text AS disposition,
+                coalesce(t.counts, 'nothing') || ' in ' || coalesce(t.tab, u.tab) AS found
+           FROM (SELECT k.tab, fleet,
+                        CASE WHEN k.tab = 'disposal_days' THEN d.day
+                             ELSE date_trunc('week', (d.day)::timestamp)::date END::text AS start,
+                        domain, disposition::text AS disposition,
                         format('%s units, %s cents, %s reworked, %s verified for %s cents', count(*), sum(cost_cents),
                                count(*) FILTER (WHERE attempt_count > 1),
                                count(*) FILTER (WHERE cost_cents > 0 AND cardinality(evidence_urls) > 0),
                                coalesce(sum(cost_cents) FILTER (WHERE cost_cents > 0
                                                                   AND cardinality(evidence_urls) > 0), 0)) AS counts
-                   FROM work_units WHERE ($1::text IS NULL OR fleet = $1) AND disposition IS NOT NULL
-                  GROUP BY 1, 2, 3, 4) u
-           FULL JOIN (SELECT fleet, day::text AS day, domain, disposition::text AS disposition,
+                   FROM work_units
+                  CROSS JOIN LATERAL (SELECT ((disposed_at) AT TIME ZONE 'UTC')::date AS day) d
+                  CROSS JOIN (VALUES ('disposal_days'), ('disposal_weeks')) AS k(tab)
+                  WHERE ($1::text IS NULL OR fleet = $1) AND disposition IS NOT NULL
+                  GROUP BY 1, 2, 3, 4, 5) u
+           FULL JOIN (SELECT tab, fleet, start, domain, disposition::text AS disposition,
                              format('%s units, %s cents, %s reworked, %s verified for %s cents', sum(units),
                                     sum(cost_cents), sum(reworked), sum(verified_units), sum(verified_cost_cents))
                                AS counts
-                        FROM disposal_days WHERE $1::text IS NULL OR fleet = $1
-                       GROUP BY 1, 2, 3, 4
+                        FROM (SELECT 'disposal_days' AS tab, fleet, day::text AS start, domain, disposition, units,
+                                     cost_cents, reworked, verified_units, verified_cost_cents
+                                FROM disposal_days WHERE $1::text IS NULL OR fleet = $1
+                              UNION ALL
+                              SELECT 'disposal_weeks', fleet, week::text, domain, disposition, units, cost_cents,
+                                     reworked, verified_units, verified_cost_cents
+                                FROM disposal_weeks WHERE $1::text IS NULL OR fleet = $1) r
+                       GROUP BY 1, 2, 3, 4, 5
                       HAVING sum(units) <> 0 OR sum(cost_cents) <> 0 OR sum(reworked) <> 0 OR sum(verified_units) <> 0
                           OR sum(verified_cost_cents) <> 0) t
-             ON t.fleet = u.fleet AND t.day IS NOT DISTINCT FROM u.day AND t.domain = u.domain
+             ON t.tab = u.tab AND t.fleet = u.fleet AND t.start IS NOT DISTINCT FROM u.start AND t.domain = u.domain
             AND t.disposition = u.disposition
           WHERE u.counts IS DISTINCT FROM t.counts",
     ),

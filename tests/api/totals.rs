@@ -159,16 +159,17 @@ async fn the_totals_equal_the_units_through_concurrent_writes_and_folds() {
     // the rows say, for whole days (totals) and for a day the range cuts (rows).
     let never = app.sql_i64("SELECT count(*) FROM never_started").await;
     assert!(never > 0, "some claims were never started");
-    for from in [None, Some((chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339())] {
-        let read = op
-            .run(
-                "query($from: DateTime) { throughput(bucket: DAY, from: $from) { start disposition count costCents distinctAgents } }",
-                json!({ "from": from }),
-            )
-            .await;
-        let rows = throughput_by_rows(&app, from.as_deref()).await;
-        assert!(!rows.is_empty());
-        assert_eq!(read.data()["throughput"], json!(rows), "throughput from {from:?}");
+    // By week, the whole weeks are the week totals (migration 0032).
+    for bucket in ["DAY", "WEEK"] {
+        for from in [None, Some((chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339())] {
+            let query = format!(
+                "query($from: DateTime) {{ throughput(bucket: {bucket}, from: $from) {{ start disposition count costCents distinctAgents }} }}"
+            );
+            let read = op.run(&query, json!({ "from": from })).await;
+            let rows = throughput_by_rows(&app, bucket, from.as_deref()).await;
+            assert!(!rows.is_empty());
+            assert_eq!(read.data()["throughput"], json!(rows), "throughput by {bucket} from {from:?}");
+        }
     }
     let days = op.run("{ claimingAgents { agents claims } }", json!({})).await;
     let claims =
@@ -204,20 +205,21 @@ async fn the_totals_equal_the_units_through_concurrent_writes_and_folds() {
     assert!(audit.status.success(), "{}\n{}", text(&audit.stdout), text(&audit.stderr));
 }
 
-/// `throughput(bucket: DAY, from)` as migration 0008 computed it, from the
-/// rows alone: the oracle of the day totals.
-async fn throughput_by_rows(app: &TestApp, from: Option<&str>) -> Vec<Value> {
+/// `throughput(bucket, from)` as migration 0008 computed it, from the rows
+/// alone: the oracle of the day and week totals.
+async fn throughput_by_rows(app: &TestApp, bucket: &str, from: Option<&str>) -> Vec<Value> {
     let from = from.map_or("NULL".to_owned(), |f| format!("'{f}'::timestamptz"));
+    let bucket = bucket.to_lowercase();
     app.sql_json(&format!(
         "SELECT to_char(t.start AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"+00:00\"') AS start,
                 t.disposition::text AS disposition,
                 t.units AS count, t.cost_cents AS \"costCents\", coalesce(g.agents, 0) AS \"distinctAgents\"
-           FROM (SELECT date_trunc('day', u.disposed_at, 'UTC') AS start, u.disposition,
+           FROM (SELECT date_trunc('{bucket}', u.disposed_at, 'UTC') AS start, u.disposition,
                         count(*) AS units, sum(u.cost_cents)::bigint AS cost_cents
                    FROM work_units u
                   WHERE u.disposition IS NOT NULL AND u.disposed_at >= coalesce({from}, '-infinity'::timestamptz)
                   GROUP BY 1, 2) t
-           LEFT JOIN (SELECT date_trunc('day', u.disposed_at, 'UTC') AS start, u.disposition,
+           LEFT JOIN (SELECT date_trunc('{bucket}', u.disposed_at, 'UTC') AS start, u.disposition,
                              count(DISTINCT a.agent_id) AS agents
                         FROM work_units u JOIN work_unit_attempts a ON a.unit_id = u.id
                        WHERE u.disposition IS NOT NULL AND u.disposed_at >= coalesce({from}, '-infinity'::timestamptz)
@@ -271,6 +273,14 @@ async fn a_corrupted_total_is_found_by_the_audit_and_a_rebuild_repairs_it() {
             "disposal_days",
             "INSERT INTO disposal_days VALUES ('f', current_date, 'default', 'MIGRATED', 1, 0, 0, 0, 0)",
             "units",
+        ),
+        // The weeks (migration 0032) under the same rule: a week's reworked units.
+        (
+            "disposal_days",
+            "INSERT INTO disposal_weeks (fleet, week, domain, disposition, units, cost_cents, reworked, verified_units,
+                                         verified_cost_cents)
+             VALUES ('f', date_trunc('week', now())::date, 'default', 'MIGRATED', 0, 0, 1, 0, 0)",
+            "in disposal_weeks",
         ),
         (
             "disposal_agents",
@@ -363,7 +373,9 @@ async fn a_fold_rewrites_only_the_totals_that_moved() {
     // A recount leaves every total folded: the next fold has nothing to take.
     app.sql("SELECT ledger_rebuild_totals()").await;
     assert_eq!(app.sql_i64("SELECT count(*) FROM disposal_days WHERE NOT folded").await, 0);
+    assert_eq!(app.sql_i64("SELECT count(*) FROM disposal_weeks WHERE NOT folded").await, 0);
     assert_eq!(app.sql_i64("SELECT ledger_compact_totals()").await, 0, "a fold after a recount rewrote totals");
+    assert_eq!(app.sql_i64("SELECT ledger_fold_disposal_weeks()").await, 0, "nor the weeks");
     let (totals, units) = totals_and_units(&app).await;
     assert_eq!(totals, units, "the recount's totals equal the units");
 }
@@ -390,6 +402,7 @@ async fn the_totals_are_read_only_and_per_fleet_for_the_service_and_readers() {
     // database's triggers alone, and each fleet sees its own.
     for table in [
         "disposal_days",
+        "disposal_weeks",
         "disposal_agents",
         "disposal_agent_counts",
         "claim_days",
