@@ -80,20 +80,14 @@ pub async fn report_stalls(db: &impl ConnectionTrait, batch_size: u32) -> Result
     Ok((found.max(0) as u64, reported.max(0) as u64))
 }
 
-/// Folds the deltas of the totals into one row per group
-/// (`ledger_compact_totals`, migrations 0018-0020; `ledger_fold_cost_days`,
-/// 0029; `ledger_fold_event_days`, 0031; `ledger_fold_disposal_weeks`, 0032) and keeps the
-/// cycle times of the weeks that ended (`ledger_fold_cycle_weeks`, 0020); returns the rows
-/// folded and kept.
+/// Folds the deltas of the totals into one row per group and keeps the
+/// cycle times of the weeks that ended (`ledger_fold_totals`, migration
+/// 0032: every roll-up's fold); returns the rows folded and kept.
 pub async fn compact_totals(db: &impl ConnectionTrait) -> Result<u64, DbErr> {
     let row = db
-        .query_one_raw(stmt(
-            "SELECT ledger_compact_totals() + ledger_fold_cost_days() + ledger_fold_event_days() \
-               + ledger_fold_disposal_weeks() + ledger_fold_cycle_weeks() AS folded",
-            [],
-        ))
+        .query_one_raw(stmt("SELECT ledger_fold_totals() AS folded", []))
         .await?
-        .ok_or_else(|| DbErr::RecordNotFound("ledger_compact_totals".into()))?;
+        .ok_or_else(|| DbErr::RecordNotFound("ledger_fold_totals".into()))?;
     let folded: i64 = row.try_get("", "folded")?;
     Ok(folded.max(0) as u64)
 }

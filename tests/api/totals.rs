@@ -392,6 +392,8 @@ async fn the_totals_are_read_only_and_per_fleet_for_the_service_and_readers() {
     assert!(refused.contains("permission denied"), "{refused}");
     let fold = app.app_role_query(Some("f"), "SELECT ledger_compact_totals() AS folded").await;
     assert_eq!(fold.len(), 1, "the application role may fold (the sweeper does)");
+    let folds = app.app_role_query(Some("f"), "SELECT ledger_fold_totals() AS folded").await;
+    assert_eq!(folds.len(), 1, "and run every fold, as the sweeper does");
     let seen =
         app.app_role_query(Some("f"), "SELECT fleet, sum(units)::int AS units FROM v_unit_totals GROUP BY 1").await;
     assert_eq!(seen, vec![json!({ "fleet": "f", "units": 2 })], "fleet f sees its own totals only");

@@ -95,6 +95,7 @@ BEGIN
 END
 $$;
 
+DROP FUNCTION ledger_fold_totals();
 DROP FUNCTION ledger_recount_disposal_weeks();
 DROP FUNCTION ledger_fold_disposal_weeks();
 DROP TRIGGER disposal_days_weeks ON disposal_days;

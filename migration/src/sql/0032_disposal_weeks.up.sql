@@ -93,16 +93,29 @@ END
 $$;
 REVOKE ALL ON FUNCTION ledger_recount_disposal_weeks() FROM PUBLIC;
 
+-- Every fold in one call, the sweeper's and the rebuild's: a roll-up's fold
+-- is added here once (the sweeper named each fold itself, the rebuild its
+-- own list). Returns the rows folded and kept.
+CREATE FUNCTION ledger_fold_totals() RETURNS bigint LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, public, pg_temp AS $$
+    SELECT ledger_compact_totals() + ledger_fold_cost_days() + ledger_fold_event_days()
+         + ledger_fold_disposal_weeks() + ledger_fold_cycle_weeks()
+$$;
+REVOKE ALL ON FUNCTION ledger_fold_totals() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ledger_fold_totals() TO work_ledger_app;
+
+-- The recount writes disposal_days unfolded, which the trigger appends to
+-- the weeks as well; the weeks' own recount replaces them. The rows arrive
+-- unfolded, one per group; the fold marks them, so the sweeper's next pass
+-- rewrites none.
 CREATE OR REPLACE FUNCTION ledger_rebuild_totals() RETURNS void LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN
     PERFORM ledger_recount_totals();
     PERFORM ledger_recount_cost_days();
     PERFORM ledger_recount_event_days();
-    PERFORM ledger_compact_totals();
-    PERFORM ledger_fold_cost_days();
-    PERFORM ledger_fold_event_days();
     PERFORM ledger_recount_disposal_weeks();
+    PERFORM ledger_fold_totals();
 END
 $$;
 
