@@ -107,6 +107,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261207_000031_event_days", "0031_event_days"),
             // Disposals per UTC week (disposal_days summed by week, kept by a trigger), for the weekly reads.
             sql_migration!("m20261208_000032_disposal_weeks", "0032_disposal_weeks"),
+            // The live reads of many fleets in one statement (one watermark); a resumed subscription's start in one.
+            sql_migration!("m20261209_000033_live_reads_together", "0033_live_reads_together"),
         ]
     }
 }

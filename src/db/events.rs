@@ -11,8 +11,9 @@
 //! order.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
-use sea_orm::{ConnectionTrait, DbErr, FromQueryResult};
+use sea_orm::{ConnectionTrait, DbErr, FromQueryResult, QueryResult};
 use uuid::Uuid;
 
 use super::entities::event;
@@ -51,8 +52,9 @@ pub struct LiveEvent {
 }
 
 /// What one read of the log found.
+#[derive(Debug, Default)]
 pub struct Batch {
-    pub events: Vec<LiveEvent>,
+    pub events: Vec<Arc<LiveEvent>>,
     /// Every event of a batch below it is final and was in reach of this
     /// read (see [`watermark`]).
     pub watermark: i64,
@@ -87,49 +89,90 @@ pub async fn watermark(db: &impl ConnectionTrait) -> Result<i64, DbErr> {
     row.try_get("", "w")
 }
 
-/// Up to `limit` events of `fleet` after `after`, in delivery order, that no
-/// in-flight event writer can precede: one call of `live_events_after`
-/// (migration 0028), which takes the app role and the fleet, reads the
-/// watermark, then the rows in a later statement. Called in autocommit (a
-/// feed's read, a tail's catch-up): one round trip, no transaction around
-/// it; inside a transaction, that transaction must be READ COMMITTED and
-/// would stay in `fleet` afterwards.
-pub async fn events_after(
+/// For each `(fleet, after)` of `reads`, up to `limit` events of that fleet
+/// after that position, in delivery order, that no in-flight event writer
+/// can precede: one call of `live_events_after_each` (migration 0033), which
+/// takes the app role, reads the delivery watermark once, then each fleet's
+/// rows under that fleet's row-level security in later statements. One
+/// [`Batch`] per read, in the order given. Called in autocommit (feeds'
+/// reads, tails' catch-up): one round trip, no transaction around it; inside
+/// a transaction, that transaction must be READ COMMITTED and would stay in
+/// the last fleet afterwards.
+pub async fn events_after_each(
     db: &impl ConnectionTrait,
-    fleet: &str,
-    after: Position,
+    reads: &[(String, Position)],
     limit: usize,
-) -> Result<Batch, DbErr> {
+) -> Result<Vec<Batch>, DbErr> {
     let sql = format!(
-        "SELECT r.watermark, r.held, e.batch, e.tx_id, {EVENT_COLUMNS}
-           FROM live_events_after($1, $2, $3, $4, $5) WITH ORDINALITY AS r
+        "SELECT r.k, r.watermark, r.held, e.batch, e.tx_id, {EVENT_COLUMNS}
+           FROM live_events_after_each($1, $2, $3, $4, $5) WITH ORDINALITY AS r
            LEFT JOIN LATERAL (SELECT (r.event).*) AS e ON true
           ORDER BY r.ordinality"
     );
-    let values = [fleet.into(), after.batch.into(), after.tx.into(), after.seq.into(), (limit as i32).into()];
+    let fleets: Vec<String> = reads.iter().map(|(f, _)| f.clone()).collect();
+    let batches: Vec<i64> = reads.iter().map(|(_, p)| p.batch).collect();
+    let txs: Vec<i64> = reads.iter().map(|(_, p)| p.tx).collect();
+    let seqs: Vec<i64> = reads.iter().map(|(_, p)| p.seq).collect();
+    let values = [fleets.into(), batches.into(), txs.into(), seqs.into(), (limit as i32).into()];
     let rows = db.query_all_raw(stmt(&sql, values)).await?;
-    let mut batch = Batch { events: Vec::with_capacity(rows.len()), watermark: 0, held: false };
-    for row in rows {
-        batch.watermark = row.try_get("", "watermark")?;
-        batch.held = row.try_get("", "held")?;
-        // One row with a NULL event when there is none.
-        let Some(batch_no) = row.try_get::<Option<i64>>("", "batch")? else { continue };
-        let tx: i64 = row.try_get("", "tx_id")?;
-        let event = event::Model::from_query_result(&row, "")?;
-        batch.events.push(LiveEvent { position: Position { batch: batch_no, tx, seq: event.seq }, event });
+    let mut out: Vec<Batch> = reads.iter().map(|_| Batch::default()).collect();
+    for row in &rows {
+        let k: i32 = row.try_get("", "k")?;
+        let batch = usize::try_from(k - 1)
+            .ok()
+            .and_then(|i| out.get_mut(i))
+            .ok_or_else(|| DbErr::Custom(format!("live_events_after_each returned read {k} of {}", reads.len())))?;
+        batch.push_row(row)?;
     }
-    Ok(batch)
+    Ok(out)
 }
 
-/// The place in delivery order of one event, when the caller's fleet has it
-/// (row-level security hides the others).
-pub async fn position_of(db: &impl ConnectionTrait, id: Uuid) -> Result<Option<Position>, DbErr> {
-    let row =
-        db.query_one_raw(stmt("SELECT batch, tx_id, seq FROM work_unit_events WHERE id = $1", [id.into()])).await?;
-    row.map(|r| {
-        Ok(Position { batch: r.try_get("", "batch")?, tx: r.try_get("", "tx_id")?, seq: r.try_get("", "seq")? })
-    })
-    .transpose()
+/// Where a resumed subscription starts and its first page, in one call of
+/// `live_events_resumed` (migration 0033; autocommit as for
+/// [`events_after_each`]): right after the event `id` of `fleet`, or just before
+/// batch `floor` when that is earlier, and up to `limit` events from there.
+/// `None` when `fleet` has no such event (row-level security hides the
+/// others).
+pub async fn events_resumed(
+    db: &impl ConnectionTrait,
+    fleet: &str,
+    id: Uuid,
+    floor: Option<i64>,
+    limit: usize,
+) -> Result<Option<(Position, Batch)>, DbErr> {
+    let sql = format!(
+        "SELECT r.from_batch, r.from_tx, r.from_seq, r.watermark, r.held, e.batch, e.tx_id, {EVENT_COLUMNS}
+           FROM live_events_resumed($1, $2, $3, $4) WITH ORDINALITY AS r
+           LEFT JOIN LATERAL (SELECT (r.event).*) AS e ON true
+          ORDER BY r.ordinality"
+    );
+    let values = [fleet.into(), id.into(), floor.into(), (limit as i32).into()];
+    let rows = db.query_all_raw(stmt(&sql, values)).await?;
+    let Some(first) = rows.first() else { return Ok(None) };
+    let from = Position {
+        batch: first.try_get("", "from_batch")?,
+        tx: first.try_get("", "from_tx")?,
+        seq: first.try_get("", "from_seq")?,
+    };
+    let mut batch = Batch::default();
+    for row in &rows {
+        batch.push_row(row)?;
+    }
+    Ok(Some((from, batch)))
+}
+
+impl Batch {
+    /// One row of `live_events_after`'s columns: the watermark and `held`
+    /// come on every row, and a row with a NULL event stands for none.
+    fn push_row(&mut self, row: &QueryResult) -> Result<(), DbErr> {
+        self.watermark = row.try_get("", "watermark")?;
+        self.held = row.try_get("", "held")?;
+        let Some(batch) = row.try_get::<Option<i64>>("", "batch")? else { return Ok(()) };
+        let tx: i64 = row.try_get("", "tx_id")?;
+        let event = event::Model::from_query_result(row, "")?;
+        self.events.push(Arc::new(LiveEvent { position: Position { batch, tx, seq: event.seq }, event }));
+        Ok(())
+    }
 }
 
 /// The opaque tag of `fleet` that event notifications carry (migration 0004).

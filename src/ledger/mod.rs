@@ -134,19 +134,22 @@ impl Ledger {
         db::in_fleet_counted(&self.db, Some(&self.metrics.pool_users), &who.fleet, read).await
     }
 
-    /// Up to `limit` of the caller's fleet's events after `from`, in delivery
-    /// order ([`events::events_after`]): one statement in autocommit on the
-    /// request pool, which takes the app role and the fleet itself, so it
-    /// needs no transaction of [`Ledger::read`] around it.
-    pub async fn events_after(
+    /// Where a subscription resumed after the event `id` starts (no later than
+    /// just before batch `floor`), with its first page of up to `limit`
+    /// events ([`events::events_resumed`]): one statement in autocommit on
+    /// the request pool, which takes the app role and the fleet itself, so it
+    /// needs no transaction of [`Ledger::read`] around it. `None` when the
+    /// caller's fleet has no such event.
+    pub async fn events_resumed(
         &self,
         who: &Principal,
-        from: events::Position,
+        id: Uuid,
+        floor: Option<i64>,
         limit: usize,
-    ) -> Result<events::Batch, LedgerError> {
+    ) -> Result<Option<(events::Position, events::Batch)>, LedgerError> {
         who.require(Permission::LedgerRead)?;
         let _in_flight = db::InFlight::new(&self.metrics.pool_users);
-        Ok(events::events_after(&self.db, &who.fleet, from, limit).await?)
+        Ok(events::events_resumed(&self.db, &who.fleet, id, floor, limit).await?)
     }
 
     /// [`Ledger::read`] of a read that scans the caller's whole fleet: at

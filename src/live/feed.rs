@@ -12,16 +12,19 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
+use async_graphql::dataloader::{DataLoader, Loader};
 use sea_orm::{DatabaseConnection, DbErr, Iterable};
 use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 
 use crate::db;
 use crate::db::entities::EventType;
-use crate::db::events::{self, LiveEvent, Position};
+use crate::db::events::{self, Batch, LiveEvent, Position};
 
-/// Events a feed reads per statement.
-const BATCH: usize = 500;
+/// Events per fleet a read returns at most (a feed's, a tail's page).
+pub const BATCH: usize = 500;
+/// Reads of one statement at most.
+const READS_PER_STATEMENT: usize = 256;
 /// How soon a feed whose events wait for an older transaction looks again
 /// when no notification wakes it first; doubled up to the maximum.
 const RECHECK_MIN: Duration = Duration::from_millis(5);
@@ -130,14 +133,24 @@ pub struct Feeds {
     capacity: usize,
     stop: CancellationToken,
     entries: Mutex<HashMap<String, Entry>>,
-    /// Feeds using or waiting for a pool connection: those beyond the pool's
-    /// size wait (the `db_pool_waiting` metric).
-    waiting: Arc<AtomicI64>,
+    /// The reads of the log, gathered into statements.
+    reads: Arc<DataLoader<LogReads>>,
 }
 
 impl Feeds {
+    /// `waiting` counts reads using or waiting for a connection of `db`'s
+    /// pool: those beyond the pool's size wait (the `db_pool_waiting` metric).
     pub fn new(db: DatabaseConnection, capacity: usize, stop: CancellationToken, waiting: Arc<AtomicI64>) -> Self {
-        Self { db, capacity, stop, entries: Mutex::new(HashMap::new()), waiting }
+        let reads =
+            DataLoader::new(LogReads { db: db.clone(), waiting }, tokio::spawn).max_batch_size(READS_PER_STATEMENT);
+        Self { db, capacity, stop, entries: Mutex::new(HashMap::new()), reads: Arc::new(reads) }
+    }
+
+    /// Up to [`BATCH`] events of `fleet` after `after` that no in-flight
+    /// event writer can precede, from a statement sent after this call (with
+    /// the other reads asked for meanwhile: [`LogReads`]).
+    pub async fn read(&self, fleet: &str, after: Position) -> Result<Arc<Batch>, DbErr> {
+        read(&self.reads, fleet, after).await
     }
 
     /// The fleet's feed, started on first use.
@@ -161,7 +174,7 @@ impl Feeds {
             held,
             tag,
             stop: self.stop.clone(),
-            waiting: self.waiting.clone(),
+            reads: self.reads.clone(),
         };
         tokio::spawn(task.run());
         feed
@@ -200,7 +213,7 @@ struct FeedTask {
     held: Arc<AtomicBool>,
     tag: Arc<OnceLock<String>>,
     stop: CancellationToken,
-    waiting: Arc<AtomicI64>,
+    reads: Arc<DataLoader<LogReads>>,
 }
 
 impl FeedTask {
@@ -286,13 +299,7 @@ impl FeedTask {
     async fn drain(&self, feed: &Feed, after: &mut Position) -> bool {
         loop {
             let from = *after;
-            // One statement in autocommit (it takes the fleet itself), so a
-            // feed holds a pool connection for one round trip.
-            let read = {
-                let _in_flight = db::InFlight::new(&self.waiting);
-                events::events_after(&self.db, &self.fleet, from, BATCH).await
-            };
-            let batch = match read {
+            let batch = match read(&self.reads, &self.fleet, from).await {
                 Ok(read) => read,
                 // Retried on the recheck timer.
                 Err(err) => {
@@ -301,7 +308,7 @@ impl FeedTask {
                 }
             };
             for event in &batch.events {
-                feed.send(Arc::new(event.clone()));
+                feed.send(event.clone());
             }
             *after = batch.next_after(from, BATCH);
             if batch.events.len() < BATCH {
@@ -309,6 +316,38 @@ impl FeedTask {
             }
         }
     }
+}
+
+/// The reads of the log asked for at about the same moment (within the
+/// loader's delay), by feeds woken together and by catching-up tails, as one
+/// statement in autocommit ([`events::events_after_each`]): one round trip
+/// and one delivery watermark for all of them. No cache: every read in a
+/// statement was asked for before the statement was sent, which is all a
+/// feed and a tail need (a later read starts no earlier). Equal reads (a
+/// fleet's subscribers resuming from the same event) are read once.
+pub struct LogReads {
+    db: DatabaseConnection,
+    /// Reads using or waiting for a connection of the pool.
+    waiting: Arc<AtomicI64>,
+}
+
+impl Loader<(String, Position)> for LogReads {
+    type Value = Arc<Batch>;
+    type Error = Arc<DbErr>;
+
+    async fn load(&self, keys: &[(String, Position)]) -> Result<HashMap<(String, Position), Arc<Batch>>, Arc<DbErr>> {
+        let _in_flight = db::InFlight::new(&self.waiting);
+        let batches = events::events_after_each(&self.db, keys, BATCH).await.map_err(Arc::new)?;
+        Ok(keys.iter().cloned().zip(batches.into_iter().map(Arc::new)).collect())
+    }
+}
+
+async fn read(reads: &DataLoader<LogReads>, fleet: &str, after: Position) -> Result<Arc<Batch>, DbErr> {
+    reads
+        .load_one((fleet.to_owned(), after))
+        .await
+        .map_err(super::unshare)?
+        .ok_or_else(|| DbErr::RecordNotFound("a read of the event log".into()))
 }
 
 #[cfg(test)]

@@ -18,14 +18,16 @@ use super::Live;
 use super::feed::Feed;
 use crate::auth::Principal;
 use crate::db::entities::EventType;
-use crate::db::events::{self, LiveEvent, Position, Start};
+use crate::db::events::{Batch, LiveEvent, Position, Start};
 use crate::ledger::cursor::EventCursor;
 use crate::ledger::{Ledger, LedgerError};
 
 /// Events per read of the table when catching up.
-const PAGE: usize = 500;
+const PAGE: usize = super::feed::BATCH;
 
 pub struct Tail {
+    /// The process's live subsystem (its reads of the log).
+    subsystem: Live,
     ledger: Ledger,
     who: Principal,
     feed: Arc<Feed>,
@@ -54,7 +56,7 @@ impl Tail {
         who.require(crate::auth::Permission::LedgerRead)?;
         let (feed, receiver) = join(live, who, only);
         let start = live.start_now(&who.fleet).await?;
-        Ok(Self::new(ledger, who, feed, receiver, start.position(), Some(start)))
+        Ok(Self::new(live, ledger, who, feed, receiver, start.position(), Some(start)))
     }
 
     /// Starts right after the event `cursor` names (a `WorkUnitEvent.cursor`).
@@ -71,17 +73,15 @@ impl Tail {
     ) -> Result<Self, LedgerError> {
         let EventCursor { at, floor, .. } = EventCursor::decode(cursor).map_err(|_| foreign_cursor())?;
         let (feed, receiver) = join(live, who, only);
-        let id = at.id;
-        let position =
-            ledger.read(who, move |tx| Box::pin(async move { Ok(events::position_of(tx, id).await?) })).await?;
-        let mut position = position.ok_or_else(foreign_cursor)?;
-        if let Some(floor) = floor {
-            position = position.min(Position::before_batch(floor));
-        }
-        Ok(Self::new(ledger, who, feed, receiver, position, None))
+        // The cursor's event and the first page in one statement.
+        let (from, batch) = ledger.events_resumed(who, at.id, floor, PAGE).await?.ok_or_else(foreign_cursor)?;
+        let mut tail = Self::new(live, ledger, who, feed, receiver, from, None);
+        tail.take(from, &batch);
+        Ok(tail)
     }
 
     fn new(
+        subsystem: &Live,
         ledger: &Ledger,
         who: &Principal,
         feed: Arc<Feed>,
@@ -91,6 +91,7 @@ impl Tail {
     ) -> Self {
         ledger.metrics().subscriptions.inc();
         Self {
+            subsystem: subsystem.clone(),
             ledger: ledger.clone(),
             who: who.clone(),
             feed,
@@ -143,11 +144,18 @@ impl Tail {
     /// the tail's first reads reached).
     async fn catch_up(&mut self) -> Result<(), LedgerError> {
         let from = self.position;
-        let batch = self.ledger.events_after(&self.who, from, PAGE).await?;
+        // With the feeds' reads and other tails' of this moment ([`super::feed::LogReads`]).
+        let batch = self.subsystem.feeds().read(&self.who.fleet, from).await?;
+        self.take(from, &batch);
+        Ok(())
+    }
+
+    /// A page of the table read after `from`: pending delivery, and whether
+    /// the next page is needed before live events.
+    fn take(&mut self, from: Position, batch: &Batch) {
         self.position = batch.next_after(from, PAGE);
         self.catching_up = batch.events.len() >= PAGE || !self.feed.covers(self.position);
-        self.pending.extend(batch.events.into_iter().map(Arc::new));
-        Ok(())
+        self.pending.extend(batch.events.iter().cloned());
     }
 }
 

@@ -53,28 +53,40 @@ async fn a_reader_logins_advisory_locks_block_no_write() {
     reader.close().await.expect("close");
 }
 
-/// The feed's one-statement read (migration 0028) takes the app role and the
-/// fleet it is given: no login outside the service may call it, or it would
-/// read any fleet's events.
+/// The feed's one-statement read (migration 0028) and a resumed
+/// subscription's start (0033) take the app role and the fleet they are
+/// given: no login outside the service may call them, or it would read any
+/// fleet's events.
 #[tokio::test]
-async fn a_reader_login_cannot_call_the_feeds_read_of_another_fleet() {
+async fn a_reader_login_cannot_call_the_feeds_reads_of_another_fleet() {
     let app = spawn_app().await;
     let op = app.token("f", "op", Role::Operator).await;
     app.register(&op, &["a"]).await;
     let reader: DatabaseConnection =
         db::connect(app.reader_login("other").await.as_str(), 1).await.expect("reader connects");
-    let err = reader
-        .query_all_raw(db::stmt("SELECT (event).id FROM live_events_after('f', 0, 0, 0, 10)", []))
-        .await
-        .expect_err("a reader login may not call it");
-    assert!(err.to_string().contains("permission denied"), "{err}");
-    let callers = app
-        .sql_i64(
-            "SELECT count(*) FROM unnest(ARRAY['public', 'work_ledger_writer']) AS r(name)
-              WHERE has_function_privilege(r.name, 'live_events_after(text, bigint, bigint, bigint, integer)', 'EXECUTE')",
-        )
-        .await;
-    assert_eq!(callers, 0, "neither PUBLIC nor the writer role may call it");
+    let events = app.sql_i64("SELECT count(*) FROM work_unit_events WHERE fleet = 'f'").await;
+    assert!(events > 0, "the fleet has events to read");
+    let reads = [
+        (
+            "live_events_after(text, bigint, bigint, bigint, integer)",
+            "SELECT (event).id FROM live_events_after('f', 0, 0, 0, 10)",
+        ),
+        (
+            "live_events_resumed(text, uuid, bigint, integer)",
+            "SELECT (event).id FROM live_events_resumed('f', (SELECT id FROM work_unit_events LIMIT 1), NULL, 10)",
+        ),
+    ];
+    for (function, call) in reads {
+        let err = reader.query_all_raw(db::stmt(call, [])).await.expect_err("a reader login may not call it");
+        assert!(err.to_string().contains("permission denied"), "{function}: {err}");
+        let callers = app
+            .sql_i64(&format!(
+                "SELECT count(*) FROM unnest(ARRAY['public', 'work_ledger_writer', 'work_ledger_reader']) AS r(name)
+                  WHERE has_function_privilege(r.name, '{function}', 'EXECUTE')"
+            ))
+            .await;
+        assert_eq!(callers, 0, "{function}: neither PUBLIC nor the writer or reader role may call it");
+    }
     reader.close().await.expect("close");
 }
 

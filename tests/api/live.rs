@@ -397,7 +397,8 @@ async fn transactions_committing_in_reverse_order_leave_no_gap() {
     let tags = |batch: &events::Batch| -> Vec<String> {
         batch.events.iter().filter_map(|e| e.event.detail["tx"].as_str().map(str::to_owned)).collect()
     };
-    let now = events::events_after(&app.owner, "f", Position::before_batch(0), 100).await.expect("read");
+    let reads = [("f".to_owned(), Position::before_batch(0))];
+    let now = events::events_after_each(&app.owner, &reads, 100).await.expect("read").remove(0);
     assert_eq!(tags(&now), ["S"], "B is not deliverable before A ends");
     assert!(now.held, "B is committed and held back");
     // A subscriber that starts while B is committed and A is not: its

@@ -54,6 +54,13 @@ async fn until_live(app: &TestApp, ws: &mut Ws, fleet: &str, unit: &str) {
     }
 }
 
+/// What a feed of `fleet` reading from the start may deliver now.
+async fn read_log(app: &TestApp, fleet: &str) -> events::Batch {
+    let reads = [(fleet.to_owned(), Position::before_batch(0))];
+    let mut batches = events::events_after_each(&app.owner, &reads, 100).await.expect("read");
+    batches.pop().expect("one batch per read")
+}
+
 fn unit_ref(event: &Value) -> String {
     event["unit"]["externalRef"].as_str().unwrap_or_default().to_owned()
 }
@@ -123,7 +130,7 @@ async fn an_open_event_writer_holds_later_events_back_until_it_ends_then_all_arr
         app.sql(&insert_event(&unit, later)).await;
     }
     // Committed, but behind the open writer: not deliverable yet.
-    let read = events::events_after(&app.owner, "f", Position::before_batch(0), 100).await.expect("read");
+    let read = read_log(&app, "f").await;
     let tags: Vec<&str> = read.events.iter().filter_map(|e| e.event.detail["tx"].as_str()).collect();
     assert!(tags.is_empty(), "nothing after the open writer's marker is deliverable: {tags:?}");
     assert!(read.held, "later events are committed and held back");
@@ -135,6 +142,63 @@ async fn an_open_event_writer_holds_later_events_back_until_it_ends_then_all_arr
     assert!(app.live.oldest_event_writer().await.expect("writers").is_none());
     app.sql(&insert_event(&unit, "last")).await;
     assert_eq!(tag(&next_event(&mut ws).await), "last", "nothing twice");
+}
+
+/// The reads of many feeds in one statement (migration 0033): each read gets
+/// its own fleet's events after its own position, in delivery order, under
+/// its own fleet's row-level security, however the fleets repeat or differ,
+/// and all of them below one watermark.
+#[tokio::test]
+async fn reads_of_several_fleets_in_one_statement_each_get_their_own_fleets_events() {
+    let app = spawn_app().await;
+    for (fleet, units) in [("f", vec!["f-1", "f-2", "f-3"]), ("g", vec!["g-1", "g-2"])] {
+        let op = app.token(fleet, "op", Role::Operator).await;
+        app.register(&op, &units).await;
+    }
+    let ids = |fleet: &str| {
+        let app = &app;
+        let sql = format!("SELECT id::text FROM work_unit_events WHERE fleet = '{fleet}' ORDER BY batch, tx_id, seq");
+        async move { app.sql_json(&sql).await.iter().map(|r| r["id"].as_str().expect("id").to_owned()).collect() }
+    };
+    let (f, g): (Vec<String>, Vec<String>) = (ids("f").await, ids("g").await);
+    assert!(f.len() >= 3 && g.len() >= 2, "{f:?} {g:?}");
+    let first_of_f =
+        app.sql_json(&format!("SELECT batch, tx_id, seq FROM work_unit_events WHERE id = '{}'", f[0])).await.remove(0);
+    let after_first = Position {
+        batch: first_of_f["batch"].as_i64().expect("batch"),
+        tx: first_of_f["tx_id"].as_i64().expect("tx"),
+        seq: first_of_f["seq"].as_i64().expect("seq"),
+    };
+    let start = Position::before_batch(0);
+    let reads = [
+        ("f".to_owned(), start),
+        ("g".to_owned(), start),
+        // Fleet g from f's position: positions are global, rows are not.
+        ("g".to_owned(), after_first),
+        ("f".to_owned(), after_first),
+        ("nobody".to_owned(), start),
+    ];
+    let batches = events::events_after_each(&app.owner, &reads, 100).await.expect("read");
+    let got: Vec<Vec<String>> =
+        batches.iter().map(|b| b.events.iter().map(|e| e.event.id.to_string()).collect()).collect();
+    let g_after_first: Vec<String> = {
+        let sql = format!(
+            "SELECT id::text FROM work_unit_events WHERE fleet = 'g' AND (batch, tx_id, seq) > ({}, {}, {})
+              ORDER BY batch, tx_id, seq",
+            after_first.batch, after_first.tx, after_first.seq
+        );
+        app.sql_json(&sql).await.iter().map(|r| r["id"].as_str().expect("id").to_owned()).collect()
+    };
+    assert_eq!(got, vec![f.clone(), g.clone(), g_after_first, f[1..].to_vec(), vec![]]);
+    for (batch, (fleet, _)) in batches.iter().zip(&reads) {
+        assert!(batch.events.iter().all(|e| e.event.fleet == *fleet), "only {fleet}'s events");
+        assert_eq!(batch.watermark, batches[0].watermark, "one watermark for every read");
+        assert!(!batch.held, "nothing is held back");
+    }
+    // A read limited to one event per fleet: each fleet's first.
+    let limited = events::events_after_each(&app.owner, &reads[..2], 1).await.expect("read");
+    let firsts: Vec<String> = limited.iter().flat_map(|b| b.events.iter().map(|e| e.event.id.to_string())).collect();
+    assert_eq!(firsts, vec![f[0].clone(), g[0].clone()]);
 }
 
 #[tokio::test]
