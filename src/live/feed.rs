@@ -141,16 +141,8 @@ impl Feeds {
     /// `waiting` counts reads using or waiting for a connection of `db`'s
     /// pool: those beyond the pool's size wait (the `db_pool_waiting` metric).
     pub fn new(db: DatabaseConnection, capacity: usize, stop: CancellationToken, waiting: Arc<AtomicI64>) -> Self {
-        let reads =
-            DataLoader::new(LogReads { db: db.clone(), waiting }, tokio::spawn).max_batch_size(READS_PER_STATEMENT);
+        let reads = LogReads::loader(db.clone(), waiting);
         Self { db, capacity, stop, entries: Mutex::new(HashMap::new()), reads: Arc::new(reads) }
-    }
-
-    /// Up to [`BATCH`] events of `fleet` after `after` that no in-flight
-    /// event writer can precede, from a statement sent after this call (with
-    /// the other reads asked for meanwhile: [`LogReads`]).
-    pub async fn read(&self, fleet: &str, after: Position) -> Result<Arc<Batch>, DbErr> {
-        read(&self.reads, fleet, after).await
     }
 
     /// The fleet's feed, started on first use.
@@ -319,7 +311,8 @@ impl FeedTask {
 }
 
 /// The reads of the log asked for at about the same moment (within the
-/// loader's delay), by feeds woken together and by catching-up tails, as one
+/// loader's delay), by feeds woken together (on the live pool) or by
+/// catching-up tails (on the request pool: [`super::Live::catch_up_read`]), as one
 /// statement in autocommit ([`events::events_after_each`]): one round trip
 /// and one delivery watermark for all of them. No cache: every read in a
 /// statement was asked for before the statement was sent, which is all a
@@ -329,6 +322,14 @@ pub struct LogReads {
     db: DatabaseConnection,
     /// Reads using or waiting for a connection of the pool.
     waiting: Arc<AtomicI64>,
+}
+
+impl LogReads {
+    /// The loader of reads on `db`'s pool; `waiting` counts the statements
+    /// using or waiting for one of its connections.
+    pub fn loader(db: DatabaseConnection, waiting: Arc<AtomicI64>) -> DataLoader<Self> {
+        DataLoader::new(Self { db, waiting }, tokio::spawn).max_batch_size(READS_PER_STATEMENT)
+    }
 }
 
 impl Loader<(String, Position)> for LogReads {
@@ -342,7 +343,7 @@ impl Loader<(String, Position)> for LogReads {
     }
 }
 
-async fn read(reads: &DataLoader<LogReads>, fleet: &str, after: Position) -> Result<Arc<Batch>, DbErr> {
+pub(super) async fn read(reads: &DataLoader<LogReads>, fleet: &str, after: Position) -> Result<Arc<Batch>, DbErr> {
     reads
         .load_one((fleet.to_owned(), after))
         .await

@@ -109,6 +109,10 @@ struct Inner {
     token_checks: DataLoader<TokenChecks>,
     /// Subscriptions' starting points, read together ([`Live::start_now`]).
     starts: DataLoader<Starts>,
+    /// Catching-up subscriptions' reads of the log, gathered into statements
+    /// on the request pool (the feeds' go on the live pool: a reconnect
+    /// storm's catch-up never starves the feeds, nor the other way round).
+    catch_ups: DataLoader<feed::LogReads>,
     stop: CancellationToken,
 }
 
@@ -196,6 +200,7 @@ impl Live {
                 tokio::spawn,
             )
             .max_batch_size(1000),
+            catch_ups: feed::LogReads::loader(ledger.db().clone(), ledger.metrics().pool_users.clone()),
             listening: watch::channel(false).0,
             connects: watch::channel(0).0,
             revoked: broadcast::channel(256).0,
@@ -400,6 +405,18 @@ impl Live {
 
     /// Where the event log is now, for a subscription of `fleet` that has
     /// joined its fleet's broadcast; starts asked at once share one read.
+    /// Up to [`feed::BATCH`] events of `fleet` after `after` for a catching-up
+    /// subscription, from a statement on the request pool sent after this
+    /// call, with the other subscriptions' reads of the moment
+    /// ([`feed::LogReads`]).
+    pub async fn catch_up_read(
+        &self,
+        fleet: &str,
+        after: db::events::Position,
+    ) -> Result<Arc<db::events::Batch>, DbErr> {
+        feed::read(&self.0.catch_ups, fleet, after).await
+    }
+
     pub async fn start_now(&self, fleet: &str) -> Result<db::events::Start, DbErr> {
         let start = self.0.starts.load_one(fleet.to_owned()).await.map_err(unshare)?;
         start.ok_or_else(|| DbErr::RecordNotFound("the event log's starting point".into()))

@@ -144,8 +144,8 @@ impl Tail {
     /// the tail's first reads reached).
     async fn catch_up(&mut self) -> Result<(), LedgerError> {
         let from = self.position;
-        // With the feeds' reads and other tails' of this moment ([`super::feed::LogReads`]).
-        let batch = self.subsystem.feeds().read(&self.who.fleet, from).await?;
+        // With other tails' reads of this moment, on the request pool.
+        let batch = self.subsystem.catch_up_read(&self.who.fleet, from).await?;
         self.take(from, &batch);
         Ok(())
     }
