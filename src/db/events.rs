@@ -334,24 +334,26 @@ mod tests {
 
     #[test]
     fn a_read_cut_short_resumes_after_its_last_event() {
-        let event = |batch, seq| LiveEvent {
-            position: Position { batch, tx: 7, seq },
-            event: event::Model {
-                id: Uuid::nil(),
-                seq,
-                fleet: String::new(),
-                unit_id: Uuid::nil(),
-                attempt_id: None,
-                event_type: crate::db::entities::EventType::Registered,
-                from_state: None,
-                to_state: None,
-                agent_id: None,
-                cost_delta_cents: 0,
-                detail: serde_json::Value::Null,
-                source_event_id: None,
-                request_hash: None,
-                created_at: chrono::Utc::now(),
-            },
+        let event = |batch, seq| {
+            Arc::new(LiveEvent {
+                position: Position { batch, tx: 7, seq },
+                event: event::Model {
+                    id: Uuid::nil(),
+                    seq,
+                    fleet: String::new(),
+                    unit_id: Uuid::nil(),
+                    attempt_id: None,
+                    event_type: crate::db::entities::EventType::Registered,
+                    from_state: None,
+                    to_state: None,
+                    agent_id: None,
+                    cost_delta_cents: 0,
+                    detail: serde_json::Value::Null,
+                    source_event_id: None,
+                    request_hash: None,
+                    created_at: chrono::Utc::now(),
+                },
+            })
         };
         let start = Position { batch: 1, tx: 7, seq: 1 };
         let full = Batch { events: vec![event(5, 9), event(6, 10)], watermark: 50, held: false };
