@@ -464,7 +464,7 @@ impl Live {
 /// The error of a batch every one of its callers got: the error itself for
 /// the last, one the service classifies alike for the others (no database
 /// text reaches a client either way).
-pub(crate) fn unshare(shared: Arc<DbErr>) -> DbErr {
+fn unshare(shared: Arc<DbErr>) -> DbErr {
     Arc::try_unwrap(shared).unwrap_or_else(|err| {
         if db::is_unavailable(&err) {
             DbErr::ConnectionAcquire(sea_orm::error::ConnAcquireErr::Timeout)
