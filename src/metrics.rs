@@ -86,6 +86,9 @@ pub struct Metrics {
     pub delivery_latency: Histogram,
     /// Live subscriptions open (one per subscriber tail).
     pub subscriptions: Gauge,
+    /// Subscriptions' reads of the event log tried again after a transient
+    /// failure ([`crate::live::Live::patiently`]).
+    pub live_read_retries: Counter,
     /// Requests refused for want of a valid token, by surface.
     auth_failures: Family<SurfaceLabel, Counter>,
     /// Tasks waiting for a request-pool connection to begin a transaction.
@@ -165,6 +168,12 @@ impl Default for Metrics {
         );
         let subscriptions = Gauge::default();
         r.register("live_subscriptions", "Live subscriptions open", subscriptions.clone());
+        let live_read_retries = Counter::default();
+        r.register(
+            "live_read_retries",
+            "Subscriptions' reads of the event log tried again after a transient failure",
+            live_read_retries.clone(),
+        );
         let auth_failures = Family::<SurfaceLabel, Counter>::default();
         r.register("auth_failures", "Requests refused for want of a valid token, by surface", auth_failures.clone());
         let pool_connections = Family::<PoolLabel, Gauge>::default();
@@ -215,6 +224,7 @@ impl Default for Metrics {
             dispositions,
             delivery_latency,
             subscriptions,
+            live_read_retries,
             auth_failures,
             pool_users: Arc::new(AtomicI64::new(0)),
             pool_connections,

@@ -188,6 +188,13 @@ impl LedgerError {
         }
     }
 
+    /// Whether the same request may well succeed a moment later: the
+    /// database unreachable or restarting, or a statement or lock timeout
+    /// (UNAVAILABLE, apart from a token's own fleet-wide reads being busy).
+    pub fn is_transient(&self) -> bool {
+        matches!(self.reason(), Self::Unavailable | Self::TimedOut)
+    }
+
     /// The error without the unit's facts.
     pub fn reason(&self) -> &Self {
         match self {

@@ -41,7 +41,7 @@ pub use warden::WardenConfig;
 use crate::db;
 use crate::db::entities::{attempt, question};
 pub use crate::db::events::EventWriter;
-use crate::ledger::Ledger;
+use crate::ledger::{Ledger, LedgerError};
 use crate::metrics::PoolSample;
 
 use feed::Feeds;
@@ -61,6 +61,13 @@ pub struct LiveConfig {
     /// Events a fleet's broadcast holds for a slow subscriber before that
     /// subscriber has to read the table to catch up.
     pub broadcast_capacity: usize,
+    /// How long a subscription's read of the log (its starting point, its
+    /// resume, a page of its catch-up) is tried again after a transient
+    /// failure (the database restarting, no pool connection within the
+    /// pool's timeout, a statement or lock timeout), its position kept and
+    /// nothing sent meanwhile, before the subscription ends with
+    /// `UNAVAILABLE` ([`Live::patiently`]).
+    pub read_patience: Duration,
 }
 
 impl Default for LiveConfig {
@@ -71,6 +78,7 @@ impl Default for LiveConfig {
             warden: WardenConfig::default(),
             pool_size: 4,
             broadcast_capacity: 1024,
+            read_patience: Duration::from_secs(30),
         }
     }
 }
@@ -113,6 +121,8 @@ struct Inner {
     /// on the request pool (the feeds' go on the live pool: a reconnect
     /// storm's catch-up never starves the feeds, nor the other way round).
     catch_ups: DataLoader<feed::LogReads>,
+    /// Subscriptions' reads tried again ([`Live::patiently`]).
+    read_retries: prometheus_client::metrics::counter::Counter,
     stop: CancellationToken,
 }
 
@@ -155,6 +165,11 @@ impl Loader<Uuid> for TokenChecks {
         Ok(db::tokens::dead_among(&self.0, keys.to_vec()).await.map_err(Arc::new)?.into_iter().collect())
     }
 }
+
+/// The first and the longest pause between tries of a subscription's read
+/// ([`Live::patiently`]).
+const RETRY_MIN: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// Past this share of the notification queue, the listener warns: once the
 /// queue is full, every write's `pg_notify` fails.
@@ -201,6 +216,7 @@ impl Live {
             )
             .max_batch_size(1000),
             catch_ups: feed::LogReads::loader(ledger.db().clone(), ledger.metrics().pool_users.clone()),
+            read_retries: ledger.metrics().live_read_retries.clone(),
             listening: watch::channel(false).0,
             connects: watch::channel(0).0,
             revoked: broadcast::channel(256).0,
@@ -415,6 +431,37 @@ impl Live {
         after: db::events::Position,
     ) -> Result<Arc<db::events::Batch>, DbErr> {
         feed::read(&self.0.catch_ups, fleet, after).await
+    }
+
+    /// `read` until it succeeds, fails for good, or has failed transiently
+    /// (UNAVAILABLE: [`LedgerError::is_transient`]) for longer than the
+    /// configured patience: a subscription's reads wait out a restart of the
+    /// database or a moment of overload instead of ending the subscription,
+    /// whose client would then come back through a new connection, a token
+    /// lookup and a resume further back, and add to the load that failed the
+    /// read. Tries are spaced from 100 ms doubling to 2 s, with jitter so that
+    /// subscriptions failed together do not come back together.
+    pub async fn patiently<T, F, Fut>(&self, mut read: F) -> Result<T, LedgerError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, LedgerError>>,
+    {
+        let give_up = tokio::time::Instant::now() + self.0.config.read_patience;
+        let mut wait = RETRY_MIN;
+        loop {
+            match read().await {
+                Err(err) if err.is_transient() => {
+                    let pause = wait.mul_f64(rand::random_range(0.5..=1.0));
+                    if tokio::time::Instant::now() + pause >= give_up {
+                        return Err(err);
+                    }
+                    self.0.read_retries.inc();
+                    tokio::time::sleep(pause).await;
+                    wait = (wait * 2).min(RETRY_MAX);
+                }
+                done => return done,
+            }
+        }
     }
 
     pub async fn start_now(&self, fleet: &str) -> Result<db::events::Start, DbErr> {

@@ -7,7 +7,10 @@
 //! everything before is in reach of its own reads, so the two overlap and
 //! never leave a gap; the position (strictly increasing in delivery order)
 //! drops the overlap. A tail that falls behind the broadcast reads the table
-//! again from its position, so a slow subscriber loses nothing either.
+//! again from its position, so a slow subscriber loses nothing either. A read
+//! that fails for a moment (the database restarting, overload) is tried again
+//! from the same position ([`Live::patiently`]): the subscription goes on
+//! instead of ending, and still delivers each event once.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -55,7 +58,7 @@ impl Tail {
     ) -> Result<Self, LedgerError> {
         who.require(crate::auth::Permission::LedgerRead)?;
         let (feed, receiver) = join(live, who, only);
-        let start = live.start_now(&who.fleet).await?;
+        let start = live.patiently(|| async { Ok(live.start_now(&who.fleet).await?) }).await?;
         Ok(Self::new(live, ledger, who, feed, receiver, start.position(), Some(start)))
     }
 
@@ -74,7 +77,8 @@ impl Tail {
         let EventCursor { at, floor, .. } = EventCursor::decode(cursor).map_err(|_| foreign_cursor())?;
         let (feed, receiver) = join(live, who, only);
         // The cursor's event and the first page in one statement.
-        let (from, batch) = ledger.events_resumed(who, at.id, floor, PAGE).await?.ok_or_else(foreign_cursor)?;
+        let resumed = live.patiently(|| ledger.events_resumed(who, at.id, floor, PAGE)).await?;
+        let (from, batch) = resumed.ok_or_else(foreign_cursor)?;
         let mut tail = Self::new(live, ledger, who, feed, receiver, from, None);
         tail.take(from, &batch);
         Ok(tail)
@@ -145,7 +149,8 @@ impl Tail {
     async fn catch_up(&mut self) -> Result<(), LedgerError> {
         let from = self.position;
         // With other tails' reads of this moment, on the request pool.
-        let batch = self.subsystem.catch_up_read(&self.who.fleet, from).await?;
+        let (subsystem, fleet) = (&self.subsystem, &self.who.fleet);
+        let batch = subsystem.patiently(|| async { Ok(subsystem.catch_up_read(fleet, from).await?) }).await?;
         self.take(from, &batch);
         Ok(())
     }

@@ -11,6 +11,7 @@ use futures::future::join_all;
 use sea_orm::{ConnectionTrait, TransactionTrait};
 use serde_json::{Value, json};
 use work_ledger::auth::Role;
+use work_ledger::db::SessionLimits;
 use work_ledger::db::events::{self, Position};
 use work_ledger::ledger::Ledger;
 use work_ledger::live::tail::Tail;
@@ -570,4 +571,61 @@ async fn each_payload_reads_the_unit_as_it_is_then() {
     assert_eq!(started["unit"]["state"], "IN_PROGRESS", "no stale cache across payloads");
     let only = next_event(&mut transitions).await;
     assert_eq!((only["eventType"].as_str(), only["id"].as_str()), (Some("TRANSITIONED"), started["id"].as_str()));
+}
+
+/// A subscription's reads of the log that fail for a moment (here: each
+/// waits past the lock timeout behind a session outside the service that
+/// holds the event table) are tried again with the position kept, not
+/// ended with UNAVAILABLE: once the table is free, a stream that was
+/// catching up and one resuming from a cursor both deliver every event once.
+#[tokio::test]
+async fn a_read_that_fails_for_a_moment_is_tried_again_and_the_stream_loses_nothing() {
+    let mut config = test_config();
+    config.db = SessionLimits { lock_timeout: Duration::from_millis(200), statement_timeout: Duration::from_secs(10) };
+    config.metrics_listen = Some("127.0.0.1:0".into());
+    let app = spawn_app_with(config).await;
+    let op = app.token("f", "op", Role::Operator).await;
+    app.register(&op, &["a"]).await;
+    let origin = newest_cursor(&app, &op).await;
+    app.register(&op, &["b"]).await;
+    let reader = app.token("f", "reader", Role::Reader).await;
+
+    let gate = app.owner.begin().await.expect("begin");
+    gate.execute_unprepared("LOCK TABLE work_unit_events IN ACCESS EXCLUSIVE MODE").await.expect("lock");
+    let mark = app.statement_mark();
+    let mut from_now = Ws::subscription(&app, &reader, EVENTS, json!({})).await;
+    let mut resumed = Ws::subscription(&app, &reader, EVENTS, json!({ "after": origin })).await;
+    // Each stream's read has failed and been sent again (the first catch-up
+    // page of the one, the resume of the other), counted in the metrics.
+    let deadline = std::time::Instant::now() + GUARD;
+    loop {
+        let sent = app.request_statements_since(mark);
+        let tries = |function: &str| sent.iter().filter(|sql| sql.contains(function)).count();
+        let retries = scrape_retries(&app).await;
+        if tries("live_events_after_each") >= 2 && tries("live_events_resumed") >= 2 && retries >= 2.0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "reads tried again within the guard ({retries} retries)");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    gate.rollback().await.expect("free the table");
+
+    app.register(&op, &["c"]).await;
+    assert_eq!(registered_unit(&mut from_now).await, "c");
+    assert_eq!(registered_unit(&mut resumed).await, "b");
+    assert_eq!(registered_unit(&mut resumed).await, "c");
+    // Live after that, with nothing repeated.
+    app.register(&op, &["d"]).await;
+    assert_eq!(registered_unit(&mut from_now).await, "d");
+    assert_eq!(registered_unit(&mut resumed).await, "d");
+}
+
+/// `work_ledger_live_read_retries_total` from the server's metrics listener.
+async fn scrape_retries(app: &TestApp) -> f64 {
+    let target = app.metrics_addr.expect("a metrics listener");
+    let text =
+        app.http.get(format!("http://{target}/metrics")).send().await.expect("scrape").text().await.expect("text");
+    text.lines()
+        .find_map(|line| line.strip_prefix("work_ledger_live_read_retries_total ")?.trim().parse().ok())
+        .unwrap_or(0.0)
 }
