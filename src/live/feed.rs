@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use async_graphql::dataloader::{DataLoader, Loader};
 use sea_orm::{DatabaseConnection, DbErr, Iterable};
 use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
@@ -23,8 +22,6 @@ use crate::db::events::{self, Batch, LiveEvent, Position};
 
 /// Events per fleet a read returns at most (a feed's, a tail's page).
 pub const BATCH: usize = 500;
-/// Reads of one statement at most.
-const READS_PER_STATEMENT: usize = 256;
 /// How soon a feed whose events wait for an older transaction looks again
 /// when no notification wakes it first; doubled up to the maximum.
 const RECHECK_MIN: Duration = Duration::from_millis(5);
@@ -290,7 +287,7 @@ impl FeedTask {
     async fn drain(&self, feed: &Feed, after: &mut Position) -> bool {
         loop {
             let from = *after;
-            let batch = match self.read(from).await {
+            let batch = match read(&self.db, &self.waiting, &self.fleet, from).await {
                 Ok(read) => read,
                 // Retried on the recheck timer.
                 Err(err) => {
@@ -307,60 +304,29 @@ impl FeedTask {
             }
         }
     }
-
-    /// The fleet's events after `from`, in one statement of its own (see
-    /// [`LogReads`] for why not gathered with other feeds').
-    async fn read(&self, from: Position) -> Result<Batch, DbErr> {
-        let _in_flight = db::InFlight::new(&self.waiting);
-        let mut read = events::events_after_each(&self.db, &[(self.fleet.clone(), from)], BATCH).await?;
-        read.pop().ok_or_else(|| DbErr::RecordNotFound("a read of the event log".into()))
-    }
 }
 
-/// The reads of the log that catching-up tails ask for at about the same
-/// moment (within the loader's delay), as one statement in autocommit on the
-/// request pool ([`super::Live::catch_up_read`], [`events::events_after_each`]):
-/// one round trip and one delivery watermark for all of them. No cache:
-/// every read in a statement was asked for before the statement was sent,
-/// which is all a tail needs (a later read starts no earlier). Equal reads
-/// (a fleet's subscribers resuming from the same event) are read once.
+/// The fleet's events after `after` (up to [`BATCH`]), in a statement of its
+/// own in autocommit on `db`'s pool, counted in `waiting` while it uses or
+/// waits for a connection: a feed's read (the live pool) and a catching-up
+/// tail's page (the request pool, [`super::Live::catch_up_read`]) alike.
 ///
-/// Feeds do not gather their reads so: measured at 3,000 subscribers on
-/// two cores, waiting for the loader and for the statement's other fleets
-/// cost each live delivery about 2 ms (p50) and 15% more server CPU, while
-/// the statements it saved only counted on a saturated machine (BENCHMARKS,
-/// round 3, session 15).
-pub struct LogReads {
-    db: DatabaseConnection,
-    /// Reads using or waiting for a connection of the pool.
-    waiting: Arc<AtomicI64>,
-}
-
-impl LogReads {
-    /// The loader of reads on `db`'s pool; `waiting` counts the statements
-    /// using or waiting for one of its connections.
-    pub fn loader(db: DatabaseConnection, waiting: Arc<AtomicI64>) -> DataLoader<Self> {
-        DataLoader::new(Self { db, waiting }, tokio::spawn).max_batch_size(READS_PER_STATEMENT)
-    }
-}
-
-impl Loader<(String, Position)> for LogReads {
-    type Value = Arc<Batch>;
-    type Error = Arc<DbErr>;
-
-    async fn load(&self, keys: &[(String, Position)]) -> Result<HashMap<(String, Position), Arc<Batch>>, Arc<DbErr>> {
-        let _in_flight = db::InFlight::new(&self.waiting);
-        let batches = events::events_after_each(&self.db, keys, BATCH).await.map_err(Arc::new)?;
-        Ok(keys.iter().cloned().zip(batches.into_iter().map(Arc::new)).collect())
-    }
-}
-
-pub(super) async fn read(reads: &DataLoader<LogReads>, fleet: &str, after: Position) -> Result<Arc<Batch>, DbErr> {
-    reads
-        .load_one((fleet.to_owned(), after))
-        .await
-        .map_err(super::unshare)?
-        .ok_or_else(|| DbErr::RecordNotFound("a read of the event log".into()))
+/// Not gathered with other fleets' reads into one statement, as migration
+/// 0033's `live_events_after_each` allows: measured on two cores, gathering
+/// the feeds' reads cost each live delivery about 2 ms (p50) and 15% more
+/// server CPU at 3,000 subscribers, and gathering the tails' catch-up pages
+/// made a reconnect storm of 10,000 slower, not faster (a statement of many
+/// pages holds them all until its last row, and fails them all at once;
+/// BENCHMARKS, round 3, session 15).
+pub(super) async fn read(
+    db: &DatabaseConnection,
+    waiting: &Arc<AtomicI64>,
+    fleet: &str,
+    after: Position,
+) -> Result<Batch, DbErr> {
+    let _in_flight = db::InFlight::new(waiting);
+    let mut read = events::events_after_each(db, &[(fleet.to_owned(), after)], BATCH).await?;
+    read.pop().ok_or_else(|| DbErr::RecordNotFound("a read of the event log".into()))
 }
 
 #[cfg(test)]

@@ -117,10 +117,11 @@ struct Inner {
     token_checks: DataLoader<TokenChecks>,
     /// Subscriptions' starting points, read together ([`Live::start_now`]).
     starts: DataLoader<Starts>,
-    /// Catching-up subscriptions' reads of the log, gathered into statements
-    /// on the request pool (the feeds' go on the live pool: a reconnect
-    /// storm's catch-up never starves the feeds, nor the other way round).
-    catch_ups: DataLoader<feed::LogReads>,
+    /// The request pool and its users, for catching-up subscriptions' reads
+    /// of the log (the feeds' go on the live pool: a reconnect storm's
+    /// catch-up never starves the feeds, nor the other way round).
+    requests: DatabaseConnection,
+    request_users: Arc<AtomicI64>,
     /// Subscriptions' reads tried again ([`Live::patiently`]).
     read_retries: prometheus_client::metrics::counter::Counter,
     stop: CancellationToken,
@@ -215,7 +216,8 @@ impl Live {
                 tokio::spawn,
             )
             .max_batch_size(1000),
-            catch_ups: feed::LogReads::loader(ledger.db().clone(), ledger.metrics().pool_users.clone()),
+            requests: ledger.db().clone(),
+            request_users: ledger.metrics().pool_users.clone(),
             read_retries: ledger.metrics().live_read_retries.clone(),
             listening: watch::channel(false).0,
             connects: watch::channel(0).0,
@@ -419,18 +421,11 @@ impl Live {
         self.0.token_checks.load_one(token).await.map_err(unshare)
     }
 
-    /// Where the event log is now, for a subscription of `fleet` that has
-    /// joined its fleet's broadcast; starts asked at once share one read.
     /// Up to [`feed::BATCH`] events of `fleet` after `after` for a catching-up
-    /// subscription, from a statement on the request pool sent after this
-    /// call, with the other subscriptions' reads of the moment
-    /// ([`feed::LogReads`]).
-    pub async fn catch_up_read(
-        &self,
-        fleet: &str,
-        after: db::events::Position,
-    ) -> Result<Arc<db::events::Batch>, DbErr> {
-        feed::read(&self.0.catch_ups, fleet, after).await
+    /// subscription, from a statement of its own on the request pool
+    /// ([`feed::read`]).
+    pub async fn catch_up_read(&self, fleet: &str, after: db::events::Position) -> Result<db::events::Batch, DbErr> {
+        feed::read(&self.0.requests, &self.0.request_users, fleet, after).await
     }
 
     /// `read` until it succeeds, fails for good, or has failed transiently
@@ -464,6 +459,8 @@ impl Live {
         }
     }
 
+    /// Where the event log is now, for a subscription of `fleet` that has
+    /// joined its fleet's broadcast; starts asked at once share one read.
     pub async fn start_now(&self, fleet: &str) -> Result<db::events::Start, DbErr> {
         let start = self.0.starts.load_one(fleet.to_owned()).await.map_err(unshare)?;
         start.ok_or_else(|| DbErr::RecordNotFound("the event log's starting point".into()))
