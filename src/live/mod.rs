@@ -424,8 +424,12 @@ impl Live {
     /// Up to [`feed::BATCH`] events of `fleet` after `after` for a catching-up
     /// subscription, from a statement of its own on the request pool
     /// ([`feed::read`]).
-    pub async fn catch_up_read(&self, fleet: &str, after: db::events::Position) -> Result<db::events::Batch, DbErr> {
-        feed::read(&self.0.requests, &self.0.request_users, fleet, after).await
+    pub async fn catch_up_read(
+        &self,
+        fleet: &str,
+        after: db::events::Position,
+    ) -> Result<db::events::Batch, LedgerError> {
+        Ok(feed::read(&self.0.requests, &self.0.request_users, fleet, after).await?)
     }
 
     /// `read` until it succeeds, fails for good, or has failed transiently
@@ -461,9 +465,9 @@ impl Live {
 
     /// Where the event log is now, for a subscription of `fleet` that has
     /// joined its fleet's broadcast; starts asked at once share one read.
-    pub async fn start_now(&self, fleet: &str) -> Result<db::events::Start, DbErr> {
+    pub async fn start_now(&self, fleet: &str) -> Result<db::events::Start, LedgerError> {
         let start = self.0.starts.load_one(fleet.to_owned()).await.map_err(unshare)?;
-        start.ok_or_else(|| DbErr::RecordNotFound("the event log's starting point".into()))
+        Ok(start.ok_or_else(|| DbErr::RecordNotFound("the event log's starting point".into()))?)
     }
 
     /// Closes the connections of every tracked token that was revoked,

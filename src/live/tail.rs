@@ -64,7 +64,7 @@ impl Tail {
     ) -> Result<Self, LedgerError> {
         who.require(crate::auth::Permission::LedgerRead)?;
         let (feed, receiver) = join(live, who, only);
-        let start = live.patiently(|| async { Ok(live.start_now(&who.fleet).await?) }).await?;
+        let start = live.patiently(|| live.start_now(&who.fleet)).await?;
         Ok(Self::new(live, ledger, who, feed, receiver, start.position(), Some(start)))
     }
 
@@ -154,9 +154,8 @@ impl Tail {
     /// the tail's first reads reached).
     async fn catch_up(&mut self) -> Result<(), LedgerError> {
         let from = self.position;
-        // With other tails' reads of this moment, on the request pool.
         let (subsystem, fleet) = (&self.subsystem, &self.who.fleet);
-        let batch = subsystem.patiently(|| async { Ok(subsystem.catch_up_read(fleet, from).await?) }).await?;
+        let batch = subsystem.patiently(|| subsystem.catch_up_read(fleet, from)).await?;
         self.take(from, &batch, PAGE);
         Ok(())
     }

@@ -17,6 +17,7 @@ use work_ledger::ledger::Ledger;
 use work_ledger::live::tail::Tail;
 
 use crate::helpers::{Agent, TestApp, spawn_app, spawn_app_with, test_config};
+use crate::metrics::{sample, scrape};
 use crate::skip::skip;
 use crate::ws_client::{GUARD, Ws};
 
@@ -601,7 +602,7 @@ async fn a_read_that_fails_for_a_moment_is_tried_again_and_the_stream_loses_noth
     loop {
         let sent = app.request_statements_since(mark);
         let tries = |function: &str| sent.iter().filter(|sql| sql.contains(function)).count();
-        let retries = scrape_retries(&app).await;
+        let retries = sample(&scrape(&app).await, "work_ledger_live_read_retries_total").unwrap_or(0.0);
         if tries("live_events_after_each") >= 2 && tries("live_events_resumed") >= 2 && retries >= 2.0 {
             break;
         }
@@ -618,14 +619,4 @@ async fn a_read_that_fails_for_a_moment_is_tried_again_and_the_stream_loses_noth
     app.register(&op, &["d"]).await;
     assert_eq!(registered_unit(&mut from_now).await, "d");
     assert_eq!(registered_unit(&mut resumed).await, "d");
-}
-
-/// `work_ledger_live_read_retries_total` from the server's metrics listener.
-async fn scrape_retries(app: &TestApp) -> f64 {
-    let target = app.metrics_addr.expect("a metrics listener");
-    let text =
-        app.http.get(format!("http://{target}/metrics")).send().await.expect("scrape").text().await.expect("text");
-    text.lines()
-        .find_map(|line| line.strip_prefix("work_ledger_live_read_retries_total ")?.trim().parse().ok())
-        .unwrap_or(0.0)
 }

@@ -95,7 +95,7 @@ async fn a_real_prometheus_scrapes_the_claims_this_test_made() {
 }
 
 /// The value of one sample line (`name{labels}` exactly as exposed).
-fn sample(text: &str, series: &str) -> Option<f64> {
+pub(crate) fn sample(text: &str, series: &str) -> Option<f64> {
     text.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
@@ -103,7 +103,7 @@ fn value(text: &str, series: &str) -> f64 {
     sample(text, series).unwrap_or_else(|| panic!("no sample {series} in:\n{text}"))
 }
 
-async fn scrape(app: &TestApp) -> String {
+pub(crate) async fn scrape(app: &TestApp) -> String {
     let target = app.metrics_addr.expect("a metrics listener");
     app.http.get(format!("http://{target}/metrics")).send().await.expect("scrape").text().await.expect("text")
 }
