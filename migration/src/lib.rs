@@ -109,6 +109,11 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261208_000032_disposal_weeks", "0032_disposal_weeks"),
             // The live reads of many fleets in one statement (one watermark); a resumed subscription's start in one.
             sql_migration!("m20261209_000033_live_reads_together", "0033_live_reads_together"),
+            // Live reads below a watermark the server already knows; the reads of many fleets at once gone.
+            sql_migration!(
+                "m20261210_000034_live_reads_below_a_known_watermark",
+                "0034_live_reads_below_a_known_watermark"
+            ),
         ]
     }
 }

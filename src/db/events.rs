@@ -89,47 +89,47 @@ pub async fn watermark(db: &impl ConnectionTrait) -> Result<i64, DbErr> {
     row.try_get("", "w")
 }
 
-/// For each `(fleet, after)` of `reads`, up to `limit` events of that fleet
-/// after that position, in delivery order, that no in-flight event writer
-/// can precede: one call of `live_events_after_each` (migration 0033), which
-/// takes the app role, reads the delivery watermark once, then each fleet's
-/// rows under that fleet's row-level security in later statements. One
-/// [`Batch`] per read, in the order given. Called in autocommit (feeds'
-/// reads, tails' catch-up): one round trip, no transaction around it; inside
-/// a transaction, that transaction must be READ COMMITTED and would stay in
-/// the last fleet afterwards.
-pub async fn events_after_each(
+/// Up to `limit` events of `fleet` after `after`, in delivery order, of
+/// batches below `below` (a watermark an earlier read returned) or, when it
+/// is `None`, below a watermark the database takes first: one call of
+/// `live_events_below` (migration 0034), which takes the app role and the
+/// fleet (row-level security) and reads the rows in later statements than
+/// the watermark's. Called in autocommit (feeds' reads, tails' catch-up):
+/// one round trip, no transaction around it; inside a transaction, that
+/// transaction must be READ COMMITTED and stays in the fleet afterwards.
+///
+/// A watermark is final for good once taken, so `below` may be any that a
+/// read of this database returned before this call; the database lowers
+/// one that reaches past the batches drawn so far.
+pub async fn events_after(
     db: &impl ConnectionTrait,
-    reads: &[(String, Position)],
+    fleet: &str,
+    after: Position,
+    below: Option<i64>,
     limit: usize,
-) -> Result<Vec<Batch>, DbErr> {
+) -> Result<Batch, DbErr> {
     let sql = format!(
-        "SELECT r.k, r.watermark, r.held, e.batch, e.tx_id, {EVENT_COLUMNS}
-           FROM live_events_after_each($1, $2, $3, $4, $5) WITH ORDINALITY AS r
+        "SELECT r.watermark, r.held, e.batch, e.tx_id, {EVENT_COLUMNS}
+           FROM live_events_below($1, $2, $3, $4, $5, $6) WITH ORDINALITY AS r
            LEFT JOIN LATERAL (SELECT (r.event).*) AS e ON true
           ORDER BY r.ordinality"
     );
-    let fleets: Vec<String> = reads.iter().map(|(f, _)| f.clone()).collect();
-    let batches: Vec<i64> = reads.iter().map(|(_, p)| p.batch).collect();
-    let txs: Vec<i64> = reads.iter().map(|(_, p)| p.tx).collect();
-    let seqs: Vec<i64> = reads.iter().map(|(_, p)| p.seq).collect();
-    let values = [fleets.into(), batches.into(), txs.into(), seqs.into(), (limit as i32).into()];
+    let values =
+        [fleet.into(), after.batch.into(), after.tx.into(), after.seq.into(), below.into(), (limit as i32).into()];
     let rows = db.query_all_raw(stmt(&sql, values)).await?;
-    let mut out: Vec<Batch> = reads.iter().map(|_| Batch::default()).collect();
+    if rows.is_empty() {
+        return Err(DbErr::RecordNotFound("a read of the event log".into()));
+    }
+    let mut batch = Batch::default();
     for row in &rows {
-        let k: i32 = row.try_get("", "k")?;
-        let batch = usize::try_from(k - 1)
-            .ok()
-            .and_then(|i| out.get_mut(i))
-            .ok_or_else(|| DbErr::Custom(format!("live_events_after_each returned read {k} of {}", reads.len())))?;
         batch.push_row(row)?;
     }
-    Ok(out)
+    Ok(batch)
 }
 
 /// Where a resumed subscription starts and its first page, in one call of
-/// `live_events_resumed` (migration 0033; autocommit as for
-/// [`events_after_each`]): right after the event `id` of `fleet`, or just before
+/// `live_events_resumed` (migration 0034; autocommit, and `below`, as for
+/// [`events_after`]): right after the event `id` of `fleet`, or just before
 /// batch `floor` when that is earlier, and up to `limit` events from there.
 /// `None` when `fleet` has no such event (row-level security hides the
 /// others).
@@ -138,15 +138,16 @@ pub async fn events_resumed(
     fleet: &str,
     id: Uuid,
     floor: Option<i64>,
+    below: Option<i64>,
     limit: usize,
 ) -> Result<Option<(Position, Batch)>, DbErr> {
     let sql = format!(
         "SELECT r.from_batch, r.from_tx, r.from_seq, r.watermark, r.held, e.batch, e.tx_id, {EVENT_COLUMNS}
-           FROM live_events_resumed($1, $2, $3, $4) WITH ORDINALITY AS r
+           FROM live_events_resumed($1, $2, $3, $4, $5) WITH ORDINALITY AS r
            LEFT JOIN LATERAL (SELECT (r.event).*) AS e ON true
           ORDER BY r.ordinality"
     );
-    let values = [fleet.into(), id.into(), floor.into(), (limit as i32).into()];
+    let values = [fleet.into(), id.into(), floor.into(), below.into(), (limit as i32).into()];
     let rows = db.query_all_raw(stmt(&sql, values)).await?;
     let Some(first) = rows.first() else { return Ok(None) };
     let from = Position {
@@ -162,7 +163,7 @@ pub async fn events_resumed(
 }
 
 impl Batch {
-    /// One row of `live_events_after`'s columns: the watermark and `held`
+    /// One row of `live_events_below`'s columns: the watermark and `held`
     /// come on every row, and a row with a NULL event stands for none.
     fn push_row(&mut self, row: &QueryResult) -> Result<(), DbErr> {
         self.watermark = row.try_get("", "watermark")?;

@@ -180,9 +180,9 @@ pub async fn begin(db: &DatabaseConnection) -> Result<DatabaseTransaction, DbErr
 /// reads. This is the only way request code reaches the database: it opens
 /// the transaction, sets role and fleet, runs the closure, and commits (or
 /// rolls back when the closure fails). The event log's tail sets them itself
-/// instead, in SQL: [`events::events_after_each`] (the reads of feeds and the
+/// instead, in SQL: [`events::events_after`] (the reads of feeds and the
 /// pages of catching-up subscribers) and [`events::events_resumed`]
-/// (migrations 0028 and 0033), one round trip each.
+/// (migration 0034), one round trip each.
 /// Database failures reach the caller as `E::from(DbErr)`.
 pub async fn in_fleet<T, E, F>(db: &DatabaseConnection, fleet: &str, work: F) -> Result<T, E>
 where

@@ -136,7 +136,8 @@ impl Ledger {
 
     /// Where a subscription resumed after the event `id` starts (no later than
     /// just before batch `floor`), with its first page of up to `limit`
-    /// events ([`events::events_resumed`]): one statement in autocommit on
+    /// events below the watermark `below` (`None`: one the database takes;
+    /// [`events::events_resumed`]): one statement in autocommit on
     /// the request pool, which takes the app role and the fleet itself, so it
     /// needs no transaction of [`Ledger::read`] around it. `None` when the
     /// caller's fleet has no such event.
@@ -145,11 +146,12 @@ impl Ledger {
         who: &Principal,
         id: Uuid,
         floor: Option<i64>,
+        below: Option<i64>,
         limit: usize,
     ) -> Result<Option<(events::Position, events::Batch)>, LedgerError> {
         who.require(Permission::LedgerRead)?;
         let _in_flight = db::InFlight::new(&self.metrics.pool_users);
-        Ok(events::events_resumed(&self.db, &who.fleet, id, floor, limit).await?)
+        Ok(events::events_resumed(&self.db, &who.fleet, id, floor, below, limit).await?)
     }
 
     /// [`Ledger::read`] of a read that scans the caller's whole fleet: at

@@ -6,6 +6,10 @@
 //! fleet's row-level security (`db::in_fleet`), and broadcasts them to that
 //! fleet's subscribers alone. One read per fleet and wake-up, however many
 //! subscribers it has. A forged notification costs at most one such read.
+//!
+//! Every read notes the delivery watermark it was given in the process's
+//! [`Known`] watermark before it hands its events on; a subscriber catching
+//! up reads below that one instead of having the database take another.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -117,6 +121,29 @@ impl Drop for Feed {
     }
 }
 
+/// The newest delivery watermark a read of this process returned: every
+/// event of a batch below it is final for good (migration 0004), so any read
+/// that starts later may stop there instead of having the database scan its
+/// locks for a new one (migration 0034). A feed notes its read's watermark
+/// before it broadcasts the read's events, so a subscriber that joined a
+/// broadcast and then reads below the watermark noted now reaches every
+/// event the broadcast had sent before it joined. Like a subscriber's
+/// position, it assumes that the log never loses a committed batch (a
+/// failover's standby has every commit: README, failover).
+#[derive(Debug, Default)]
+pub struct Known(AtomicI64);
+
+impl Known {
+    pub fn note(&self, watermark: i64) {
+        self.0.fetch_max(watermark, Ordering::SeqCst);
+    }
+
+    /// None before any read returned one.
+    pub fn get(&self) -> Option<i64> {
+        Some(self.0.load(Ordering::SeqCst)).filter(|w| *w > 0)
+    }
+}
+
 struct Entry {
     feed: Weak<Feed>,
     wake: Arc<Notify>,
@@ -132,13 +159,21 @@ pub struct Feeds {
     entries: Mutex<HashMap<String, Entry>>,
     /// Reads using or waiting for a connection of the pool.
     waiting: Arc<AtomicI64>,
+    known: Arc<Known>,
 }
 
 impl Feeds {
     /// `waiting` counts reads using or waiting for a connection of `db`'s
     /// pool: those beyond the pool's size wait (the `db_pool_waiting` metric).
-    pub fn new(db: DatabaseConnection, capacity: usize, stop: CancellationToken, waiting: Arc<AtomicI64>) -> Self {
-        Self { db, capacity, stop, entries: Mutex::new(HashMap::new()), waiting }
+    /// Every read's watermark is noted in `known`.
+    pub fn new(
+        db: DatabaseConnection,
+        capacity: usize,
+        stop: CancellationToken,
+        waiting: Arc<AtomicI64>,
+        known: Arc<Known>,
+    ) -> Self {
+        Self { db, capacity, stop, entries: Mutex::new(HashMap::new()), waiting, known }
     }
 
     /// The fleet's feed, started on first use.
@@ -163,6 +198,7 @@ impl Feeds {
             tag,
             stop: self.stop.clone(),
             waiting: self.waiting.clone(),
+            known: self.known.clone(),
         };
         tokio::spawn(task.run());
         feed
@@ -202,6 +238,7 @@ struct FeedTask {
     tag: Arc<OnceLock<String>>,
     stop: CancellationToken,
     waiting: Arc<AtomicI64>,
+    known: Arc<Known>,
 }
 
 impl FeedTask {
@@ -265,12 +302,15 @@ impl FeedTask {
     async fn begin(&self) -> Option<Position> {
         let mut retry = RECHECK_MIN;
         loop {
-            let present = db::in_fleet::<_, DbErr, _>(&self.db, &self.fleet, |tx| {
-                Box::pin(async move { Ok(events::start(tx).await?.position()) })
+            let start = db::in_fleet::<_, DbErr, _>(&self.db, &self.fleet, |tx| {
+                Box::pin(async move { events::start(tx).await })
             })
             .await;
-            match present {
-                Ok(present) => return Some(self.feed.upgrade()?.begin(present)),
+            match start {
+                Ok(start) => {
+                    self.known.note(start.watermark);
+                    return Some(self.feed.upgrade()?.begin(start.position()));
+                }
                 Err(err) => tracing::warn!(fleet = %self.fleet, error = %err, "cannot read the event log"),
             }
             tokio::select! {
@@ -287,7 +327,7 @@ impl FeedTask {
     async fn drain(&self, feed: &Feed, after: &mut Position) -> bool {
         loop {
             let from = *after;
-            let batch = match read(&self.db, &self.waiting, &self.fleet, from).await {
+            let batch = match read(&self.db, &self.waiting, &self.known, &self.fleet, from, None).await {
                 Ok(read) => read,
                 // Retried on the recheck timer.
                 Err(err) => {
@@ -306,27 +346,33 @@ impl FeedTask {
     }
 }
 
-/// The fleet's events after `after` (up to [`BATCH`]), in a statement of its
-/// own in autocommit on `db`'s pool, counted in `waiting` while it uses or
-/// waits for a connection: a feed's read (the live pool) and a catching-up
-/// tail's page (the request pool, [`super::Live::catch_up_read`]) alike.
+/// The fleet's events after `after` (up to [`BATCH`]) below the watermark
+/// `below`, or a new one when it is `None`, in a statement of its own in
+/// autocommit on `db`'s pool, counted in `waiting` while it uses or waits for
+/// a connection: a feed's read (the live pool, a new watermark: it was woken
+/// by a commit) and a catching-up tail's page (the request pool, the newest
+/// [`Known`] one, [`super::Live::catch_up_read`]) alike. The read's watermark
+/// is noted in `known` before the events are returned.
 ///
 /// Not gathered with other fleets' reads into one statement, as migration
-/// 0033's `live_events_after_each` allows: measured on two cores, gathering
-/// the feeds' reads cost each live delivery about 2 ms (p50) and 15% more
-/// server CPU at 3,000 subscribers, and gathering the tails' catch-up pages
-/// made a reconnect storm of 10,000 slower, not faster (a statement of many
-/// pages holds them all until its last row, and fails them all at once;
-/// BENCHMARKS, round 3, session 15).
+/// 0033 had it: measured on two cores, gathering the feeds' reads cost each
+/// live delivery about 2 ms (p50) and 15% more server CPU at 3,000
+/// subscribers, and gathering the tails' catch-up pages made a reconnect
+/// storm of 10,000 slower, not faster (a statement of many pages holds them
+/// all until its last row, and fails them all at once; BENCHMARKS, round 3,
+/// session 15).
 pub(super) async fn read(
     db: &DatabaseConnection,
     waiting: &Arc<AtomicI64>,
+    known: &Known,
     fleet: &str,
     after: Position,
+    below: Option<i64>,
 ) -> Result<Batch, DbErr> {
     let _in_flight = db::InFlight::new(waiting);
-    let mut read = events::events_after_each(db, &[(fleet.to_owned(), after)], BATCH).await?;
-    read.pop().ok_or_else(|| DbErr::RecordNotFound("a read of the event log".into()))
+    let batch = events::events_after(db, fleet, after, below, BATCH).await?;
+    known.note(batch.watermark);
+    Ok(batch)
 }
 
 #[cfg(test)]

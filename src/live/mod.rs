@@ -122,6 +122,9 @@ struct Inner {
     /// catch-up never starves the feeds, nor the other way round).
     requests: DatabaseConnection,
     request_users: Arc<AtomicI64>,
+    /// The newest delivery watermark any read returned: catching-up
+    /// subscriptions read below it ([`feed::Known`]).
+    known: Arc<feed::Known>,
     /// Subscriptions' reads tried again ([`Live::patiently`]).
     read_retries: prometheus_client::metrics::counter::Counter,
     stop: CancellationToken,
@@ -202,8 +205,9 @@ impl Live {
         let db = SqlxPostgresConnector::from_sqlx_postgres_pool(pool);
         let stop = CancellationToken::new();
         let waiting = Arc::new(AtomicI64::new(0));
+        let known = Arc::new(feed::Known::default());
         Self(Arc::new(Inner {
-            feeds: Feeds::new(db.clone(), config.broadcast_capacity, stop.clone(), waiting.clone()),
+            feeds: Feeds::new(db.clone(), config.broadcast_capacity, stop.clone(), waiting.clone(), known.clone()),
             sweeper: Sweeper::new(db.clone(), config.sweeper.clone(), ledger.metrics().stalls.clone()),
             warden: Warden::new(db.clone(), config.warden.clone()),
             waiting,
@@ -218,6 +222,7 @@ impl Live {
             .max_batch_size(1000),
             requests: ledger.db().clone(),
             request_users: ledger.metrics().pool_users.clone(),
+            known,
             read_retries: ledger.metrics().live_read_retries.clone(),
             listening: watch::channel(false).0,
             connects: watch::channel(0).0,
@@ -422,14 +427,27 @@ impl Live {
     }
 
     /// Up to [`feed::BATCH`] events of `fleet` after `after` for a catching-up
-    /// subscription, from a statement of its own on the request pool
-    /// ([`feed::read`]).
+    /// subscription, below the watermark `below` (`None`: a new one), from a
+    /// statement of its own on the request pool ([`feed::read`]).
     pub async fn catch_up_read(
         &self,
         fleet: &str,
         after: db::events::Position,
+        below: Option<i64>,
     ) -> Result<db::events::Batch, LedgerError> {
-        Ok(feed::read(&self.0.requests, &self.0.request_users, fleet, after).await?)
+        Ok(feed::read(&self.0.requests, &self.0.request_users, &self.0.known, fleet, after, below).await?)
+    }
+
+    /// The newest delivery watermark a read of this process returned (None
+    /// before the first): a read that starts after this call may stop there
+    /// ([`feed::Known`]).
+    pub fn known_watermark(&self) -> Option<i64> {
+        self.0.known.get()
+    }
+
+    /// Notes the watermark of a read made elsewhere (a resume).
+    pub fn note_watermark(&self, watermark: i64) {
+        self.0.known.note(watermark);
     }
 
     /// `read` until it succeeds, fails for good, or has failed transiently
@@ -467,7 +485,9 @@ impl Live {
     /// joined its fleet's broadcast; starts asked at once share one read.
     pub async fn start_now(&self, fleet: &str) -> Result<db::events::Start, LedgerError> {
         let start = self.0.starts.load_one(fleet.to_owned()).await.map_err(unshare)?;
-        Ok(start.ok_or_else(|| DbErr::RecordNotFound("the event log's starting point".into()))?)
+        let start = start.ok_or_else(|| DbErr::RecordNotFound("the event log's starting point".into()))?;
+        self.note_watermark(start.watermark);
+        Ok(start)
     }
 
     /// Closes the connections of every tracked token that was revoked,

@@ -48,6 +48,9 @@ pub struct Tail {
     start: Option<Start>,
     /// Read the table before taking live events.
     catching_up: bool,
+    /// The next page is read below a new watermark, not the newest known
+    /// one: a page below the known one ended short of the feed's start.
+    fresh: bool,
     pending: VecDeque<Arc<LiveEvent>>,
 }
 
@@ -82,9 +85,12 @@ impl Tail {
     ) -> Result<Self, LedgerError> {
         let EventCursor { at, floor, .. } = EventCursor::decode(cursor).map_err(|_| foreign_cursor())?;
         let (feed, receiver) = join(live, who, only);
-        // The cursor's event and what follows it in one statement.
-        let resumed = live.patiently(|| ledger.events_resumed(who, at.id, floor, RESUME_PAGE)).await?;
+        // The cursor's event and what follows it in one statement, below the
+        // newest watermark known (taken after the join above, or later).
+        let below = live.known_watermark();
+        let resumed = live.patiently(|| ledger.events_resumed(who, at.id, floor, below, RESUME_PAGE)).await?;
         let (from, batch) = resumed.ok_or_else(foreign_cursor)?;
+        live.note_watermark(batch.watermark);
         let mut tail = Self::new(live, ledger, who, feed, receiver, from, None);
         tail.take(from, &batch, RESUME_PAGE);
         Ok(tail)
@@ -109,6 +115,7 @@ impl Tail {
             position,
             start,
             catching_up: true,
+            fresh: false,
             pending: VecDeque::new(),
         }
     }
@@ -151,20 +158,29 @@ impl Tail {
     /// One page of the table after `position`; catching up ends with the
     /// first page that is not full and reaches where the feed's broadcast
     /// begins (a feed started after this tail joined may begin later than
-    /// the tail's first reads reached).
+    /// the tail's first reads reached). A page is read below the newest
+    /// watermark this process knows, taken after the tail joined its
+    /// broadcast: it reaches everything the broadcast sent before the tail
+    /// joined, and the database takes no new one for it (migration 0034).
     async fn catch_up(&mut self) -> Result<(), LedgerError> {
         let from = self.position;
         let (subsystem, fleet) = (&self.subsystem, &self.who.fleet);
-        let batch = subsystem.patiently(|| subsystem.catch_up_read(fleet, from)).await?;
+        let below = if self.fresh { None } else { subsystem.known_watermark() };
+        let batch = subsystem.patiently(|| subsystem.catch_up_read(fleet, from, below)).await?;
         self.take(from, &batch, PAGE);
         Ok(())
     }
 
     /// A page of the table read after `from` with `limit`: pending
-    /// delivery, and whether the next page is needed before live events.
+    /// delivery, and whether the next page is needed before live events. A
+    /// page that was not full but still ended before the feed's start was
+    /// read below a watermark older than the feed: the next page takes a
+    /// new one (else it would find nothing, again and again).
     fn take(&mut self, from: Position, batch: &Batch, limit: usize) {
+        let full = batch.events.len() >= limit;
         self.position = batch.next_after(from, limit);
-        self.catching_up = batch.events.len() >= limit || !self.feed.covers(self.position);
+        self.catching_up = full || !self.feed.covers(self.position);
+        self.fresh = self.catching_up && !full;
         self.pending.extend(batch.events.iter().cloned());
     }
 }

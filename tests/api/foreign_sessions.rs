@@ -53,10 +53,10 @@ async fn a_reader_logins_advisory_locks_block_no_write() {
     reader.close().await.expect("close");
 }
 
-/// The feed's one-statement read (migration 0028) and a resumed
-/// subscription's start (0033) take the app role and the fleet they are
-/// given: no login outside the service may call them, or it would read any
-/// fleet's events.
+/// The live log's read (migration 0034's `live_events_below`) and a resumed
+/// subscription's start take the app role and the fleet they are given: no
+/// login outside the service may call them, or it would read any fleet's
+/// events.
 #[tokio::test]
 async fn a_reader_login_cannot_call_the_feeds_reads_of_another_fleet() {
     let app = spawn_app().await;
@@ -68,12 +68,12 @@ async fn a_reader_login_cannot_call_the_feeds_reads_of_another_fleet() {
     assert!(events > 0, "the fleet has events to read");
     let reads = [
         (
-            "live_events_after(text, bigint, bigint, bigint, integer)",
-            "SELECT (event).id FROM live_events_after('f', 0, 0, 0, 10)",
+            "live_events_below(text, bigint, bigint, bigint, bigint, integer)",
+            "SELECT (event).id FROM live_events_below('f', 0, 0, 0, NULL, 10)",
         ),
         (
-            "live_events_resumed(text, uuid, bigint, integer)",
-            "SELECT (event).id FROM live_events_resumed('f', (SELECT id FROM work_unit_events LIMIT 1), NULL, 10)",
+            "live_events_resumed(text, uuid, bigint, bigint, integer)",
+            "SELECT (event).id FROM live_events_resumed('f', (SELECT id FROM work_unit_events LIMIT 1), NULL, NULL, 10)",
         ),
     ];
     for (function, call) in reads {

@@ -399,8 +399,7 @@ async fn transactions_committing_in_reverse_order_leave_no_gap() {
     let tags = |batch: &events::Batch| -> Vec<String> {
         batch.events.iter().filter_map(|e| e.event.detail["tx"].as_str().map(str::to_owned)).collect()
     };
-    let reads = [("f".to_owned(), Position::before_batch(0))];
-    let now = events::events_after_each(&app.owner, &reads, 100).await.expect("read").remove(0);
+    let now = events::events_after(&app.owner, "f", Position::before_batch(0), None, 100).await.expect("read");
     assert_eq!(tags(&now), ["S"], "B is not deliverable before A ends");
     assert!(now.held, "B is committed and held back");
     // A subscriber that starts while B is committed and A is not: its
@@ -603,7 +602,7 @@ async fn a_read_that_fails_for_a_moment_is_tried_again_and_the_stream_loses_noth
         let sent = app.request_statements_since(mark);
         let tries = |function: &str| sent.iter().filter(|sql| sql.contains(function)).count();
         let retries = sample(&scrape(&app).await, "work_ledger_live_read_retries_total").unwrap_or(0.0);
-        if tries("live_events_after_each") >= 2 && tries("live_events_resumed") >= 2 && retries >= 2.0 {
+        if tries("live_events_below") >= 2 && tries("live_events_resumed") >= 2 && retries >= 2.0 {
             break;
         }
         assert!(std::time::Instant::now() < deadline, "reads tried again within the guard ({retries} retries)");
@@ -619,4 +618,54 @@ async fn a_read_that_fails_for_a_moment_is_tried_again_and_the_stream_loses_noth
     app.register(&op, &["d"]).await;
     assert_eq!(registered_unit(&mut from_now).await, "d");
     assert_eq!(registered_unit(&mut resumed).await, "d");
+}
+
+/// A reconnect storm does not have the database scan its locks for a new
+/// delivery watermark once per subscriber (migration 0034): resumed
+/// subscriptions read their first event and their catch-up pages below the
+/// newest watermark the server already had, and still deliver every event
+/// once. The test's database counts the watermarks its request sessions
+/// take (the feeds' live pool, woken by commits, takes its own).
+#[tokio::test]
+async fn resumed_subscriptions_read_below_the_watermark_their_server_already_has() {
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    app.register(&op, &["a"]).await;
+    let reader = app.token("f", "reader", Role::Reader).await;
+    let origin = newest_cursor(&app, &reader).await;
+    for unit in ["b", "c", "d"] {
+        app.register(&op, &[unit]).await;
+    }
+    // A first subscriber: the fleet's feed runs and the server has a watermark.
+    let mut first = Ws::subscription(&app, &reader, EVENTS, json!({ "after": origin })).await;
+    for unit in ["b", "c", "d"] {
+        assert_eq!(registered_unit(&mut first).await, unit);
+    }
+    app.sql(
+        "CREATE SEQUENCE request_watermarks;
+         GRANT USAGE ON SEQUENCE request_watermarks TO work_ledger_app;
+         ALTER FUNCTION live_delivery_watermark() RENAME TO live_delivery_watermark_uncounted;
+         CREATE FUNCTION live_delivery_watermark() RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
+         BEGIN
+             IF current_setting('application_name') <> 'work-ledger-live' THEN
+                 PERFORM nextval('request_watermarks');
+             END IF;
+             RETURN live_delivery_watermark_uncounted();
+         END $$;",
+    )
+    .await;
+
+    let mut resumed =
+        join_all((0..8).map(|_| Ws::subscription(&app, &reader, EVENTS, json!({ "after": origin })))).await;
+    for ws in &mut resumed {
+        for unit in ["b", "c", "d"] {
+            assert_eq!(registered_unit(ws).await, unit);
+        }
+    }
+    app.register(&op, &["e"]).await;
+    for ws in resumed.iter_mut().chain([&mut first]) {
+        assert_eq!(registered_unit(ws).await, "e", "live after the catch-up, nothing repeated");
+    }
+    let taken = app.sql_i64("SELECT coalesce(pg_sequence_last_value('request_watermarks'), 0)").await;
+    assert_eq!(taken, 0, "8 resumed subscriptions had the database take {taken} watermarks for them");
 }

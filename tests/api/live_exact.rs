@@ -56,9 +56,7 @@ async fn until_live(app: &TestApp, ws: &mut Ws, fleet: &str, unit: &str) {
 
 /// What a feed of `fleet` reading from the start may deliver now.
 async fn read_log(app: &TestApp, fleet: &str) -> events::Batch {
-    let reads = [(fleet.to_owned(), Position::before_batch(0))];
-    let mut batches = events::events_after_each(&app.owner, &reads, 100).await.expect("read");
-    batches.pop().expect("one batch per read")
+    events::events_after(&app.owner, fleet, Position::before_batch(0), None, 100).await.expect("read")
 }
 
 fn unit_ref(event: &Value) -> String {
@@ -144,61 +142,81 @@ async fn an_open_event_writer_holds_later_events_back_until_it_ends_then_all_arr
     assert_eq!(tag(&next_event(&mut ws).await), "last", "nothing twice");
 }
 
-/// The reads of many feeds in one statement (migration 0033): each read gets
-/// its own fleet's events after its own position, in delivery order, under
-/// its own fleet's row-level security, however the fleets repeat or differ,
-/// and all of them below one watermark.
+/// A read of the live log below a watermark it is given (migration 0034)
+/// stops there, however much lies final beyond it; given none, it takes its
+/// own and holds back what an open event writer precedes; given one past
+/// the batches drawn so far, the database lowers it to those. Each fleet's
+/// read finds that fleet's events alone.
 #[tokio::test]
-async fn reads_of_several_fleets_in_one_statement_each_get_their_own_fleets_events() {
+async fn a_read_below_a_given_watermark_stops_there_and_never_reaches_past_the_batches_drawn() {
     let app = spawn_app().await;
-    for (fleet, units) in [("f", vec!["f-1", "f-2", "f-3"]), ("g", vec!["g-1", "g-2"])] {
+    for (fleet, units) in [("f", ["f-1", "f-2", "f-3"]), ("g", ["g-1", "g-2", "g-3"])] {
         let op = app.token(fleet, "op", Role::Operator).await;
-        app.register(&op, &units).await;
+        for unit in units {
+            app.register(&op, &[unit]).await; // a transaction, a batch, each
+        }
     }
-    let ids = |fleet: &str| {
+    let log = |fleet: &str| {
         let app = &app;
-        let sql = format!("SELECT id::text FROM work_unit_events WHERE fleet = '{fleet}' ORDER BY batch, tx_id, seq");
-        async move { app.sql_json(&sql).await.iter().map(|r| r["id"].as_str().expect("id").to_owned()).collect() }
+        let sql =
+            format!("SELECT id::text, batch FROM work_unit_events WHERE fleet = '{fleet}' ORDER BY batch, tx_id, seq");
+        async move {
+            app.sql_json(&sql)
+                .await
+                .iter()
+                .map(|r| (r["id"].as_str().expect("id").to_owned(), r["batch"].as_i64().expect("batch")))
+                .collect::<Vec<(String, i64)>>()
+        }
     };
-    let (f, g): (Vec<String>, Vec<String>) = (ids("f").await, ids("g").await);
-    assert!(f.len() >= 3 && g.len() >= 2, "{f:?} {g:?}");
-    let first_of_f =
-        app.sql_json(&format!("SELECT batch, tx_id, seq FROM work_unit_events WHERE id = '{}'", f[0])).await.remove(0);
-    let after_first = Position {
-        batch: first_of_f["batch"].as_i64().expect("batch"),
-        tx: first_of_f["tx_id"].as_i64().expect("tx"),
-        seq: first_of_f["seq"].as_i64().expect("seq"),
-    };
+    let ids = |batch: &events::Batch| batch.events.iter().map(|e| e.event.id.to_string()).collect::<Vec<_>>();
+    let (f, g) = (log("f").await, log("g").await);
+    let last_batch = f.last().expect("f's events").1;
+    let first_batches: Vec<i64> = f.iter().map(|(_, b)| *b).collect();
+    assert!(first_batches.windows(2).any(|w| w[0] < w[1]), "f's events span several batches: {first_batches:?}");
     let start = Position::before_batch(0);
-    let reads = [
-        ("f".to_owned(), start),
-        ("g".to_owned(), start),
-        // Fleet g from f's position: positions are global, rows are not.
-        ("g".to_owned(), after_first),
-        ("f".to_owned(), after_first),
-        ("nobody".to_owned(), start),
-    ];
-    let batches = events::events_after_each(&app.owner, &reads, 100).await.expect("read");
-    let got: Vec<Vec<String>> =
-        batches.iter().map(|b| b.events.iter().map(|e| e.event.id.to_string()).collect()).collect();
-    let g_after_first: Vec<String> = {
-        let sql = format!(
-            "SELECT id::text FROM work_unit_events WHERE fleet = 'g' AND (batch, tx_id, seq) > ({}, {}, {})
-              ORDER BY batch, tx_id, seq",
-            after_first.batch, after_first.tx, after_first.seq
-        );
-        app.sql_json(&sql).await.iter().map(|r| r["id"].as_str().expect("id").to_owned()).collect()
+    let read = |fleet: &'static str, below: Option<i64>| {
+        let app = &app;
+        async move { events::events_after(&app.owner, fleet, start, below, 100).await.expect("read") }
     };
-    assert_eq!(got, vec![f.clone(), g.clone(), g_after_first, f[1..].to_vec(), vec![]]);
-    for (batch, (fleet, _)) in batches.iter().zip(&reads) {
-        assert!(batch.events.iter().all(|e| e.event.fleet == *fleet), "only {fleet}'s events");
-        assert_eq!(batch.watermark, batches[0].watermark, "one watermark for every read");
-        assert!(!batch.held, "nothing is held back");
-    }
-    // A read limited to one event per fleet: each fleet's first.
-    let limited = events::events_after_each(&app.owner, &reads[..2], 1).await.expect("read");
-    let firsts: Vec<String> = limited.iter().flat_map(|b| b.events.iter().map(|e| e.event.id.to_string())).collect();
-    assert_eq!(firsts, vec![f[0].clone(), g[0].clone()]);
+
+    // Its own watermark: everything, each fleet its own.
+    let fresh = read("f", None).await;
+    assert_eq!(ids(&fresh), f.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>());
+    assert!(fresh.watermark > last_batch && !fresh.held, "{fresh:?}");
+    assert_eq!(ids(&read("g", None).await), g.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>());
+
+    // Below a given one: what lies below it, nothing further.
+    let cut = first_batches[first_batches.len() - 1];
+    let below: Vec<String> = f.iter().filter(|(_, b)| *b < cut).map(|(id, _)| id.clone()).collect();
+    assert!(!below.is_empty() && below.len() < f.len(), "the cut splits f's events");
+    let older = read("f", Some(cut)).await;
+    assert_eq!((ids(&older), older.watermark), (below, cut));
+    assert!(older.held, "final events wait beyond the given watermark");
+
+    // Past the batches drawn: lowered to the sequence's last value + 1.
+    let drawn = app.sql_i64("SELECT pg_sequence_last_value('work_unit_events_batch_seq')").await;
+    let far = read("f", Some(i64::MAX)).await;
+    assert_eq!((ids(&far), far.watermark), (ids(&fresh), drawn + 1));
+
+    // An open event writer: its own watermark holds back what it precedes, a
+    // given older one stays where it was.
+    let unit = app.sql_json("SELECT id::text FROM work_units WHERE external_ref = 'f-3'").await[0]["id"]
+        .as_str()
+        .expect("unit")
+        .to_owned();
+    let open = app.owner.begin().await.expect("begin");
+    open.execute_unprepared(&insert_event(&unit, "open")).await.expect("insert");
+    app.sql(&insert_event(&unit, "later")).await;
+    let held = read("f", None).await;
+    assert_eq!(ids(&held), ids(&fresh), "nothing past the open writer's batch");
+    assert!(held.held, "the later event is committed and held back");
+    assert_eq!(ids(&read("f", Some(cut)).await), ids(&older));
+    open.commit().await.expect("commit");
+    assert_eq!(read("f", None).await.events.len(), f.len() + 2);
+
+    // Limited: the first events in delivery order.
+    let limited = events::events_after(&app.owner, "f", start, Some(i64::MAX), 1).await.expect("read");
+    assert_eq!(ids(&limited), vec![f[0].0.clone()]);
 }
 
 #[tokio::test]
