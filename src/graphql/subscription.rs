@@ -49,10 +49,10 @@ impl Subscription {
     ) -> Result<impl Stream<Item = Result<BlockingQuestion>> + use<>> {
         crate::ledger::validate::filter("assigneeGroup", assignee_group.as_deref())?;
         let (live, ledger, who) = parts(ctx)?;
-        let tail = Tail::from_now(&live, &ledger, &who, Some(EventType::Blocked)).await?;
-        still_live(&live, &who).await?;
+        let tail = Tail::from_now(&live, &ledger, &who, Some(EventType::Blocked)).await.map_err(ended)?;
+        still_live(&live, &who).await.map_err(ended)?;
         let open = if include_open.unwrap_or(true) {
-            open_questions(&ledger, &who, assignee_group.clone()).await?
+            live.patiently(|| open_questions(&ledger, &who, assignee_group.clone())).await.map_err(ended)?
         } else {
             vec![]
         };
@@ -71,9 +71,11 @@ impl Subscription {
                 }
                 // Read once per process for all the fleet's subscribers.
                 let unit = event.event.unit_id;
-                let question = live.questions().get_or_read((who.fleet.clone(), id), || async {
-                    let questions = ledger.questions_of_units(&who, vec![unit]).await?;
-                    Ok::<_, LedgerError>(questions.into_iter().find(|q| q.id == id))
+                let question = live.questions().get_or_read((who.fleet.clone(), id), || {
+                    live.patiently(|| async {
+                        let questions = ledger.questions_of_units(&who, vec![unit]).await?;
+                        Ok::<_, LedgerError>(questions.into_iter().find(|q| q.id == id))
+                    })
                 });
                 Ok(question.await?.map(BlockingQuestion))
             }
@@ -92,10 +94,10 @@ impl Subscription {
     ) -> Result<impl Stream<Item = Result<StallEvent>> + use<>> {
         crate::ledger::validate::filter("domain", domain.as_deref())?;
         let (live, ledger, who) = parts(ctx)?;
-        let tail = Tail::from_now(&live, &ledger, &who, Some(EventType::Stalled)).await?;
-        still_live(&live, &who).await?;
+        let tail = Tail::from_now(&live, &ledger, &who, Some(EventType::Stalled)).await.map_err(ended)?;
+        still_live(&live, &who).await.map_err(ended)?;
         let current = if include_current.unwrap_or(true) {
-            stalled_units(&ledger, &who, domain.as_deref()).await?
+            live.patiently(|| stalled_units(&ledger, &who, domain.as_deref())).await.map_err(ended)?
         } else {
             vec![]
         };
@@ -141,10 +143,11 @@ impl Subscription {
             _ => None,
         };
         let tail = match after {
-            Some(cursor) => Tail::after(&live, &ledger, &who, &cursor, only).await?,
-            None => Tail::from_now(&live, &ledger, &who, only).await?,
-        };
-        still_live(&live, &who).await?;
+            Some(cursor) => Tail::after(&live, &ledger, &who, &cursor, only).await,
+            None => Tail::from_now(&live, &ledger, &who, only).await,
+        }
+        .map_err(ended)?;
+        still_live(&live, &who).await.map_err(ended)?;
         let types: Option<Arc<HashSet<EventType>>> = types.map(|t| Arc::new(t.into_iter().collect()));
         let shared = selection.map(|selection| (live.clone(), selection));
         Ok(follow(tail, move |event| {
@@ -209,9 +212,10 @@ fn own_fields_only(field: &Positioned<Field>) -> Option<Arc<str>> {
 /// The subscription's token is still live: asked after its tail has taken
 /// its starting point (so the check delays nothing it will deliver) and
 /// before anything is sent. Revoked or expired: UNAUTHENTICATED, like any
-/// request.
+/// request. A check that fails for a moment is asked again
+/// ([`Live::patiently`]), like the subscription's other reads.
 async fn still_live(live: &Live, who: &Principal) -> std::result::Result<(), LedgerError> {
-    match live.token_dead(who.token_id).await? {
+    match live.patiently(|| async { Ok(live.token_dead(who.token_id).await?) }).await? {
         None => Ok(()),
         Some(Dead::Revoked) => {
             Err(LedgerError::Unauthenticated("the token was revoked: ask an operator for a valid one".into()))
@@ -249,11 +253,28 @@ where
             match picked {
                 Ok(Some(item)) => return Some((Ok(item), Some((tail, pick)))),
                 Ok(None) => continue,
-                Err(err) => return Some((Err(err.into()), None)),
+                Err(err) => return Some((Err(ended(err)), None)),
             }
         }
     })
 }
+
+/// The error that ends a subscription: the request's, except that one the
+/// database caused for a while (UNAVAILABLE, after its reads were tried
+/// again for the configured patience) says how to come back, since a
+/// subscription has no idempotency key to retry with.
+fn ended(err: LedgerError) -> async_graphql::Error {
+    let transient = err.is_transient();
+    let mut error = async_graphql::Error::from(err);
+    if transient {
+        error.message = RESUBSCRIBE.to_owned();
+    }
+    error
+}
+
+const RESUBSCRIBE: &str = "the database stayed unreachable or overloaded while this subscription read it; \
+    subscribe again in a few seconds: `ledgerEvents(after:)` with the cursor of the last event received resumes \
+    with nothing lost, and `blockingQuestionOpened` and `unitStalled` first send what is open or stalled now";
 
 /// The question a `blocked` event opened (the write path records its id).
 fn question_of(event: &LiveEvent) -> Option<Uuid> {

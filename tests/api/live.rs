@@ -573,6 +573,20 @@ async fn each_payload_reads_the_unit_as_it_is_then() {
     assert_eq!((only["eventType"].as_str(), only["id"].as_str()), (Some("TRANSITIONED"), started["id"].as_str()));
 }
 
+/// A server whose statements wait at most 200 ms for a lock, with its
+/// metrics served: a session outside it holding a table fails its reads
+/// for a moment.
+async fn impatient_app() -> TestApp {
+    spawn_app_with(impatient_config()).await
+}
+
+fn impatient_config() -> work_ledger::http::ServerConfig {
+    let mut config = test_config();
+    config.db = SessionLimits { lock_timeout: Duration::from_millis(200), statement_timeout: Duration::from_secs(10) };
+    config.metrics_listen = Some("127.0.0.1:0".into());
+    config
+}
+
 /// A subscription's reads of the log that fail for a moment (here: each
 /// waits past the lock timeout behind a session outside the service that
 /// holds the event table) are tried again with the position kept, not
@@ -580,10 +594,7 @@ async fn each_payload_reads_the_unit_as_it_is_then() {
 /// catching up and one resuming from a cursor both deliver every event once.
 #[tokio::test]
 async fn a_read_that_fails_for_a_moment_is_tried_again_and_the_stream_loses_nothing() {
-    let mut config = test_config();
-    config.db = SessionLimits { lock_timeout: Duration::from_millis(200), statement_timeout: Duration::from_secs(10) };
-    config.metrics_listen = Some("127.0.0.1:0".into());
-    let app = spawn_app_with(config).await;
+    let app = impatient_app().await;
     let op = app.token("f", "op", Role::Operator).await;
     app.register(&op, &["a"]).await;
     let origin = newest_cursor(&app, &op).await;
@@ -668,4 +679,66 @@ async fn resumed_subscriptions_read_below_the_watermark_their_server_already_has
     }
     let taken = app.sql_i64("SELECT coalesce(pg_sequence_last_value('request_watermarks'), 0)").await;
     assert_eq!(taken, 0, "8 resumed subscriptions had the database take {taken} watermarks for them");
+}
+
+/// The reads a subscription makes before it sends anything, beside its
+/// tail's (the open questions, the current stalls), are tried again when
+/// they fail for a moment, like the tail's: held up past the lock timeout
+/// by a session outside the service, each is read again, and its first
+/// message is what was open or stalled, not an error.
+#[tokio::test]
+async fn a_subscriptions_snapshot_that_fails_for_a_moment_is_read_again() {
+    let app = impatient_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    app.register(&op, &["q", "s"]).await;
+    let question = raise_question(&Agent::new(&app, "f", "a1", Role::Agent).await, "open", Some("schemas")).await;
+    let stalled = Agent::new(&app, "f", "a2", Role::Agent).await.claim_next(json!({})).await.str("id");
+    app.expire_lease(&stalled).await;
+    let triage = app.token("f", "triage", Role::Triage).await;
+    let retries = async || sample(&scrape(&app).await, "work_ledger_live_read_retries_total").unwrap_or(0.0);
+    let before = retries().await;
+
+    let gate = app.owner.begin().await.expect("begin");
+    gate.execute_unprepared("LOCK TABLE blocking_questions, work_units IN ACCESS EXCLUSIVE MODE").await.expect("lock");
+    let mut questions = Ws::subscription(&app, &triage, QUESTIONS, json!({ "group": "schemas" })).await;
+    let mut stalls = Ws::subscription(&app, &triage, STALLS, json!({})).await;
+    let deadline = std::time::Instant::now() + GUARD;
+    while retries().await < before + 4.0 {
+        assert!(std::time::Instant::now() < deadline, "both snapshots tried again within the guard");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    gate.rollback().await.expect("free the tables");
+
+    assert_eq!(questions.next_data().await["blockingQuestionOpened"]["id"], question.as_str());
+    assert_eq!(stalls.next_data().await["unitStalled"]["unit"]["id"], stalled.as_str());
+}
+
+/// A subscription whose reads keep failing for longer than its patience
+/// ends with UNAVAILABLE, and the message says how to come back: subscribe
+/// again, from the last cursor (a subscription has no idempotency key to
+/// retry with, which the message of a request's UNAVAILABLE speaks of).
+#[tokio::test]
+async fn a_subscription_that_cannot_read_for_its_patience_ends_saying_how_to_come_back() {
+    let mut config = impatient_config();
+    config.live.read_patience = Duration::from_millis(700);
+    let app = spawn_app_with(config).await;
+    let op = app.token("f", "op", Role::Operator).await;
+    app.register(&op, &["a"]).await;
+    let reader = app.token("f", "reader", Role::Reader).await;
+    let origin = newest_cursor(&app, &reader).await;
+
+    let gate = app.owner.begin().await.expect("begin");
+    gate.execute_unprepared("LOCK TABLE work_unit_events IN ACCESS EXCLUSIVE MODE").await.expect("lock");
+    let mut ws = Ws::subscription(&app, &reader, EVENTS, json!({ "after": origin })).await;
+    let message = ws.message().await;
+    gate.rollback().await.expect("free the table");
+    let error = match message["type"].as_str() {
+        Some("next") => &message["payload"]["errors"][0],
+        Some("error") => &message["payload"][0],
+        _ => panic!("an error, not {message:#}"),
+    };
+    assert_eq!(error["extensions"]["code"], "UNAVAILABLE", "{message:#}");
+    let text = error["message"].as_str().expect("message");
+    assert!(text.contains("subscribe again") && text.contains("after:"), "{text}");
+    assert!(!text.contains("idempotency key"), "{text}");
 }
