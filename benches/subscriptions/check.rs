@@ -93,6 +93,8 @@ pub async fn read_log(db: &DatabaseConnection, clock: &Clock, commits: &Commits)
 /// The run's landmarks, in seconds on the [`Clock`].
 pub struct Phases {
     pub steady: (f64, f64),
+    /// The steady latencies are of items committed before this.
+    pub measured_until: f64,
     pub cut: f64,
     /// A subscriber has caught up once every item it received later than
     /// this after its commit has arrived (the lag is back under it).
@@ -112,8 +114,11 @@ pub struct Verdict {
     pub resent: usize,
     /// Received, but not an item of the subscriber's fleet and kind.
     pub unknown: usize,
-    /// Commit to client (ms) of the items committed in the steady phase.
+    /// Commit to client (ms) of the items committed in the steady phase up
+    /// to `Phases::measured_until`.
     pub latencies: Vec<f64>,
+    /// The same for every item committed in the steady phase.
+    pub latencies_to_the_cut: Vec<f64>,
     /// Seconds from the cut until the subscriber caught up; None when it
     /// never did (an item is missing).
     pub catch_up: Option<f64>,
@@ -169,7 +174,10 @@ pub fn judge(kind: Kind, items: &[Item], receipts: &[Receipt], clock: &Clock, ph
         };
         let latency = (at - item.committed).max(0.0);
         if (phases.steady.0..phases.steady.1).contains(&item.committed) {
-            verdict.latencies.push(latency * 1000.0);
+            verdict.latencies_to_the_cut.push(latency * 1000.0);
+            if item.committed < phases.measured_until {
+                verdict.latencies.push(latency * 1000.0);
+            }
         }
         if at >= phases.cut && latency > phases.lag {
             late_until = late_until.max(at);
