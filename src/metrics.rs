@@ -89,6 +89,8 @@ pub struct Metrics {
     /// Subscriptions' reads of the event log tried again after a transient
     /// failure ([`crate::live::Live::patiently`]).
     pub live_read_retries: Counter,
+    /// Delivery watermarks the feeds took ([`crate::live::watermark::Fresh`]).
+    pub live_watermarks: Counter,
     /// Requests refused for want of a valid token, by surface.
     auth_failures: Family<SurfaceLabel, Counter>,
     /// Tasks waiting for a request-pool connection to begin a transaction.
@@ -174,6 +176,12 @@ impl Default for Metrics {
             "Subscriptions' reads of the event log tried again after a transient failure",
             live_read_retries.clone(),
         );
+        let live_watermarks = Counter::default();
+        r.register(
+            "live_watermarks",
+            "Delivery watermarks the feeds took (a scan of pg_locks each; feeds woken together share one)",
+            live_watermarks.clone(),
+        );
         let auth_failures = Family::<SurfaceLabel, Counter>::default();
         r.register("auth_failures", "Requests refused for want of a valid token, by surface", auth_failures.clone());
         let pool_connections = Family::<PoolLabel, Gauge>::default();
@@ -225,6 +233,7 @@ impl Default for Metrics {
             delivery_latency,
             subscriptions,
             live_read_retries,
+            live_watermarks,
             auth_failures,
             pool_users: Arc::new(AtomicI64::new(0)),
             pool_connections,

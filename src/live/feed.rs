@@ -7,9 +7,11 @@
 //! fleet's subscribers alone. One read per fleet and wake-up, however many
 //! subscribers it has. A forged notification costs at most one such read.
 //!
-//! Every read notes the delivery watermark it was given in the process's
-//! [`Known`] watermark before it hands its events on; a subscriber catching
-//! up reads below that one instead of having the database take another.
+//! A feed reads below a watermark taken after it was woken, one taking for
+//! every feed woken together ([`Fresh`]), and notes it in the process's
+//! [`Known`] watermark before it broadcasts the read's events; a subscriber
+//! catching up reads below that one instead of having the database take
+//! another.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -18,8 +20,10 @@ use std::time::Duration;
 
 use sea_orm::{DatabaseConnection, DbErr, Iterable};
 use tokio::sync::{Notify, broadcast};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::watermark::{Fresh, Known};
 use crate::db;
 use crate::db::entities::EventType;
 use crate::db::events::{self, Batch, LiveEvent, Position};
@@ -121,29 +125,6 @@ impl Drop for Feed {
     }
 }
 
-/// The newest delivery watermark a read of this process returned: every
-/// event of a batch below it is final for good (migration 0004), so any read
-/// that starts later may stop there instead of having the database scan its
-/// locks for a new one (migration 0034). A feed notes its read's watermark
-/// before it broadcasts the read's events, so a subscriber that joined a
-/// broadcast and then reads below the watermark noted now reaches every
-/// event the broadcast had sent before it joined. Like a subscriber's
-/// position, it assumes that the log never loses a committed batch (a
-/// failover's standby has every commit: README, failover).
-#[derive(Debug, Default)]
-pub struct Known(AtomicI64);
-
-impl Known {
-    pub fn note(&self, watermark: i64) {
-        self.0.fetch_max(watermark, Ordering::SeqCst);
-    }
-
-    /// None before any read returned one.
-    pub fn get(&self) -> Option<i64> {
-        Some(self.0.load(Ordering::SeqCst)).filter(|w| *w > 0)
-    }
-}
-
 struct Entry {
     feed: Weak<Feed>,
     wake: Arc<Notify>,
@@ -160,20 +141,40 @@ pub struct Feeds {
     /// Reads using or waiting for a connection of the pool.
     waiting: Arc<AtomicI64>,
     known: Arc<Known>,
+    fresh: Arc<Fresh>,
+    /// When the newest notification (or [`Feeds::wake_all`]) woke feeds: a
+    /// feed woken by one reads below a watermark taken after it.
+    noticed: Arc<Mutex<Instant>>,
 }
 
 impl Feeds {
     /// `waiting` counts reads using or waiting for a connection of `db`'s
     /// pool: those beyond the pool's size wait (the `db_pool_waiting` metric).
-    /// Every read's watermark is noted in `known`.
+    /// Every read's watermark is noted in `known`; feeds take theirs from
+    /// `fresh`.
     pub fn new(
         db: DatabaseConnection,
         capacity: usize,
         stop: CancellationToken,
         waiting: Arc<AtomicI64>,
         known: Arc<Known>,
+        fresh: Fresh,
     ) -> Self {
-        Self { db, capacity, stop, entries: Mutex::new(HashMap::new()), waiting, known }
+        Self {
+            db,
+            capacity,
+            stop,
+            entries: Mutex::new(HashMap::new()),
+            waiting,
+            known,
+            fresh: Arc::new(fresh),
+            noticed: Arc::new(Mutex::new(Instant::now())),
+        }
+    }
+
+    /// Marks the moment before feeds are woken by a notification.
+    fn notice(&self) {
+        *self.noticed.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
     }
 
     /// The fleet's feed, started on first use.
@@ -199,6 +200,8 @@ impl Feeds {
             stop: self.stop.clone(),
             waiting: self.waiting.clone(),
             known: self.known.clone(),
+            fresh: self.fresh.clone(),
+            noticed: self.noticed.clone(),
         };
         tokio::spawn(task.run());
         feed
@@ -210,6 +213,7 @@ impl Feeds {
     /// older event writer are woken too: any commit may be the one they
     /// wait for.
     pub fn wake_signalled(&self, signal: &str) {
+        self.notice();
         let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         for entry in entries.values() {
             if entry.held.load(Ordering::Relaxed) || entry.tag.get().is_some_and(|t| events::signal_matches(t, signal))
@@ -222,6 +226,7 @@ impl Feeds {
     /// Every feed reads again: after a reconnect (notifications were lost)
     /// and, while the listener is down, as a polling fallback.
     pub fn wake_all(&self) {
+        self.notice();
         let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         for entry in entries.values() {
             entry.wake.notify_one();
@@ -239,6 +244,8 @@ struct FeedTask {
     stop: CancellationToken,
     waiting: Arc<AtomicI64>,
     known: Arc<Known>,
+    fresh: Arc<Fresh>,
+    noticed: Arc<Mutex<Instant>>,
 }
 
 impl FeedTask {
@@ -248,9 +255,10 @@ impl FeedTask {
         }
         let Some(mut after) = self.begin().await else { return };
         let mut recheck = RECHECK_MIN;
+        let mut woken = Instant::now();
         loop {
             let Some(feed) = self.feed.upgrade() else { return };
-            let held = self.drain(&feed, &mut after).await;
+            let held = self.drain(&feed, &mut after, woken).await;
             self.held.store(held, Ordering::Relaxed);
             drop(feed);
             // A notification is only a hint (SPEC §6): an idle feed still
@@ -258,10 +266,19 @@ impl FeedTask {
             // (its writer died after committing, a forged queue) is late by at
             // most that, never lost. A held feed looks sooner, backing off.
             let wait = if held { recheck } else { RECHECK_MAX };
+            // Woken by a notification: a watermark taken after the newest
+            // notification was received (this one's, or a later one's)
+            // reaches its commit. By the timer: one taken from now on.
             tokio::select! {
                 _ = self.stop.cancelled() => return,
-                _ = self.wake.notified() => recheck = RECHECK_MIN,
-                _ = tokio::time::sleep(wait) => recheck = (recheck * 2).min(RECHECK_MAX),
+                _ = self.wake.notified() => {
+                    recheck = RECHECK_MIN;
+                    woken = *self.noticed.lock().unwrap_or_else(|e| e.into_inner());
+                }
+                _ = tokio::time::sleep(wait) => {
+                    recheck = (recheck * 2).min(RECHECK_MAX);
+                    woken = Instant::now();
+                }
             }
         }
     }
@@ -321,13 +338,22 @@ impl FeedTask {
         }
     }
 
-    /// Reads and broadcasts everything deliverable; true when some committed
-    /// events wait for an older transaction (or a read failed) and the feed
-    /// must look again without a notification.
-    async fn drain(&self, feed: &Feed, after: &mut Position) -> bool {
+    /// Reads and broadcasts everything deliverable below a watermark taken
+    /// after `woken`; true when some committed events wait for an older
+    /// transaction (or a read failed) and the feed must look again without a
+    /// notification.
+    async fn drain(&self, feed: &Feed, after: &mut Position, woken: Instant) -> bool {
+        let below = match self.fresh.after(woken).await {
+            Ok(watermark) => watermark,
+            // Retried on the recheck timer.
+            Err(err) => {
+                tracing::warn!(fleet = %self.fleet, error = %err, "cannot take the delivery watermark");
+                return true;
+            }
+        };
         loop {
             let from = *after;
-            let batch = match read(&self.db, &self.waiting, &self.known, &self.fleet, from, None).await {
+            let batch = match read(&self.db, &self.waiting, &self.known, &self.fleet, from, Some(below)).await {
                 Ok(read) => read,
                 // Retried on the recheck timer.
                 Err(err) => {
@@ -349,10 +375,10 @@ impl FeedTask {
 /// The fleet's events after `after` (up to [`BATCH`]) below the watermark
 /// `below`, or a new one when it is `None`, in a statement of its own in
 /// autocommit on `db`'s pool, counted in `waiting` while it uses or waits for
-/// a connection: a feed's read (the live pool, a new watermark: it was woken
-/// by a commit) and a catching-up tail's page (the request pool, the newest
-/// [`Known`] one, [`super::Live::catch_up_read`]) alike. The read's watermark
-/// is noted in `known` before the events are returned.
+/// a connection: a feed's read (the live pool, a watermark taken after it
+/// was woken, [`Fresh`]) and a catching-up tail's page (the request pool,
+/// the newest [`Known`] one, [`super::Live::catch_up_read`]) alike. The
+/// read's watermark is noted in `known` before the events are returned.
 ///
 /// Not gathered with other fleets' reads into one statement, as migration
 /// 0033 had it: measured on two cores, gathering the feeds' reads cost each

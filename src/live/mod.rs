@@ -22,6 +22,7 @@ pub mod sweeper;
 pub mod tail;
 pub mod wait;
 pub mod warden;
+pub mod watermark;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicI64;
@@ -123,8 +124,8 @@ struct Inner {
     requests: DatabaseConnection,
     request_users: Arc<AtomicI64>,
     /// The newest delivery watermark any read returned: catching-up
-    /// subscriptions read below it ([`feed::Known`]).
-    known: Arc<feed::Known>,
+    /// subscriptions read below it ([`watermark::Known`]).
+    known: Arc<watermark::Known>,
     /// Subscriptions' reads tried again ([`Live::patiently`]).
     read_retries: prometheus_client::metrics::counter::Counter,
     stop: CancellationToken,
@@ -205,9 +206,17 @@ impl Live {
         let db = SqlxPostgresConnector::from_sqlx_postgres_pool(pool);
         let stop = CancellationToken::new();
         let waiting = Arc::new(AtomicI64::new(0));
-        let known = Arc::new(feed::Known::default());
+        let known = Arc::new(watermark::Known::default());
+        let fresh = watermark::Fresh::new(db.clone(), waiting.clone(), ledger.metrics().live_watermarks.clone());
         Self(Arc::new(Inner {
-            feeds: Feeds::new(db.clone(), config.broadcast_capacity, stop.clone(), waiting.clone(), known.clone()),
+            feeds: Feeds::new(
+                db.clone(),
+                config.broadcast_capacity,
+                stop.clone(),
+                waiting.clone(),
+                known.clone(),
+                fresh,
+            ),
             sweeper: Sweeper::new(db.clone(), config.sweeper.clone(), ledger.metrics().stalls.clone()),
             warden: Warden::new(db.clone(), config.warden.clone()),
             waiting,
@@ -440,7 +449,7 @@ impl Live {
 
     /// The newest delivery watermark a read of this process returned (None
     /// before the first): a read that starts after this call may stop there
-    /// ([`feed::Known`]).
+    /// ([`watermark::Known`]).
     pub fn known_watermark(&self) -> Option<i64> {
         self.0.known.get()
     }

@@ -361,6 +361,31 @@ impl TestApp {
         .await;
     }
 
+    /// Has this test's database count the delivery watermarks taken from
+    /// now on (each a scan of pg_locks, migration 0004): by the server's live
+    /// pool (`live`: its feeds), or else by its other sessions (requests,
+    /// catching-up subscribers). [`TestApp::watermarks_taken`] reads the count.
+    pub async fn count_watermarks(&self, live: bool) {
+        let sessions = if live { "=" } else { "<>" };
+        self.sql(&format!(
+            "CREATE SEQUENCE watermarks_taken;
+             GRANT USAGE ON SEQUENCE watermarks_taken TO work_ledger_app;
+             ALTER FUNCTION live_delivery_watermark() RENAME TO live_delivery_watermark_uncounted;
+             CREATE FUNCTION live_delivery_watermark() RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
+             BEGIN
+                 IF current_setting('application_name') {sessions} 'work-ledger-live' THEN
+                     PERFORM nextval('watermarks_taken');
+                 END IF;
+                 RETURN live_delivery_watermark_uncounted();
+             END $$;"
+        ))
+        .await;
+    }
+
+    pub async fn watermarks_taken(&self) -> i64 {
+        self.sql_i64("SELECT coalesce(pg_sequence_last_value('watermarks_taken'), 0)").await
+    }
+
     /// Executes SQL as the owner, panicking on failure.
     pub async fn sql(&self, sql: &str) {
         self.owner.execute_unprepared(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));

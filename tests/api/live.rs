@@ -652,19 +652,7 @@ async fn resumed_subscriptions_read_below_the_watermark_their_server_already_has
     for unit in ["b", "c", "d"] {
         assert_eq!(registered_unit(&mut first).await, unit);
     }
-    app.sql(
-        "CREATE SEQUENCE request_watermarks;
-         GRANT USAGE ON SEQUENCE request_watermarks TO work_ledger_app;
-         ALTER FUNCTION live_delivery_watermark() RENAME TO live_delivery_watermark_uncounted;
-         CREATE FUNCTION live_delivery_watermark() RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
-         BEGIN
-             IF current_setting('application_name') <> 'work-ledger-live' THEN
-                 PERFORM nextval('request_watermarks');
-             END IF;
-             RETURN live_delivery_watermark_uncounted();
-         END $$;",
-    )
-    .await;
+    app.count_watermarks(false).await;
 
     let mut resumed =
         join_all((0..8).map(|_| Ws::subscription(&app, &reader, EVENTS, json!({ "after": origin })))).await;
@@ -677,7 +665,7 @@ async fn resumed_subscriptions_read_below_the_watermark_their_server_already_has
     for ws in resumed.iter_mut().chain([&mut first]) {
         assert_eq!(registered_unit(ws).await, "e", "live after the catch-up, nothing repeated");
     }
-    let taken = app.sql_i64("SELECT coalesce(pg_sequence_last_value('request_watermarks'), 0)").await;
+    let taken = app.watermarks_taken().await;
     assert_eq!(taken, 0, "8 resumed subscriptions had the database take {taken} watermarks for them");
 }
 

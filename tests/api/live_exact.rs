@@ -678,3 +678,48 @@ async fn reader_logins_and_the_service_run_with_timeouts_and_the_queue_is_watche
         .unwrap_or(1.0);
     assert!((0.0..0.5).contains(&seen), "{seen}");
 }
+
+/// Feeds woken together share their delivery watermark: one commit with
+/// events in 24 fleets wakes 24 feeds, and the live pool's sessions take a
+/// few watermarks (each a scan of pg_locks), not one per feed. The test's
+/// database counts them; every feed still delivers its fleet's event.
+#[tokio::test]
+async fn feeds_woken_by_one_commit_share_the_watermark_they_read_below() {
+    const FLEETS: usize = 24;
+    let app = spawn_app().await;
+    let mut streams = Vec::new();
+    for i in 0..FLEETS {
+        let fleet = format!("f{i}");
+        let op = app.token(&fleet, "op", Role::Operator).await;
+        let unit = app.register(&op, &["u"]).await[0]["id"].as_str().expect("id").to_owned();
+        let reader = app.token(&fleet, "reader", Role::Reader).await;
+        let mut ws = Ws::subscription(&app, &reader, EVENTS, json!({ "unit": unit })).await;
+        until_live(&app, &mut ws, &fleet, &unit).await;
+        streams.push((fleet, unit, ws));
+    }
+    app.count_watermarks(true).await;
+
+    // One transaction, notified as the service notifies its commits.
+    let rows: Vec<String> = streams
+        .iter()
+        .map(|(fleet, unit, _)| format!("('{fleet}', '{unit}', 'heartbeat', 'writer', '{{\"tx\": \"burst\"}}')"))
+        .collect();
+    let fleets: Vec<String> = streams.iter().map(|(fleet, _, _)| format!("'{fleet}'")).collect();
+    app.sql(&format!(
+        "INSERT INTO work_unit_events (fleet, unit_id, event_type, agent_id, detail) VALUES {};
+         SELECT pg_notify('work_ledger_events', live_fleet_signal(f)) FROM unnest(ARRAY[{}]) AS f;",
+        rows.join(", "),
+        fleets.join(", ")
+    ))
+    .await;
+    for (fleet, _, ws) in &mut streams {
+        let mut got = tag(&prompt_event(ws, "the burst's event").await);
+        while got == "before" {
+            got = tag(&prompt_event(ws, "the burst's event").await);
+        }
+        assert_eq!(got, "burst", "{fleet}");
+    }
+    let taken = app.watermarks_taken().await;
+    // A feed's idle re-read (every second) may take one of its own meanwhile.
+    assert!(taken < FLEETS as i64 / 2, "{FLEETS} feeds woken by one commit took {taken} watermarks");
+}
