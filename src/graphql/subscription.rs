@@ -69,10 +69,12 @@ impl Subscription {
                 if seen.contains(&id) || group.as_deref().is_some_and(|g| group_of_event != Some(g)) {
                     return Ok(None);
                 }
-                // Read once per process for all the fleet's subscribers.
+                // Read once per process for all the fleet's subscribers; a
+                // subscriber whose try failed tries again by itself (the
+                // memo lets one try run at a time, so a try is one read).
                 let unit = event.event.unit_id;
-                let question = live.questions().get_or_read((who.fleet.clone(), id), || {
-                    live.patiently(|| async {
+                let question = live.patiently(|| {
+                    live.questions().get_or_read((who.fleet.clone(), id), || async {
                         let questions = ledger.questions_of_units(&who, vec![unit]).await?;
                         Ok::<_, LedgerError>(questions.into_iter().find(|q| q.id == id))
                     })

@@ -48,9 +48,6 @@ pub struct Tail {
     start: Option<Start>,
     /// Read the table before taking live events.
     catching_up: bool,
-    /// The next page is read below a new watermark, not the newest known
-    /// one: a page below the known one ended short of the feed's start.
-    fresh: bool,
     pending: VecDeque<Arc<LiveEvent>>,
 }
 
@@ -86,7 +83,7 @@ impl Tail {
         let EventCursor { at, floor, .. } = EventCursor::decode(cursor).map_err(|_| foreign_cursor())?;
         let (feed, receiver) = join(live, who, only);
         // The cursor's event and what follows it in one statement, below the
-        // newest watermark known (taken after the join above, or later).
+        // newest watermark known now, after the join above.
         let below = live.known_watermark();
         let resumed = live.patiently(|| ledger.events_resumed(who, at.id, floor, below, RESUME_PAGE)).await?;
         let (from, batch) = resumed.ok_or_else(foreign_cursor)?;
@@ -115,7 +112,6 @@ impl Tail {
             position,
             start,
             catching_up: true,
-            fresh: false,
             pending: VecDeque::new(),
         }
     }
@@ -159,28 +155,28 @@ impl Tail {
     /// first page that is not full and reaches where the feed's broadcast
     /// begins (a feed started after this tail joined may begin later than
     /// the tail's first reads reached). A page is read below the newest
-    /// watermark this process knows, taken after the tail joined its
-    /// broadcast: it reaches everything the broadcast sent before the tail
-    /// joined, and the database takes no new one for it (migration 0034).
+    /// watermark this process knows as it stands after the tail joined its
+    /// broadcast ([`super::watermark::Known`]): it reaches everything the
+    /// broadcast sent before the tail joined, and, once the feed has fixed
+    /// its start, that start; the database takes no new one for it
+    /// (migration 0034). Not a new one either when a page ends short of the
+    /// feed's start: a new watermark can be lower than an earlier one (an
+    /// event writer between reading the batch sequence and taking its
+    /// marker), and the tail would read again and again while it stayed so.
     async fn catch_up(&mut self) -> Result<(), LedgerError> {
         let from = self.position;
         let (subsystem, fleet) = (&self.subsystem, &self.who.fleet);
-        let below = if self.fresh { None } else { subsystem.known_watermark() };
+        let below = subsystem.known_watermark();
         let batch = subsystem.patiently(|| subsystem.catch_up_read(fleet, from, below)).await?;
         self.take(from, &batch, PAGE);
         Ok(())
     }
 
     /// A page of the table read after `from` with `limit`: pending
-    /// delivery, and whether the next page is needed before live events. A
-    /// page that was not full but still ended before the feed's start was
-    /// read below a watermark older than the feed: the next page takes a
-    /// new one (else it would find nothing, again and again).
+    /// delivery, and whether the next page is needed before live events.
     fn take(&mut self, from: Position, batch: &Batch, limit: usize) {
-        let full = batch.events.len() >= limit;
         self.position = batch.next_after(from, limit);
-        self.catching_up = full || !self.feed.covers(self.position);
-        self.fresh = self.catching_up && !full;
+        self.catching_up = batch.events.len() >= limit || !self.feed.covers(self.position);
         self.pending.extend(batch.events.iter().cloned());
     }
 }

@@ -5,14 +5,15 @@
 //! as few as exactness allows:
 //!
 //! - a subscriber catching up reads below the newest watermark any read of
-//!   the process returned ([`Known`]), taken after it joined its broadcast;
+//!   the process returned ([`Known`]), as it stands after the subscriber
+//!   joined its broadcast;
 //! - feeds woken together share one taking ([`Fresh`]): each needs a
 //!   watermark taken after the commit it was woken for, and one statement
 //!   that began after every one of their wake-ups serves them all.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering, fence};
 use std::sync::{Arc, Mutex};
 
 use futures::FutureExt;
@@ -28,19 +29,29 @@ use crate::db;
 /// locks for a new one (migration 0034). A feed notes its read's watermark
 /// before it broadcasts the read's events, so a subscriber that joined a
 /// broadcast and then reads below the watermark noted now reaches every
-/// event the broadcast had sent before it joined. Like a subscriber's
-/// position, it assumes that the log never loses a committed batch (a
-/// failover's standby has every commit: README, failover).
+/// event the broadcast had sent before it joined. A feed also notes its
+/// starting watermark before it fixes where it starts ([`super::feed`]), so
+/// a subscriber that finds the feed starting past its reads reaches that
+/// start with one more read below the watermark noted then. Like a
+/// subscriber's position, it assumes that the log never loses a committed
+/// batch: a failover that loses acknowledged commits (README, failover,
+/// while replication is asynchronous) breaks both alike.
 #[derive(Debug, Default)]
 pub struct Known(AtomicI64);
 
 impl Known {
+    /// The fences pair a feed's note-then-send with a subscriber's
+    /// join-then-read for every channel, including a one-type channel that
+    /// the joining subscriber creates (a `OnceLock`, no lock shared with
+    /// the send): one of the two sees the other's first step.
     pub fn note(&self, watermark: i64) {
         self.0.fetch_max(watermark, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
     }
 
     /// None before any read returned one.
     pub fn get(&self) -> Option<i64> {
+        fence(Ordering::SeqCst);
         Some(self.0.load(Ordering::SeqCst)).filter(|w| *w > 0)
     }
 }

@@ -730,3 +730,40 @@ async fn a_subscription_that_cannot_read_for_its_patience_ends_saying_how_to_com
     assert!(text.contains("subscribe again") && text.contains("after:"), "{text}");
     assert!(!text.contains("idempotency key"), "{text}");
 }
+
+/// A subscriber catching up from a cursor needs no new delivery watermark:
+/// while new ones are held at the log's start (a session of the service's
+/// role holds the lowest writer marker, as an event writer does from its
+/// first event on), a resumed subscription still delivers at once what was
+/// final before, from the watermark its server had. Before, it read below
+/// new watermarks only, found nothing, and read again without pause until
+/// the marker went.
+#[tokio::test]
+async fn a_resumed_subscription_catches_up_while_new_watermarks_are_held_back() {
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    app.register(&op, &["a"]).await;
+    let reader = app.token("f", "reader", Role::Reader).await;
+    let origin = newest_cursor(&app, &reader).await;
+    app.register(&op, &["b"]).await;
+    app.register(&op, &["c"]).await;
+    let mut first = Ws::subscription(&app, &reader, EVENTS, json!({ "after": origin })).await;
+    for unit in ["b", "c"] {
+        assert_eq!(registered_unit(&mut first).await, unit);
+    }
+
+    let holder = app.owner.begin().await.expect("begin");
+    let lowest_marker = 0x776c_i64 << 48;
+    holder.execute_unprepared(&format!("SELECT pg_advisory_xact_lock_shared({lowest_marker})")).await.expect("lock");
+    let held = events::watermark(&app.owner).await.expect("watermark");
+    assert_eq!(held, 1, "new watermarks are held at the log's start");
+    let mut resumed = Ws::subscription(&app, &reader, EVENTS, json!({ "after": origin })).await;
+    for unit in ["b", "c"] {
+        let got = tokio::time::timeout(Duration::from_secs(5), registered_unit(&mut resumed)).await;
+        assert_eq!(got.expect("caught up while the marker is held"), unit);
+    }
+    holder.rollback().await.expect("release");
+    app.register(&op, &["d"]).await;
+    assert_eq!(registered_unit(&mut first).await, "d");
+    assert_eq!(registered_unit(&mut resumed).await, "d", "live after the catch-up, nothing repeated");
+}

@@ -4,9 +4,10 @@
 -- (live_delivery_watermark(): the sequence's last value, then a scan of
 -- pg_locks for the in-flight event writers' markers, migration 0004). A
 -- feed woken by a commit needs a watermark taken after that commit; a
--- subscriber catching up from a cursor does not: any watermark taken after
--- it joined its fleet's broadcast reaches every event the broadcast did not
--- carry to it. When 10,000 subscribers reconnect at once, each one's resume
+-- subscriber catching up from a cursor does not: the newest watermark the
+-- server's reads returned, as it stands once the subscriber has joined its
+-- fleet's broadcast, reaches every event the broadcast did not carry to it
+-- (a feed notes its read's watermark before it broadcasts the events). When 10,000 subscribers reconnect at once, each one's resume
 -- and catch-up pages scanned pg_locks again while the server's feeds were
 -- computing the same watermark many times a second.
 --
@@ -40,6 +41,12 @@ DECLARE
     w bigint;
     waiting boolean;
 BEGIN
+    -- Under REPEATABLE READ or SERIALIZABLE the rows would be read in a
+    -- snapshot that may predate the watermark (0004).
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'live_events_below() needs READ COMMITTED, not %',
+            current_setting('transaction_isolation') USING ERRCODE = 'WL010';
+    END IF;
     PERFORM set_config('role', 'work_ledger_app', true), set_config('work_ledger.fleet', p_fleet, true);
     IF p_watermark IS NULL THEN
         w := live_delivery_watermark();
