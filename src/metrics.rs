@@ -86,8 +86,8 @@ pub struct Metrics {
     pub delivery_latency: Histogram,
     /// Live subscriptions open (one per subscriber tail).
     pub subscriptions: Gauge,
-    /// Subscriptions' reads of the event log tried again after a transient
-    /// failure ([`crate::live::Live::patiently`]).
+    /// Subscriptions' reads tried again after a transient failure
+    /// ([`crate::live::Live::patiently`]).
     pub live_read_retries: Counter,
     /// Delivery watermarks the feeds took ([`crate::live::watermark::Fresh`]).
     pub live_watermarks: Counter,
@@ -173,7 +173,7 @@ impl Default for Metrics {
         let live_read_retries = Counter::default();
         r.register(
             "live_read_retries",
-            "Subscriptions' reads of the event log tried again after a transient failure",
+            "Subscriptions' reads (of the log, their token, their snapshot, a payload) tried again after a transient failure",
             live_read_retries.clone(),
         );
         let live_watermarks = Counter::default();

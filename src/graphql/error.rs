@@ -51,6 +51,23 @@ impl From<LedgerError> for Error {
     }
 }
 
+/// The error that ends a subscription: the request's, except that one the
+/// database caused for a while (UNAVAILABLE, after its reads were tried
+/// again for the configured patience) says how to come back, since a
+/// subscription has no idempotency key to retry with.
+pub fn subscription_ended(err: LedgerError) -> Error {
+    let transient = err.is_transient();
+    let mut error = Error::from(err);
+    if transient {
+        error.message = RESUBSCRIBE.to_owned();
+    }
+    error
+}
+
+const RESUBSCRIBE: &str = "the database stayed unreachable or overloaded while this subscription read it; \
+    subscribe again in a few seconds: `ledgerEvents(after:)` with the cursor of the last event received resumes \
+    with nothing lost, and `blockingQuestionOpened` and `unitStalled` first send what is open or stalled now";
+
 /// `extensions.nextStep`: the operation a refusal names as the way on,
 /// the permission it needs and whether the caller's token has it.
 fn next_step(operation: &str, permission: Permission, permitted: bool) -> GqlValue {

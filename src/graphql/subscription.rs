@@ -17,6 +17,7 @@ use chrono::{DateTime, Utc};
 use futures::stream::{self, Stream, StreamExt};
 use uuid::Uuid;
 
+use super::error::subscription_ended;
 use super::loaders::{AttemptId, UnitId};
 use super::types::{Attempt, BlockingQuestion, EVENT_OWN_FIELDS, WorkUnit, WorkUnitEvent};
 use super::{Result, ledger, principal};
@@ -49,10 +50,12 @@ impl Subscription {
     ) -> Result<impl Stream<Item = Result<BlockingQuestion>> + use<>> {
         crate::ledger::validate::filter("assigneeGroup", assignee_group.as_deref())?;
         let (live, ledger, who) = parts(ctx)?;
-        let tail = Tail::from_now(&live, &ledger, &who, Some(EventType::Blocked)).await.map_err(ended)?;
-        still_live(&live, &who).await.map_err(ended)?;
+        let tail = Tail::from_now(&live, &ledger, &who, Some(EventType::Blocked)).await.map_err(subscription_ended)?;
+        still_live(&live, &who).await.map_err(subscription_ended)?;
         let open = if include_open.unwrap_or(true) {
-            live.patiently(|| open_questions(&ledger, &who, assignee_group.clone())).await.map_err(ended)?
+            live.patiently(|| open_questions(&ledger, &who, assignee_group.clone()))
+                .await
+                .map_err(subscription_ended)?
         } else {
             vec![]
         };
@@ -96,10 +99,10 @@ impl Subscription {
     ) -> Result<impl Stream<Item = Result<StallEvent>> + use<>> {
         crate::ledger::validate::filter("domain", domain.as_deref())?;
         let (live, ledger, who) = parts(ctx)?;
-        let tail = Tail::from_now(&live, &ledger, &who, Some(EventType::Stalled)).await.map_err(ended)?;
-        still_live(&live, &who).await.map_err(ended)?;
+        let tail = Tail::from_now(&live, &ledger, &who, Some(EventType::Stalled)).await.map_err(subscription_ended)?;
+        still_live(&live, &who).await.map_err(subscription_ended)?;
         let current = if include_current.unwrap_or(true) {
-            live.patiently(|| stalled_units(&ledger, &who, domain.as_deref())).await.map_err(ended)?
+            live.patiently(|| stalled_units(&ledger, &who, domain.as_deref())).await.map_err(subscription_ended)?
         } else {
             vec![]
         };
@@ -148,8 +151,8 @@ impl Subscription {
             Some(cursor) => Tail::after(&live, &ledger, &who, &cursor, only).await,
             None => Tail::from_now(&live, &ledger, &who, only).await,
         }
-        .map_err(ended)?;
-        still_live(&live, &who).await.map_err(ended)?;
+        .map_err(subscription_ended)?;
+        still_live(&live, &who).await.map_err(subscription_ended)?;
         let types: Option<Arc<HashSet<EventType>>> = types.map(|t| Arc::new(t.into_iter().collect()));
         let shared = selection.map(|selection| (live.clone(), selection));
         Ok(follow(tail, move |event| {
@@ -217,7 +220,7 @@ fn own_fields_only(field: &Positioned<Field>) -> Option<Arc<str>> {
 /// request. A check that fails for a moment is asked again
 /// ([`Live::patiently`]), like the subscription's other reads.
 async fn still_live(live: &Live, who: &Principal) -> std::result::Result<(), LedgerError> {
-    match live.patiently(|| async { Ok(live.token_dead(who.token_id).await?) }).await? {
+    match live.patiently(|| live.token_dead(who.token_id)).await? {
         None => Ok(()),
         Some(Dead::Revoked) => {
             Err(LedgerError::Unauthenticated("the token was revoked: ask an operator for a valid one".into()))
@@ -255,28 +258,11 @@ where
             match picked {
                 Ok(Some(item)) => return Some((Ok(item), Some((tail, pick)))),
                 Ok(None) => continue,
-                Err(err) => return Some((Err(ended(err)), None)),
+                Err(err) => return Some((Err(subscription_ended(err)), None)),
             }
         }
     })
 }
-
-/// The error that ends a subscription: the request's, except that one the
-/// database caused for a while (UNAVAILABLE, after its reads were tried
-/// again for the configured patience) says how to come back, since a
-/// subscription has no idempotency key to retry with.
-fn ended(err: LedgerError) -> async_graphql::Error {
-    let transient = err.is_transient();
-    let mut error = async_graphql::Error::from(err);
-    if transient {
-        error.message = RESUBSCRIBE.to_owned();
-    }
-    error
-}
-
-const RESUBSCRIBE: &str = "the database stayed unreachable or overloaded while this subscription read it; \
-    subscribe again in a few seconds: `ledgerEvents(after:)` with the cursor of the last event received resumes \
-    with nothing lost, and `blockingQuestionOpened` and `unitStalled` first send what is open or stalled now";
 
 /// The question a `blocked` event opened (the write path records its id).
 fn question_of(event: &LiveEvent) -> Option<Uuid> {

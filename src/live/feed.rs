@@ -142,9 +142,6 @@ pub struct Feeds {
     waiting: Arc<AtomicI64>,
     known: Arc<Known>,
     fresh: Arc<Fresh>,
-    /// When the newest notification (or [`Feeds::wake_all`]) woke feeds: a
-    /// feed woken by one reads below a watermark taken after it.
-    noticed: Arc<Mutex<Instant>>,
 }
 
 impl Feeds {
@@ -160,21 +157,7 @@ impl Feeds {
         known: Arc<Known>,
         fresh: Fresh,
     ) -> Self {
-        Self {
-            db,
-            capacity,
-            stop,
-            entries: Mutex::new(HashMap::new()),
-            waiting,
-            known,
-            fresh: Arc::new(fresh),
-            noticed: Arc::new(Mutex::new(Instant::now())),
-        }
-    }
-
-    /// Marks the moment before feeds are woken by a notification.
-    fn notice(&self) {
-        *self.noticed.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        Self { db, capacity, stop, entries: Mutex::new(HashMap::new()), waiting, known, fresh: Arc::new(fresh) }
     }
 
     /// The fleet's feed, started on first use.
@@ -201,7 +184,6 @@ impl Feeds {
             waiting: self.waiting.clone(),
             known: self.known.clone(),
             fresh: self.fresh.clone(),
-            noticed: self.noticed.clone(),
         };
         tokio::spawn(task.run());
         feed
@@ -213,7 +195,7 @@ impl Feeds {
     /// older event writer are woken too: any commit may be the one they
     /// wait for.
     pub fn wake_signalled(&self, signal: &str) {
-        self.notice();
+        self.fresh.notice();
         let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         for entry in entries.values() {
             if entry.held.load(Ordering::Relaxed) || entry.tag.get().is_some_and(|t| events::signal_matches(t, signal))
@@ -226,7 +208,7 @@ impl Feeds {
     /// Every feed reads again: after a reconnect (notifications were lost)
     /// and, while the listener is down, as a polling fallback.
     pub fn wake_all(&self) {
-        self.notice();
+        self.fresh.notice();
         let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         for entry in entries.values() {
             entry.wake.notify_one();
@@ -245,7 +227,6 @@ struct FeedTask {
     waiting: Arc<AtomicI64>,
     known: Arc<Known>,
     fresh: Arc<Fresh>,
-    noticed: Arc<Mutex<Instant>>,
 }
 
 impl FeedTask {
@@ -273,7 +254,7 @@ impl FeedTask {
                 _ = self.stop.cancelled() => return,
                 _ = self.wake.notified() => {
                     recheck = RECHECK_MIN;
-                    woken = *self.noticed.lock().unwrap_or_else(|e| e.into_inner());
+                    woken = self.fresh.noticed();
                 }
                 _ = tokio::time::sleep(wait) => {
                     recheck = (recheck * 2).min(RECHECK_MAX);

@@ -62,12 +62,13 @@ pub struct LiveConfig {
     /// Events a fleet's broadcast holds for a slow subscriber before that
     /// subscriber has to read the table to catch up.
     pub broadcast_capacity: usize,
-    /// How long a subscription's read of the log (its starting point, its
-    /// resume, a page of its catch-up) is tried again after a transient
-    /// failure (the database restarting, no pool connection within the
-    /// pool's timeout, a statement or lock timeout), its position kept and
-    /// nothing sent meanwhile, before the subscription ends with
-    /// `UNAVAILABLE` ([`Live::patiently`]).
+    /// How long a subscription's read (of the log: its starting point, its
+    /// resume, a page of its catch-up, with its position kept; its token's
+    /// check; its `includeOpen`/`includeCurrent` snapshot; a question's
+    /// payload) is tried again after a transient failure (the database
+    /// restarting, no pool connection within the pool's timeout, a statement
+    /// or lock timeout), nothing sent meanwhile, before the subscription
+    /// ends with `UNAVAILABLE` ([`Live::patiently`]).
     pub read_patience: Duration,
 }
 
@@ -431,8 +432,8 @@ impl Live {
     /// sends anything, so that a revocation takes effect on the next request
     /// (SPEC §8) and not only when its notice arrives.
     /// Checks asked at once share one statement.
-    pub async fn token_dead(&self, token: Uuid) -> Result<Option<db::tokens::Dead>, DbErr> {
-        self.0.token_checks.load_one(token).await.map_err(unshare)
+    pub async fn token_dead(&self, token: Uuid) -> Result<Option<db::tokens::Dead>, LedgerError> {
+        Ok(self.0.token_checks.load_one(token).await.map_err(unshare)?)
     }
 
     /// Up to [`feed::BATCH`] events of `fleet` after `after` for a catching-up

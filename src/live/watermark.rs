@@ -72,6 +72,9 @@ pub struct Fresh {
     /// Statements using or waiting for a connection of the pool.
     waiting: Arc<AtomicI64>,
     state: Mutex<State>,
+    /// When the newest notification (or a wake of every feed) was received:
+    /// a feed it woke reads below a watermark taken after it.
+    noticed: Mutex<Instant>,
     takings: prometheus_client::metrics::counter::Counter,
 }
 
@@ -91,7 +94,19 @@ impl Fresh {
         waiting: Arc<AtomicI64>,
         takings: prometheus_client::metrics::counter::Counter,
     ) -> Self {
-        Self { db, waiting, state: Mutex::new(State::default()), takings }
+        Self { db, waiting, state: Mutex::new(State::default()), noticed: Mutex::new(Instant::now()), takings }
+    }
+
+    /// Marks the moment before feeds are woken by a notification.
+    pub fn notice(&self) {
+        *self.noticed.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    /// When the newest notification was received ([`Fresh::notice`]): a
+    /// feed woken by one (this one's, or a later one's) passes it to
+    /// [`Fresh::after`].
+    pub fn noticed(&self) -> Instant {
+        *self.noticed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A watermark whose taking began at or after `woken`.
