@@ -171,6 +171,14 @@ fn graphql_reads() -> Vec<(&'static str, &'static str)> {
         ("agents(first: 100)", "{ agents(first: 100) { edges { node { name status } } } }"),
         ("costPerUnit(first: 100)", "{ costPerUnit(first: 100) { edges { node { costCents attemptCount } } } }"),
     ];
+    // What MCP and the CLI read after every write: the contract's unit selection.
+    reads.push((
+        "a unit as MCP and the CLI answer with it: unit(id) with the contract's unit selection",
+        leak(format!(
+            "query($unit: UUID!) {{ unit(id: $unit) {} }}",
+            work_ledger::contract::UNIT.replace("SURFACE", "MCP")
+        )),
+    ));
     for g in ["DOMAIN", "DISPOSITION", "STATE", "AGENT"] {
         reads.extend(
             COST_VARIANTS

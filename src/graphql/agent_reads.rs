@@ -49,6 +49,7 @@ impl AgentQuery {
         let LiveFeeds(live) =
             ctx.data_opt::<LiveFeeds>().ok_or_else(|| LedgerError::internal("schema without live feeds"))?;
         let timeout = timeout_seconds.unwrap_or(DEFAULT_WAIT_SECONDS);
-        Ok(WorkUnit(live.wait_for_answer(ledger(ctx), who, unit_id, timeout).await?))
+        let unit = live.wait_for_answer(ledger(ctx), who, unit_id, timeout).await?;
+        Ok(WorkUnit::returned(ctx, unit).await)
     }
 }

@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::auth::Principal;
-use crate::db::entities::{attempt, event, question, work_unit};
+use crate::db::entities::{QuestionStatus, attempt, event, question, work_unit};
 use crate::db::reads::{AttemptEndRow, DisposalRow, group_by};
 use crate::ledger::Ledger;
 use crate::ledger::cursor::Cursor;
@@ -24,37 +24,110 @@ use crate::ledger::cursor::Cursor;
 /// `question.unit` and `event.unit` cost nothing) and, looking ahead at the
 /// selection, loads every selected relation of all the page's units at once.
 /// Batching by time alone splits a large page into several statements when
-/// resolving it takes longer than the batch delay; this does not.
+/// resolving it takes longer than the batch delay; this does not, and it
+/// waits no delay either: the page's keys are all known here.
 pub async fn prefetch(ctx: &Context<'_>, loaders: &Loaders, units: &[work_unit::Model]) -> Result<(), Error> {
+    relations(loaders, &ctx.look_ahead().field("edges").field("node"), units).await
+}
+
+/// [`prefetch`] of the units a field returns itself (`unit(id:)`, a
+/// mutation's unit, `heldUnit`): their selected relations loaded at once
+/// rather than one batch delay per level of the selection (the contract's
+/// unit selection, which MCP and the CLI send after every write, has two).
+/// Only a head start: when it fails, each relation is loaded (and its error
+/// reported on its own field) as without it, and a write that committed is
+/// still answered with its unit.
+pub async fn prefetch_returned(ctx: &Context<'_>, units: &[work_unit::Model]) {
+    let Some(loaders) = ctx.data_opt::<Loaders>() else { return };
+    if let Err(err) = relations(loaders, &ctx.look_ahead(), units).await {
+        tracing::debug!(error = ?err.message, "prefetching a returned unit's relations failed; loading them one by one");
+    }
+}
+
+/// The relations of `units` that `node` (the selection of a unit) asks for,
+/// loaded now, one statement per relation, into the request's cache: the
+/// unit's own (attempts, questions, events and their count, the current
+/// attempt, the disposal) and, once those are in, the next level that the
+/// contract's unit selection reads (`attempts { endReason endedBy }`,
+/// `similarAnswered` of the questions).
+async fn relations(
+    loaders: &Loaders,
+    node: &async_graphql::Lookahead<'_>,
+    units: &[work_unit::Model],
+) -> Result<(), Error> {
     loaders.feed_many(units.iter().map(|u| (UnitId(u.id), u.clone()))).await;
-    let node = ctx.look_ahead().field("edges").field("node");
     let ids = || units.iter().map(|u| u.id);
     let current = async {
         if node.field("currentAttempt").exists() {
-            loaders.load_many(units.iter().filter_map(|u| u.current_attempt_id).map(AttemptId)).await?;
+            load_now(loaders, units.iter().filter_map(|u| u.current_attempt_id).map(AttemptId).collect()).await?;
         }
         Ok::<_, Error>(())
     };
     let attempts = async {
-        if node.field("attempts").exists() {
-            loaders.load_many(ids().map(AttemptsOf)).await?;
+        let attempts = node.field("attempts");
+        if attempts.exists() {
+            let found = load_now(loaders, ids().map(AttemptsOf).collect()).await?;
+            if attempts.field("endReason").exists() || attempts.field("endedBy").exists() {
+                // Only an ended attempt has an end (its resolvers ask for no other).
+                let ended = found.values().flatten().filter(|a| a.outcome.is_some()).map(|a| AttemptEndOf(a.id));
+                load_now(loaders, ended.collect()).await?;
+            }
         }
         Ok::<_, Error>(())
     };
     let questions = async {
-        if node.field("questions").exists() || node.field("openQuestion").exists() {
-            loaders.load_many(ids().map(QuestionsOf)).await?;
+        let (all, open) = (node.field("questions"), node.field("openQuestion"));
+        if all.exists() || open.exists() {
+            let found = load_now(loaders, ids().map(QuestionsOf).collect()).await?;
+            let (similar_all, similar_open) =
+                (all.field("similarAnswered").exists(), open.field("similarAnswered").exists());
+            if similar_all || similar_open {
+                let asked = found.values().flatten();
+                let wanted = asked.filter(|q| similar_all || q.status == QuestionStatus::Open);
+                load_now(loaders, wanted.map(|q| SimilarAnsweredTo(q.id)).collect()).await?;
+            }
         }
         Ok::<_, Error>(())
     };
     let events = async {
-        if let Some((first, newest_first)) = first_page_of_events(&node) {
-            loaders.load_many(ids().map(|unit| EventsOf { unit, first, after: None, newest_first })).await?;
+        if let Some((first, newest_first)) = first_page_of_events(node) {
+            load_now(loaders, ids().map(|unit| EventsOf { unit, first, after: None, newest_first }).collect()).await?;
         }
         Ok::<_, Error>(())
     };
-    futures::try_join!(current, attempts, questions, events)?;
+    let event_counts = async {
+        if node.field("events").field("totalCount").exists() {
+            load_now(loaders, ids().map(EventCountOf).collect()).await?;
+        }
+        Ok::<_, Error>(())
+    };
+    let disposals = async {
+        if node.field("dispositionReason").exists() || node.field("disposedBy").exists() {
+            // Only a disposed unit has a disposal (its resolvers ask for no other).
+            let disposed = units.iter().filter(|u| u.disposition.is_some()).map(|u| DisposalOf(u.id));
+            load_now(loaders, disposed.collect()).await?;
+        }
+        Ok::<_, Error>(())
+    };
+    futures::try_join!(current, attempts, questions, events, event_counts, disposals)?;
     Ok(())
+}
+
+/// Loads `keys` into the request's cache at once, in one call of the loader,
+/// and hands back what it found: for keys all known beforehand, which no
+/// sibling will join, so waiting [`BATCH_DELAY`] for them would only add
+/// latency (one delay per level of the query, the bulk of a small read's time).
+async fn load_now<K>(loaders: &Loaders, keys: Vec<K>) -> Result<HashMap<K, <LedgerLoader as Loader<K>>::Value>, Error>
+where
+    K: Send + Sync + std::hash::Hash + Eq + Clone + 'static,
+    LedgerLoader: Loader<K, Error = Error>,
+{
+    if keys.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let found = loaders.loader().load(&keys).await?;
+    loaders.feed_many(found.iter().map(|(k, v)| (k.clone(), v.clone()))).await;
+    Ok(found)
 }
 
 /// `first` and order of the selected `events(first:, order:)` when every
@@ -217,7 +290,10 @@ impl Loader<EventCountOf> for LedgerLoader {
 
     async fn load(&self, keys: &[EventCountOf]) -> Result<HashMap<EventCountOf, i64>, Error> {
         let rows = self.ledger.event_counts_of_units(&self.who, keys.iter().map(|k| k.0).collect()).await?;
-        Ok(rows.into_iter().map(|r| (EventCountOf(r.unit_id), r.n)).collect())
+        let counts: HashMap<Uuid, i64> = rows.into_iter().map(|r| (r.unit_id, r.n)).collect();
+        // Every key answered, 0 for a unit without events: a key left out
+        // would not be cached and would be read again.
+        Ok(keys.iter().map(|k| (*k, counts.get(&k.0).copied().unwrap_or(0))).collect())
     }
 }
 

@@ -42,17 +42,40 @@ impl PrincipalObject {
     /// The unit you hold: your live claim (CLAIMED, IN_PROGRESS or BLOCKED), at most one.
     /// Null when you hold none and may `claimNext`.
     async fn held_unit(&self, ctx: &Context<'_>) -> Result<Option<WorkUnit>> {
-        Ok(ledger(ctx).held_unit(&self.0).await?.map(WorkUnit))
+        Ok(WorkUnit::returned_if(ctx, ledger(ctx).held_unit(&self.0).await?).await)
     }
     /// VERIFIED units you verified and still have to `dispose` (MIGRATED). They do not
     /// count as held: you may claim other work meanwhile.
     async fn awaiting_disposition(&self, ctx: &Context<'_>) -> Result<Vec<WorkUnit>> {
-        Ok(ledger(ctx).awaiting_disposition(&self.0).await?.into_iter().map(WorkUnit).collect())
+        Ok(WorkUnit::returned_all(ctx, ledger(ctx).awaiting_disposition(&self.0).await?).await)
     }
 }
 
 /// A unit of work: one claimant, one state, one permanent disposition, one cost.
 pub struct WorkUnit(pub work_unit::Model);
+
+impl WorkUnit {
+    /// The unit a field returns, its selected relations loaded with it
+    /// ([`loader::prefetch_returned`]).
+    pub async fn returned(ctx: &Context<'_>, unit: work_unit::Model) -> WorkUnit {
+        loader::prefetch_returned(ctx, std::slice::from_ref(&unit)).await;
+        WorkUnit(unit)
+    }
+
+    /// [`WorkUnit::returned`] of a unit that may not be there.
+    pub async fn returned_if(ctx: &Context<'_>, unit: Option<work_unit::Model>) -> Option<WorkUnit> {
+        match unit {
+            Some(unit) => Some(Self::returned(ctx, unit).await),
+            None => None,
+        }
+    }
+
+    /// [`WorkUnit::returned`] of a list a field returns.
+    pub async fn returned_all(ctx: &Context<'_>, units: Vec<work_unit::Model>) -> Vec<WorkUnit> {
+        loader::prefetch_returned(ctx, &units).await;
+        units.into_iter().map(WorkUnit).collect()
+    }
+}
 
 #[Object]
 impl WorkUnit {

@@ -12,12 +12,14 @@ pub struct UnitQuery;
 impl UnitQuery {
     /// A unit of the caller's fleet by id; null when there is none.
     async fn unit(&self, ctx: &Context<'_>, id: Uuid) -> Result<Option<WorkUnit>> {
-        Ok(ledger(ctx).unit(principal(ctx)?, id).await?.map(WorkUnit))
+        let unit = ledger(ctx).unit(principal(ctx)?, id).await?;
+        Ok(WorkUnit::returned_if(ctx, unit).await)
     }
 
     /// A unit of the caller's fleet by its external reference; null when there is none.
     async fn unit_by_ref(&self, ctx: &Context<'_>, external_ref: String) -> Result<Option<WorkUnit>> {
-        Ok(ledger(ctx).unit_by_ref(principal(ctx)?, external_ref).await?.map(WorkUnit))
+        let unit = ledger(ctx).unit_by_ref(principal(ctx)?, external_ref).await?;
+        Ok(WorkUnit::returned_if(ctx, unit).await)
     }
 }
 
@@ -44,6 +46,6 @@ impl UnitMutation {
             .map(|u| RegisterUnit { external_ref: u.external_ref, domain: u.domain, workflow_id: u.workflow_id })
             .collect();
         let units = ledger(ctx).register_units(principal(ctx)?, input).await?;
-        Ok(units.into_iter().map(WorkUnit).collect())
+        Ok(WorkUnit::returned_all(ctx, units).await)
     }
 }

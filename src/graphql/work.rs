@@ -55,7 +55,7 @@ macro_rules! work_mutation {
                 return Ok(None);
             };
             note(ctx, "claim", json!({ "outcome": outcome.name() }));
-            Ok(Some(WorkUnit(unit)))
+            Ok(Some(WorkUnit::returned(ctx, unit).await))
         }
 
         /// Claims a named unit that is READY or stale (`extensions.claim.outcome` as for `claimNext`).
@@ -69,7 +69,7 @@ macro_rules! work_mutation {
         ) -> Result<WorkUnit> {
             let (outcome, unit) = ledger(ctx).claim_unit(principal(ctx)?, id, lease_seconds, idempotency_key).await?;
                 note(ctx, "claim", json!({ "outcome": outcome.name() }));
-                Ok(WorkUnit(unit))
+                Ok(WorkUnit::returned(ctx, unit).await)
         }
 
         /// Extends the lease of your current attempt (also after expiry, unless someone reclaimed the unit).
@@ -79,7 +79,8 @@ macro_rules! work_mutation {
             #[graphql(desc = "The `currentAttemptId` of the unit you hold.")] attempt_id: Uuid,
             #[graphql(desc = $lease)] lease_seconds: Option<i32>,
         ) -> Result<WorkUnit> {
-            Ok(WorkUnit(ledger(ctx).heartbeat(principal(ctx)?, attempt_id, lease_seconds).await?))
+            let unit = ledger(ctx).heartbeat(principal(ctx)?, attempt_id, lease_seconds).await?;
+            Ok(WorkUnit::returned(ctx, unit).await)
         }
 
         /// CLAIMED -> IN_PROGRESS, or IN_PROGRESS -> VERIFIED with `evidenceUrl`.
@@ -95,7 +96,8 @@ macro_rules! work_mutation {
             attempt_id: Option<Uuid>,
         ) -> Result<WorkUnit> {
             let ledger = ledger(ctx);
-            Ok(WorkUnit(ledger.transition(principal(ctx)?, unit_id, to, evidence_url, attempt_id, idempotency_key).await?))
+            let unit = ledger.transition(principal(ctx)?, unit_id, to, evidence_url, attempt_id, idempotency_key).await?;
+            Ok(WorkUnit::returned(ctx, unit).await)
         }
 
         /// IN_PROGRESS -> BLOCKED with a question (at most 8000 characters) for the triage service.
@@ -111,9 +113,8 @@ macro_rules! work_mutation {
             attempt_id: Option<Uuid>,
         ) -> Result<WorkUnit> {
             let ledger = ledger(ctx);
-            Ok(WorkUnit(
-                ledger.block(principal(ctx)?, unit_id, question, assignee_group, attempt_id, idempotency_key).await?,
-            ))
+            let unit = ledger.block(principal(ctx)?, unit_id, question, assignee_group, attempt_id, idempotency_key).await?;
+            Ok(WorkUnit::returned(ctx, unit).await)
         }
 
         /// Answers a blocked unit's question: back to IN_PROGRESS for its holder, or READY when it was released.
@@ -144,7 +145,7 @@ macro_rules! work_mutation {
             if also_answer_similar {
                 note(ctx, "unblock", json!({ "alsoAnswered": also.len(), "alsoAnsweredUnitIds": also }));
             }
-            Ok(WorkUnit(unit))
+            Ok(WorkUnit::returned(ctx, unit).await)
         }
 
         /// Gives the unit up: the attempt ends (ABANDONED, or FAILED when asked) and the unit is READY again;
@@ -161,7 +162,8 @@ macro_rules! work_mutation {
             attempt_id: Option<Uuid>,
         ) -> Result<WorkUnit> {
             let input = Release { unit_id, attempt_id, reason, outcome };
-            Ok(WorkUnit(ledger(ctx).release(principal(ctx)?, input, idempotency_key).await?))
+            let unit = ledger(ctx).release(principal(ctx)?, input, idempotency_key).await?;
+            Ok(WorkUnit::returned(ctx, unit).await)
         }
 
         /// Adds `cents` (0..1,000,000,000) to an attempt and its unit; a replayed key counts once.
@@ -188,7 +190,8 @@ macro_rules! work_mutation {
                     .into());
                 }
             };
-            Ok(WorkUnit(ledger(ctx).record_cost(principal(ctx)?, target, cents, idempotency_key).await?))
+            let unit = ledger(ctx).record_cost(principal(ctx)?, target, cents, idempotency_key).await?;
+            Ok(WorkUnit::returned(ctx, unit).await)
         }
 
         /// Sets the permanent disposition: MIGRATED from VERIFIED (DONE); DROPPED, DEFERRED or DEAD
@@ -208,7 +211,8 @@ macro_rules! work_mutation {
             attempt_id: Option<Uuid>,
         ) -> Result<WorkUnit> {
             let input = Dispose { unit_id, attempt_id, disposition, evidence_url, reason };
-            Ok(WorkUnit(ledger(ctx).dispose(principal(ctx)?, input, idempotency_key).await?))
+            let unit = ledger(ctx).dispose(principal(ctx)?, input, idempotency_key).await?;
+            Ok(WorkUnit::returned(ctx, unit).await)
         }
     }
     };

@@ -191,3 +191,71 @@ async fn every_write_is_one_statement_with_or_without_keys_fences_and_refusals()
         assert!(!statements.iter().any(|s| s.contains("set_config('role'")), "{statements:#?}");
     }
 }
+
+/// The relation reads (`... = ANY($1)`, one per relation and level) among
+/// `statements`, asserting none was sent twice.
+fn relation_reads(statements: &[String]) -> Vec<String> {
+    let reads: Vec<String> = statements.iter().filter(|s| s.contains("= ANY(")).cloned().collect();
+    let distinct: std::collections::HashSet<&String> = reads.iter().collect();
+    assert_eq!(distinct.len(), reads.len(), "a relation read twice: {reads:#?}");
+    reads
+}
+
+/// A unit a field returns (`unit(id:)`, a write's unit) has its selected
+/// relations read up front, the next level as soon as the first is in,
+/// rather than each level after the DataLoader's batch delay (issue 27: the
+/// contract's selection, which MCP and the CLI send after every write, has
+/// two levels). What this keeps: every relation the selection needs is in
+/// the request's cache before it is resolved, so each is read once and none
+/// is read again by the field that shows it (a key the prefetch left out of
+/// the cache would be read a second time).
+#[tokio::test]
+async fn a_unit_with_the_contracts_selection_reads_each_relation_once() {
+    let app = spawn_app().await;
+    app.sql("INSERT INTO work_units (fleet, external_ref) SELECT 'rt3', 'u' || g FROM generate_series(1, 2) g").await;
+    let agent = app.token("rt3", "agent-1", Role::Agent).await;
+    let triage = app.token("rt3", "triage", Role::Triage).await;
+    let ids = app.sql_json("SELECT id::text AS id FROM work_units WHERE fleet = 'rt3' ORDER BY external_ref").await;
+    let (a, b) = (ids[0]["id"].as_str().expect("a").to_owned(), ids[1]["id"].as_str().expect("b").to_owned());
+    let run = |token: &str, query: String| {
+        let (token, query) = (token.to_owned(), query);
+        let app = &app;
+        async move {
+            let response = app.gql(&token, &query, json!({})).await;
+            assert!(response.body.get("errors").is_none(), "{query}: {:?}", response.body);
+            response
+        }
+    };
+    // A: an attempt released with a reason (an end to read).
+    run(&agent, format!("mutation {{ claimUnit(id: \"{a}\") {{ id }} }}")).await;
+    run(&agent, format!("mutation {{ release(unitId: \"{a}\", reason: \"later\") {{ id }} }}")).await;
+    // B: the same question asked and answered (an answer similar to A's).
+    run(&agent, format!("mutation {{ claimUnit(id: \"{b}\") {{ id }} }}")).await;
+    run(&agent, format!("mutation {{ transition(unitId: \"{b}\", to: IN_PROGRESS) {{ id }} }}")).await;
+    run(&agent, format!("mutation {{ block(unitId: \"{b}\", question: \"Which way?\") {{ id }} }}")).await;
+    run(&triage, format!("mutation {{ unblock(unitId: \"{b}\", answer: \"North\") {{ id }} }}")).await;
+    run(&agent, format!("mutation {{ release(unitId: \"{b}\") {{ id }} }}")).await;
+    // A again, blocked on that question.
+    run(&agent, format!("mutation {{ claimUnit(id: \"{a}\") {{ id }} }}")).await;
+    run(&agent, format!("mutation {{ transition(unitId: \"{a}\", to: IN_PROGRESS) {{ id }} }}")).await;
+    let blocked = format!("block(unitId: \"{a}\", question: \"Which way?\")");
+
+    let unit = work_ledger::contract::UNIT.replace("SURFACE", "MCP");
+    for (token, query) in [
+        // A write's unit, as MCP and the CLI ask for it.
+        (&agent, format!("mutation {{ {blocked} {unit} }}")),
+        // The same unit read.
+        (&agent, format!("{{ unit(id: \"{a}\") {unit} }}")),
+    ] {
+        let mark = app.statement_mark();
+        let response = run(token, query.clone()).await;
+        let reads = relation_reads(&app.request_statements_since(mark));
+        let data = response.body["data"].as_object().and_then(|d| d.values().next()).expect("the unit").clone();
+        assert_eq!(data["state"], "BLOCKED", "{query}");
+        assert_eq!(data["attempts"][0]["endReason"], "later", "{data}");
+        assert_eq!(data["openQuestion"]["similarAnswered"][0]["answer"], "North", "{data}");
+        // Attempts, questions, the attempts' ends and the similar answers
+        // (which pair, then read, the answered questions: two statements).
+        assert_eq!(reads.len(), 5, "{reads:#?}");
+    }
+}
