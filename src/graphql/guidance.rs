@@ -7,68 +7,20 @@
 //! `Query` or `Mutation`, lists the entry points so that one failed guess
 //! is enough.
 
-use std::sync::Arc;
-
-use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextParseQuery, NextValidation};
-use async_graphql::parser::types::ExecutableDocument;
+use async_graphql::ServerError;
 use async_graphql::registry::{MetaType, Registry};
-use async_graphql::{ErrorExtensionValues, ServerError, ServerResult, ValidationResult, Variables};
-
-pub const PARSE_FAILED: &str = "GRAPHQL_PARSE_FAILED";
-pub const VALIDATION_FAILED: &str = "GRAPHQL_VALIDATION_FAILED";
 
 /// How many names a suggestion offers at most.
 const MAX_SUGGESTIONS: usize = 4;
 
-pub struct Guidance;
-
-impl ExtensionFactory for Guidance {
-    fn create(&self) -> Arc<dyn Extension> {
-        Arc::new(Guidance)
+/// `err` (a validation error) with a hint when it names something unknown
+/// (the schema's one extension, [`super::hooks`], calls it for each).
+pub(super) fn teach(registry: &Registry, mut err: ServerError) -> ServerError {
+    if let Some(hint) = hint(registry, &err.message) {
+        err.message.push(' ');
+        err.message.push_str(&hint);
     }
-}
-
-#[async_graphql::async_trait::async_trait]
-impl Extension for Guidance {
-    async fn parse_query(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        query: &str,
-        variables: &Variables,
-        next: NextParseQuery<'_>,
-    ) -> ServerResult<ExecutableDocument> {
-        next.run(ctx, query, variables).await.map_err(|mut err| {
-            set_code(&mut err, PARSE_FAILED);
-            err
-        })
-    }
-
-    async fn validation(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        next: NextValidation<'_>,
-    ) -> Result<ValidationResult, Vec<ServerError>> {
-        next.run(ctx).await.map_err(|errors| {
-            errors
-                .into_iter()
-                .map(|mut err| {
-                    if let Some(hint) = hint(&ctx.schema_env.registry, &err.message) {
-                        err.message.push(' ');
-                        err.message.push_str(&hint);
-                    }
-                    set_code(&mut err, VALIDATION_FAILED);
-                    err
-                })
-                .collect()
-        })
-    }
-}
-
-fn set_code(err: &mut ServerError, code: &str) {
-    let extensions = err.extensions.get_or_insert_with(ErrorExtensionValues::default);
-    if extensions.get("code").is_none() {
-        extensions.set("code", code);
-    }
+    err
 }
 
 /// A hint for a validation message that names something unknown and has no

@@ -5,11 +5,9 @@
 
 use std::collections::HashMap;
 
-use std::sync::Arc;
-
 use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
-use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextExecute};
-use async_graphql::{Context, Data, Response};
+use async_graphql::extensions::ExtensionContext;
+use async_graphql::{Context, Data};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
@@ -332,29 +330,12 @@ pub fn now(ctx: &Context<'_>) -> DateTime<Utc> {
 /// the caller's principal. That is one per HTTP operation (each operation of
 /// a batch too) and one per subscription payload: a subscription runs for
 /// hours, and one loader per connection would cache what it loaded (and serve
-/// stale units) for as long.
-pub struct LoadersPerOperation;
-
-impl ExtensionFactory for LoadersPerOperation {
-    fn create(&self) -> Arc<dyn Extension> {
-        Arc::new(LoadersPerOperation)
-    }
-}
-
-#[async_graphql::async_trait::async_trait]
-impl Extension for LoadersPerOperation {
-    async fn execute(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        operation_name: Option<&str>,
-        next: NextExecute<'_>,
-    ) -> Response {
-        let (Some(who), Some(ledger)) = (ctx.data_opt::<Principal>(), ctx.data_opt::<Ledger>()) else {
-            return next.run(ctx, operation_name).await;
-        };
-        let mut data = Data::default();
-        data.insert(for_request(ledger.clone(), who.clone()));
-        data.insert(RequestTime(Utc::now()));
-        next.run_with_data(ctx, operation_name, data).await
-    }
+/// stale units) for as long. The data of one execution (the schema's one
+/// extension, [`super::hooks`], runs it with them); `None` without a caller.
+pub(super) fn per_execution(ctx: &ExtensionContext<'_>) -> Option<Data> {
+    let (who, ledger) = (ctx.data_opt::<Principal>()?, ctx.data_opt::<Ledger>()?);
+    let mut data = Data::default();
+    data.insert(for_request(ledger.clone(), who.clone()));
+    data.insert(RequestTime(Utc::now()));
+    Some(data)
 }

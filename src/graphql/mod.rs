@@ -4,6 +4,7 @@ mod agent_reads;
 mod aggregates;
 pub mod error;
 mod guidance;
+mod hooks;
 pub mod loaders;
 mod notes;
 mod operation_metrics;
@@ -62,12 +63,7 @@ pub fn build_schema(ledger: Ledger, live: Live, metrics: bool) -> LedgerSchema {
     Schema::build(Query::default(), Mutation::default(), Subscription)
         .data(ledger)
         .data(agent_reads::LiveFeeds(live))
-        .extension(loaders::LoadersPerOperation)
-        .extension(guidance::Guidance)
-        .extension(notes::ResponseNotes)
-        .extension(operation_metrics::OperationMetrics { metrics })
-        .extension(request_errors::RequestErrors)
-        .extension(read_budget::ReadBudget)
+        .extension(hooks::Hooks { metrics })
         .limit_depth(MAX_DEPTH)
         .limit_complexity(MAX_COMPLEXITY)
         .finish()
@@ -88,7 +84,7 @@ fn ledger<'a>(ctx: &Context<'a>) -> &'a Ledger {
     ctx.data_unchecked::<Ledger>()
 }
 
-/// The request's DataLoader (see `loaders::LoadersPerOperation`).
+/// The request's DataLoader (see `loaders::per_execution`).
 fn loaders<'a>(ctx: &Context<'a>) -> std::result::Result<&'a loaders::Loaders, LedgerError> {
     ctx.data_opt::<loaders::Loaders>().ok_or_else(|| LedgerError::internal("request without DataLoader"))
 }

@@ -6,8 +6,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextExecute, NextPrepareRequest};
-use async_graphql::{Context, Request, Response, ServerResult};
+use async_graphql::{Context, Response};
 
 /// The notes of one request.
 #[derive(Default)]
@@ -20,40 +19,13 @@ pub fn note(ctx: &Context<'_>, key: &'static str, value: serde_json::Value) {
     }
 }
 
-pub struct ResponseNotes;
-
-impl ExtensionFactory for ResponseNotes {
-    fn create(&self) -> Arc<dyn Extension> {
-        Arc::new(PerRequest(Arc::default()))
-    }
-}
-
-struct PerRequest(Arc<Notes>);
-
-#[async_graphql::async_trait::async_trait]
-impl Extension for PerRequest {
-    async fn prepare_request(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        request: Request,
-        next: NextPrepareRequest<'_>,
-    ) -> ServerResult<Request> {
-        next.run(ctx, request.data(self.0.clone())).await
-    }
-
-    async fn execute(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        operation_name: Option<&str>,
-        next: NextExecute<'_>,
-    ) -> Response {
-        let mut response = next.run(ctx, operation_name).await;
-        let notes = std::mem::take(&mut *self.0.0.lock().unwrap_or_else(|e| e.into_inner()));
-        for (key, value) in notes {
-            if let Ok(value) = async_graphql::Value::from_json(value) {
-                response.extensions.insert(key.to_owned(), value);
-            }
+/// Moves the notes of a request into its response's `extensions` (the
+/// schema's one extension, [`super::hooks`], once execution is done).
+pub(super) fn into_response(notes: &Notes, response: &mut Response) {
+    let taken = std::mem::take(&mut *notes.0.lock().unwrap_or_else(|e| e.into_inner()));
+    for (key, value) in taken {
+        if let Ok(value) = async_graphql::Value::from_json(value) {
+            response.extensions.insert(key.to_owned(), value);
         }
-        response
     }
 }

@@ -10,12 +10,11 @@
 //! `unitId`/`id` argument, the unit the operation returned, or the unit a
 //! claim took) and the result code. Never the token.
 
-use std::sync::{Arc, Mutex};
+use std::future::Future;
+use std::sync::Mutex;
 use std::time::Instant;
 
-use async_graphql::extensions::{
-    Extension, ExtensionContext, ExtensionFactory, NextParseQuery, NextRequest, NextResolve, ResolveInfo,
-};
+use async_graphql::extensions::{ExtensionContext, NextResolve, ResolveInfo};
 use async_graphql::parser::types::{ExecutableDocument, Selection};
 use async_graphql::{Response, ServerError, ServerResult, Value, Variables};
 use tracing::Instrument;
@@ -24,20 +23,11 @@ use crate::auth::Principal;
 use crate::ledger::Ledger;
 use crate::metrics::{Operation, OperationName};
 
-/// `metrics`: count and time requests (off when the service exports no
-/// metrics); spans are made either way.
-pub struct OperationMetrics {
-    pub metrics: bool,
-}
-
-impl ExtensionFactory for OperationMetrics {
-    fn create(&self) -> Arc<dyn Extension> {
-        Arc::new(PerRequest { metrics: self.metrics, ..PerRequest::default() })
-    }
-}
-
+/// What one request's metrics and spans need to know (held by the schema's
+/// one extension, [`super::hooks`]). `metrics`: count and time requests (off
+/// when the service exports no metrics); spans are made either way.
 #[derive(Default)]
-struct PerRequest {
+pub(super) struct PerRequest {
     metrics: bool,
     /// The first root field of the parsed document.
     root_field: Mutex<Option<String>>,
@@ -58,14 +48,18 @@ fn code_of(err: &ServerError) -> String {
         .unwrap_or_else(|| "ERROR".to_owned())
 }
 
-#[async_graphql::async_trait::async_trait]
-impl Extension for PerRequest {
-    async fn request(&self, ctx: &ExtensionContext<'_>, next: NextRequest<'_>) -> Response {
+impl PerRequest {
+    pub(super) fn new(metrics: bool) -> Self {
+        Self { metrics, ..Self::default() }
+    }
+
+    /// The request, counted and timed by its root field and result code.
+    pub(super) async fn request(&self, ctx: &ExtensionContext<'_>, run: impl Future<Output = Response>) -> Response {
         if !self.metrics {
-            return next.run(ctx).await;
+            return run.await;
         }
         let started = Instant::now();
-        let response = next.run(ctx).await;
+        let response = run.await;
         let Some(ledger) = ctx.data_opt::<Ledger>() else { return response };
         let code = response.errors.first().map(code_of).unwrap_or_else(|| "OK".to_owned());
         let operation = if code.starts_with("GRAPHQL_") {
@@ -82,15 +76,13 @@ impl Extension for PerRequest {
         response
     }
 
-    async fn parse_query(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        query: &str,
-        variables: &Variables,
-        next: NextParseQuery<'_>,
-    ) -> ServerResult<ExecutableDocument> {
+    /// The variables, before the document is parsed.
+    pub(super) fn variables(&self, variables: &Variables) {
         *lock(&self.variables) = Some(variables.clone());
-        let document = next.run(ctx, query, variables).await?;
+    }
+
+    /// The document parsed and checked: its first root field names the request.
+    pub(super) fn parsed(&self, document: &ExecutableDocument) {
         let first = document.operations.iter().next().and_then(|(_, operation)| {
             operation.node.selection_set.node.items.iter().find_map(|item| match &item.node {
                 Selection::Field(field) => Some(field.node.name.node.to_string()),
@@ -98,10 +90,10 @@ impl Extension for PerRequest {
             })
         });
         *lock(&self.root_field) = first;
-        Ok(document)
     }
 
-    async fn resolve(
+    /// A field resolved: a root field in a span of its own.
+    pub(super) async fn resolve(
         &self,
         ctx: &ExtensionContext<'_>,
         info: ResolveInfo<'_>,
@@ -139,9 +131,7 @@ impl Extension for PerRequest {
         }
         result
     }
-}
 
-impl PerRequest {
     /// The `unitId` (or `id`) argument of a root field, variables resolved.
     fn unit_argument(&self, info: &ResolveInfo<'_>) -> Option<String> {
         let argument = info.field.get_argument("unitId").or_else(|| info.field.get_argument("id"))?;

@@ -11,11 +11,9 @@
 //! document, rather than priced.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 
-use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextParseQuery};
 use async_graphql::parser::types::{DocumentOperations, ExecutableDocument, Selection, SelectionSet};
-use async_graphql::{Pos, ServerError, ServerResult, Variables};
+use async_graphql::{Pos, ServerError, ServerResult};
 
 use super::request_errors::VALIDATION_FAILED;
 
@@ -38,31 +36,8 @@ pub const MAX_FLEET_READS: usize = 5;
 /// Response names (aliases) of one field in one selection.
 pub const MAX_ALIASES: usize = 10;
 
-pub struct ReadBudget;
-
-impl ExtensionFactory for ReadBudget {
-    fn create(&self) -> Arc<dyn Extension> {
-        Arc::new(ReadBudget)
-    }
-}
-
-#[async_graphql::async_trait::async_trait]
-impl Extension for ReadBudget {
-    async fn parse_query(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        query: &str,
-        variables: &Variables,
-        next: NextParseQuery<'_>,
-    ) -> ServerResult<ExecutableDocument> {
-        let document = next.run(ctx, query, variables).await?;
-        check(&document)?;
-        Ok(document)
-    }
-}
-
 /// Every operation of `document` within both limits.
-fn check(document: &ExecutableDocument) -> ServerResult<()> {
+pub(super) fn check(document: &ExecutableDocument) -> ServerResult<()> {
     let operations: Vec<_> = match &document.operations {
         DocumentOperations::Single(operation) => vec![operation],
         DocumentOperations::Multiple(operations) => operations.values().collect(),

@@ -1,24 +1,22 @@
 //! Request errors: a document that does not parse, does not validate, or
-//! whose variables do not coerce is refused before anything runs. This
-//! extension gives those errors their codes (`GRAPHQL_PARSE_FAILED`,
+//! whose variables do not coerce is refused before anything runs. The
+//! schema's one extension ([`super::hooks`]) gives those errors their codes (`GRAPHQL_PARSE_FAILED`,
 //! `GRAPHQL_VALIDATION_FAILED`), refuses a missing or null value for a
 //! required variable (async-graphql only checks variables where they are
 //! used), and records whether execution started, which is how the HTTP layer
 //! tells a request error (HTTP 400 and no `data` entry under
 //! `application/graphql-response+json`) from an execution that failed.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 
 use async_graphql::Value as ConstValue;
-use async_graphql::extensions::{
-    Extension, ExtensionContext, ExtensionFactory, NextExecute, NextParseQuery, NextPrepareRequest, NextValidation,
-};
+use async_graphql::extensions::ExtensionContext;
 use async_graphql::parser::types::{
     BaseType, DocumentOperations, ExecutableDocument, OperationDefinition, OperationType, Type,
 };
 use async_graphql::registry::{MetaType, Registry};
-use async_graphql::{Positioned, Request, Response, ServerError, ServerResult, ValidationResult, Variables};
+use async_graphql::{Positioned, ServerError, ServerResult, Variables};
 
 pub const PARSE_FAILED: &str = "GRAPHQL_PARSE_FAILED";
 pub const VALIDATION_FAILED: &str = "GRAPHQL_VALIDATION_FAILED";
@@ -42,70 +40,32 @@ pub fn with_code(mut err: ServerError, code: &str) -> ServerError {
     err
 }
 
-pub struct RequestErrors;
-
-impl ExtensionFactory for RequestErrors {
-    fn create(&self) -> Arc<dyn Extension> {
-        Arc::new(PerRequest::default())
+/// The checks of a parsed document before it is validated (the schema's
+/// one extension, [`super::hooks`], runs them): a subscription over HTTP is
+/// refused, and a required variable needs a value of its type.
+/// `operation_name` is the request's.
+pub(super) fn check_parsed(
+    ctx: &ExtensionContext<'_>,
+    document: &ExecutableDocument,
+    variables: &Variables,
+    operation_name: Option<&str>,
+) -> ServerResult<()> {
+    if let Some(operation) = selected(document, operation_name) {
+        // Only HTTP requests carry the flag; async-graphql's own refusal
+        // of a subscription there has no code.
+        if operation.node.ty == OperationType::Subscription && ctx.data_opt::<ExecutionStarted>().is_some() {
+            return Err(subscription_over_http(operation.pos));
+        }
+        let registry = &ctx.schema_env.registry;
+        required_variables(registry, operation, variables).map_err(|err| with_code(err, VALIDATION_FAILED))?;
     }
+    Ok(())
 }
 
-#[derive(Default)]
-struct PerRequest {
-    operation_name: Mutex<Option<String>>,
-}
-
-#[async_graphql::async_trait::async_trait]
-impl Extension for PerRequest {
-    async fn prepare_request(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        request: Request,
-        next: NextPrepareRequest<'_>,
-    ) -> ServerResult<Request> {
-        *self.operation_name.lock().unwrap_or_else(|e| e.into_inner()) = request.operation_name.clone();
-        next.run(ctx, request).await
-    }
-
-    async fn parse_query(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        query: &str,
-        variables: &Variables,
-        next: NextParseQuery<'_>,
-    ) -> ServerResult<ExecutableDocument> {
-        let document = next.run(ctx, query, variables).await.map_err(|err| with_code(err, PARSE_FAILED))?;
-        let name = self.operation_name.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        if let Some(operation) = selected(&document, name.as_deref()) {
-            // Only HTTP requests carry the flag; async-graphql's own refusal
-            // of a subscription there has no code.
-            if operation.node.ty == OperationType::Subscription && ctx.data_opt::<ExecutionStarted>().is_some() {
-                return Err(subscription_over_http(operation.pos));
-            }
-            let registry = &ctx.schema_env.registry;
-            required_variables(registry, operation, variables).map_err(|err| with_code(err, VALIDATION_FAILED))?;
-        }
-        Ok(document)
-    }
-
-    async fn validation(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        next: NextValidation<'_>,
-    ) -> Result<ValidationResult, Vec<ServerError>> {
-        next.run(ctx).await.map_err(|errs| errs.into_iter().map(|err| with_code(err, VALIDATION_FAILED)).collect())
-    }
-
-    async fn execute(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        operation_name: Option<&str>,
-        next: NextExecute<'_>,
-    ) -> Response {
-        if let Some(started) = ctx.data_opt::<ExecutionStarted>() {
-            started.0.store(true, Ordering::Release);
-        }
-        next.run(ctx, operation_name).await
+/// Execution starts: the HTTP layer's flag says so from now on.
+pub(super) fn execution_started(ctx: &ExtensionContext<'_>) {
+    if let Some(started) = ctx.data_opt::<ExecutionStarted>() {
+        started.0.store(true, Ordering::Release);
     }
 }
 
