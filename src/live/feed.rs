@@ -268,54 +268,57 @@ impl FeedTask {
     /// (false: the server stops or the feed's subscribers left meanwhile).
     /// Notifications before it are not needed: the first read comes after.
     async fn learn_tag(&self) -> bool {
-        let mut retry = RECHECK_MIN;
-        loop {
-            let fleet = self.fleet.clone();
-            let tag = db::in_fleet::<_, DbErr, _>(&self.db, &self.fleet, move |tx| {
-                Box::pin(async move { events::fleet_tag(tx, &fleet).await })
+        let fleet = &self.fleet;
+        let tag = self
+            .retried("cannot learn the fleet's notification tag", || {
+                let fleet = fleet.clone();
+                db::in_fleet::<_, DbErr, _>(&self.db, &self.fleet, move |tx| {
+                    Box::pin(async move { events::fleet_tag(tx, &fleet).await })
+                })
             })
             .await;
-            match tag {
-                Ok(tag) => {
-                    let _ = self.tag.set(tag);
-                    return true;
-                }
-                Err(err) => {
-                    tracing::warn!(fleet = %self.fleet, error = %err, "cannot learn the fleet's notification tag")
-                }
-            }
-            tokio::select! {
-                _ = self.stop.cancelled() => return false,
-                _ = tokio::time::sleep(retry) => retry = (retry * 2).min(RECHECK_MAX),
-            }
-            if self.feed.strong_count() == 0 {
-                return false;
-            }
-        }
+        tag.is_some_and(|tag| {
+            let _ = self.tag.set(tag);
+            true
+        })
     }
 
     /// Where the first read starts: the present, or the lowest position a
     /// tail that joined before asked for (see [`Feed::covers`]). None: the
     /// server stops or the subscribers left before the database answered.
     async fn begin(&self) -> Option<Position> {
+        let start = self
+            .retried("cannot read the event log", || {
+                db::in_fleet::<_, DbErr, _>(&self.db, &self.fleet, |tx| {
+                    Box::pin(async move { events::start(tx).await })
+                })
+            })
+            .await?;
+        self.known.note(start.watermark);
+        Some(self.feed.upgrade()?.begin(start.position()))
+    }
+
+    /// `read` until it succeeds, its failures logged as `failed` and tried
+    /// again from [`RECHECK_MIN`] doubling to [`RECHECK_MAX`] apart. None
+    /// when the server stops or the feed's subscribers have all left first.
+    async fn retried<T, F, Fut>(&self, failed: &str, mut read: F) -> Option<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, DbErr>>,
+    {
         let mut retry = RECHECK_MIN;
         loop {
-            let start = db::in_fleet::<_, DbErr, _>(&self.db, &self.fleet, |tx| {
-                Box::pin(async move { events::start(tx).await })
-            })
-            .await;
-            match start {
-                Ok(start) => {
-                    self.known.note(start.watermark);
-                    return Some(self.feed.upgrade()?.begin(start.position()));
-                }
-                Err(err) => tracing::warn!(fleet = %self.fleet, error = %err, "cannot read the event log"),
+            match read().await {
+                Ok(value) => return Some(value),
+                Err(err) => tracing::warn!(fleet = %self.fleet, error = %err, "{failed}"),
             }
             tokio::select! {
                 _ = self.stop.cancelled() => return None,
                 _ = tokio::time::sleep(retry) => retry = (retry * 2).min(RECHECK_MAX),
             }
-            self.feed.upgrade()?;
+            if self.feed.strong_count() == 0 {
+                return None;
+            }
         }
     }
 
