@@ -166,7 +166,7 @@ impl ServerHandler for LedgerTools {
 
 impl LedgerTools {
     /// Runs the tool's GraphQL field as `who`, through the same executor,
-    /// extensions (metrics, spans, limits) and resolver as `/graphql`.
+    /// schema extension (metrics, spans, limits) and resolver as `/graphql`.
     async fn call(
         &self,
         op: &'static contract::Operation,

@@ -24,21 +24,25 @@ use crate::ledger::cursor::Cursor;
 /// Batching by time alone splits a large page into several statements when
 /// resolving it takes longer than the batch delay; this does not, and it
 /// waits no delay either: the page's keys are all known here.
-pub async fn prefetch(ctx: &Context<'_>, loaders: &Loaders, units: &[work_unit::Model]) -> Result<(), Error> {
-    relations(loaders, &ctx.look_ahead().field("edges").field("node"), units).await
+pub async fn prefetch(ctx: &Context<'_>, units: &[work_unit::Model]) {
+    head_start(ctx, &ctx.look_ahead().field("edges").field("node"), units).await;
 }
 
 /// [`prefetch`] of the units a field returns itself (`unit(id:)`, a
 /// mutation's unit, `heldUnit`): their selected relations loaded at once
 /// rather than one batch delay per level of the selection (the contract's
 /// unit selection, which MCP and the CLI send after every write, has two).
-/// Only a head start: when it fails, each relation is loaded (and its error
-/// reported on its own field) as without it, and a write that committed is
-/// still answered with its unit.
 pub async fn prefetch_returned(ctx: &Context<'_>, units: &[work_unit::Model]) {
+    head_start(ctx, &ctx.look_ahead(), units).await;
+}
+
+/// Only a head start: when the reads fail, each relation is loaded (and its
+/// error reported on its own field, the rest of the response delivered) as
+/// without it, and a write that committed is still answered with its unit.
+async fn head_start(ctx: &Context<'_>, node: &async_graphql::Lookahead<'_>, units: &[work_unit::Model]) {
     let Some(loaders) = ctx.data_opt::<Loaders>() else { return };
-    if let Err(err) = relations(loaders, &ctx.look_ahead(), units).await {
-        tracing::debug!(error = ?err.message, "prefetching a returned unit's relations failed; loading them one by one");
+    if let Err(err) = relations(loaders, node, units).await {
+        tracing::debug!(error = ?err.message, "reading the relations up front failed; loading them one by one");
     }
 }
 
@@ -120,6 +124,10 @@ where
     K: Send + Sync + std::hash::Hash + Eq + Clone + 'static,
     LedgerLoader: Loader<K, Error = Error>,
 {
+    // Each key once, as the DataLoader sends them: a list may hold a unit
+    // twice (`registerUnits` with a ref given twice), and the loaders answer
+    // a repeated key from what its first occurrence already took.
+    let keys: Vec<K> = keys.into_iter().collect::<std::collections::HashSet<K>>().into_iter().collect();
     if keys.is_empty() {
         return Ok(HashMap::new());
     }

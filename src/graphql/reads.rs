@@ -16,7 +16,7 @@ use crate::ledger::reads::{Page, PageArgs, QuestionFilter, Range};
 
 /// A page of units as a connection, its nested relations prefetched.
 async fn unit_connection(ctx: &Context<'_>, page: Page<work_unit::Model>, list: List) -> Result<Conn<WorkUnit>> {
-    unit_cache::prefetch(ctx, loaders(ctx)?, &page.items).await?;
+    unit_cache::prefetch(ctx, &page.items).await;
     Ok(connection(page, list, unit_cursor, WorkUnit))
 }
 
@@ -215,7 +215,7 @@ impl ReadQuery {
     /// first; each edge says who held the unit, since when, and for how long.
     async fn stalls(&self, ctx: &Context<'_>, first: Option<i32>, after: Option<String>) -> Result<StallConnection> {
         let page = ledger(ctx).stalls_page(principal(ctx)?, PageArgs { first, after }).await?;
-        unit_cache::prefetch(ctx, loaders(ctx)?, &page.items).await?;
+        unit_cache::prefetch(ctx, &page.items).await;
         Ok(stall_connection(ctx, page))
     }
 

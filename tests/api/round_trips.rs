@@ -259,3 +259,38 @@ async fn a_unit_with_the_contracts_selection_reads_each_relation_once() {
         assert_eq!(reads.len(), 5, "{reads:#?}");
     }
 }
+
+/// A list a field returns may hold one unit twice (`registerUnits` with a
+/// ref given twice answers it twice, in input order); reading its relations
+/// up front reads each unit's once, and both entries show them. (The first
+/// version of the prefetch passed the repeated key on to the loader, whose
+/// second answer for it was empty and overwrote the first: both entries
+/// showed no attempts, no questions and no events, with `totalCount: 1`.)
+#[tokio::test]
+async fn a_unit_returned_twice_in_one_list_shows_its_relations_in_both() {
+    let app = spawn_app().await;
+    let op = app.token("rt4", "op", Role::Operator).await;
+    let agent = app.token("rt4", "agent-1", Role::Agent).await;
+    let unit = app.register(&op, &["twice"]).await[0]["id"].as_str().expect("id").to_owned();
+    let claimed = app.gql(&agent, &format!("mutation {{ claimUnit(id: \"{unit}\") {{ id }} }}"), json!({})).await;
+    assert!(claimed.body.get("errors").is_none(), "{:?}", claimed.body);
+
+    let again = app
+        .gql(
+            &op,
+            "mutation($u: [RegisterUnitInput!]!) { registerUnits(units: $u) {
+                id attempts { attemptNo agentId } events { totalCount edges { node { eventType } } } } }",
+            json!({ "u": [{ "externalRef": "twice" }, { "externalRef": "twice" }] }),
+        )
+        .await;
+    let units = again.data()["registerUnits"].as_array().expect("list").clone();
+    assert_eq!(units.len(), 2, "{units:?}");
+    for shown in &units {
+        assert_eq!(shown["id"], unit.as_str());
+        assert_eq!(shown["attempts"], json!([{ "attemptNo": 1, "agentId": "agent-1" }]), "{shown}");
+        let events = &shown["events"];
+        let listed = events["edges"].as_array().expect("edges").len();
+        assert_eq!(listed as i64, events["totalCount"].as_i64().expect("count"), "{shown}");
+        assert_eq!(listed, 2, "registered and claimed: {shown}");
+    }
+}
