@@ -57,16 +57,33 @@ async fn relations(
     node: &async_graphql::Lookahead<'_>,
     units: &[work_unit::Model],
 ) -> Result<(), Error> {
+    let (attempts, all_questions, open_question) =
+        (node.field("attempts"), node.field("questions"), node.field("openQuestion"));
+    let wants_current = node.field("currentAttempt").exists();
+    let wants_questions = all_questions.exists() || open_question.exists();
+    let events_page = first_page_of_events(node);
+    let wants_event_count = node.field("events").field("totalCount").exists();
+    let wants_disposal = node.field("dispositionReason").exists() || node.field("disposedBy").exists();
+    // Nothing to read (a write answered with its own columns, as the claim
+    // path's clients ask): nothing to cache either.
+    if !(wants_current
+        || attempts.exists()
+        || wants_questions
+        || events_page.is_some()
+        || wants_event_count
+        || wants_disposal)
+    {
+        return Ok(());
+    }
     loaders.feed_many(units.iter().map(|u| (UnitId(u.id), u.clone()))).await;
     let ids = || units.iter().map(|u| u.id);
     let current = async {
-        if node.field("currentAttempt").exists() {
+        if wants_current {
             load_now(loaders, units.iter().filter_map(|u| u.current_attempt_id).map(AttemptId).collect()).await?;
         }
         Ok::<_, Error>(())
     };
     let attempts = async {
-        let attempts = node.field("attempts");
         if attempts.exists() {
             let found = load_now(loaders, ids().map(AttemptsOf).collect()).await?;
             if attempts.field("endReason").exists() || attempts.field("endedBy").exists() {
@@ -78,11 +95,10 @@ async fn relations(
         Ok::<_, Error>(())
     };
     let questions = async {
-        let (all, open) = (node.field("questions"), node.field("openQuestion"));
-        if all.exists() || open.exists() {
+        if wants_questions {
             let found = load_now(loaders, ids().map(QuestionsOf).collect()).await?;
             let (similar_all, similar_open) =
-                (all.field("similarAnswered").exists(), open.field("similarAnswered").exists());
+                (all_questions.field("similarAnswered").exists(), open_question.field("similarAnswered").exists());
             if similar_all || similar_open {
                 let asked = found.values().flatten();
                 let wanted = asked.filter(|q| similar_all || q.status == QuestionStatus::Open);
@@ -92,19 +108,19 @@ async fn relations(
         Ok::<_, Error>(())
     };
     let events = async {
-        if let Some((first, newest_first)) = first_page_of_events(node) {
+        if let Some((first, newest_first)) = events_page {
             load_now(loaders, ids().map(|unit| EventsOf { unit, first, after: None, newest_first }).collect()).await?;
         }
         Ok::<_, Error>(())
     };
     let event_counts = async {
-        if node.field("events").field("totalCount").exists() {
+        if wants_event_count {
             load_now(loaders, ids().map(EventCountOf).collect()).await?;
         }
         Ok::<_, Error>(())
     };
     let disposals = async {
-        if node.field("dispositionReason").exists() || node.field("disposedBy").exists() {
+        if wants_disposal {
             // Only a disposed unit has a disposal (its resolvers ask for no other).
             let disposed = units.iter().filter(|u| u.disposition.is_some()).map(|u| DisposalOf(u.id));
             load_now(loaders, disposed.collect()).await?;
