@@ -631,6 +631,26 @@ async fn a_read_that_fails_for_a_moment_is_tried_again_and_the_stream_loses_noth
     assert_eq!(registered_unit(&mut resumed).await, "d");
 }
 
+/// Fleet `f` with unit `a`, a reader, the cursor of `a`'s registration, then
+/// `later` registered one by one, and a first subscriber resumed from that
+/// cursor that has received them: the fleet's feed runs and the server has
+/// a delivery watermark. Returns the operator's and the reader's tokens, the
+/// cursor and that subscriber.
+async fn first_subscriber_resumed(app: &TestApp, later: &[&str]) -> (String, String, String, Ws) {
+    let op = app.token("f", "op", Role::Operator).await;
+    app.register(&op, &["a"]).await;
+    let reader = app.token("f", "reader", Role::Reader).await;
+    let origin = newest_cursor(app, &reader).await;
+    for unit in later {
+        app.register(&op, &[unit]).await;
+    }
+    let mut first = Ws::subscription(app, &reader, EVENTS, json!({ "after": origin })).await;
+    for unit in later {
+        assert_eq!(registered_unit(&mut first).await, *unit);
+    }
+    (op, reader, origin, first)
+}
+
 /// A reconnect storm does not have the database scan its locks for a new
 /// delivery watermark once per subscriber (migration 0034): resumed
 /// subscriptions read their first event and their catch-up pages below the
@@ -640,18 +660,7 @@ async fn a_read_that_fails_for_a_moment_is_tried_again_and_the_stream_loses_noth
 #[tokio::test]
 async fn resumed_subscriptions_read_below_the_watermark_their_server_already_has() {
     let app = spawn_app().await;
-    let op = app.token("f", "op", Role::Operator).await;
-    app.register(&op, &["a"]).await;
-    let reader = app.token("f", "reader", Role::Reader).await;
-    let origin = newest_cursor(&app, &reader).await;
-    for unit in ["b", "c", "d"] {
-        app.register(&op, &[unit]).await;
-    }
-    // A first subscriber: the fleet's feed runs and the server has a watermark.
-    let mut first = Ws::subscription(&app, &reader, EVENTS, json!({ "after": origin })).await;
-    for unit in ["b", "c", "d"] {
-        assert_eq!(registered_unit(&mut first).await, unit);
-    }
+    let (op, reader, origin, mut first) = first_subscriber_resumed(&app, &["b", "c", "d"]).await;
     app.count_watermarks(false).await;
 
     let mut resumed =
@@ -741,16 +750,7 @@ async fn a_subscription_that_cannot_read_for_its_patience_ends_saying_how_to_com
 #[tokio::test]
 async fn a_resumed_subscription_catches_up_while_new_watermarks_are_held_back() {
     let app = spawn_app().await;
-    let op = app.token("f", "op", Role::Operator).await;
-    app.register(&op, &["a"]).await;
-    let reader = app.token("f", "reader", Role::Reader).await;
-    let origin = newest_cursor(&app, &reader).await;
-    app.register(&op, &["b"]).await;
-    app.register(&op, &["c"]).await;
-    let mut first = Ws::subscription(&app, &reader, EVENTS, json!({ "after": origin })).await;
-    for unit in ["b", "c"] {
-        assert_eq!(registered_unit(&mut first).await, unit);
-    }
+    let (op, reader, origin, mut first) = first_subscriber_resumed(&app, &["b", "c"]).await;
 
     let holder = app.owner.begin().await.expect("begin");
     let lowest_marker = 0x776c_i64 << 48;
