@@ -20,11 +20,12 @@ WITH held AS (
  ), att AS (
      INSERT INTO work_unit_attempts (fleet, unit_id, attempt_no, agent_id)
      SELECT 'f', id, attempt_count + 1, 'agent-' || :a FROM pick
-     RETURNING id, unit_id, attempt_no
+     RETURNING id, unit_id, attempt_no, started_at
  ), taken AS (
      UPDATE work_units u SET state = 'claimed', claimed_by = 'agent-' || :a, current_attempt_id = att.id,
             attempt_count = att.attempt_no, lease_expires_at = now() + interval '900 seconds',
-            last_heartbeat_at = now(), updated_at = clock_timestamp()
+            last_heartbeat_at = now(), updated_at = clock_timestamp(),
+            first_claimed_at = coalesce(u.first_claimed_at, att.started_at)
        FROM att WHERE u.id = att.unit_id
      RETURNING u.id
  ), ev AS (

@@ -142,7 +142,7 @@ pub async fn seed(db: &DatabaseConnection, units: i64, events: i64) -> Result<Se
             format!(
                 "INSERT INTO work_units (id, fleet, external_ref, domain, state, disposition, disposed_at, claimed_by,
                                          current_attempt_id, lease_expires_at, last_heartbeat_at, attempt_count,
-                                         cost_cents, evidence_urls, created_at, updated_at)
+                                         cost_cents, evidence_urls, created_at, updated_at, first_claimed_at)
                  SELECT id, fleet, 'u' || lpad(g::text, 8, '0'), domain,
                         (CASE kind WHEN 'done' THEN 'done' WHEN 'done_q' THEN 'done' WHEN 'done_rework' THEN 'done'
                                    WHEN 'abandoned' THEN 'abandoned' WHEN 'verified' THEN 'verified'
@@ -160,7 +160,9 @@ pub async fn seed(db: &DatabaseConnection, units: i64, events: i64) -> Result<Se
                         CASE WHEN kind LIKE 'done%' OR kind = 'verified' THEN ARRAY['https://ci.example/u' || g]
                              WHEN kind = 'abandoned' THEN ARRAY['https://wiki.example/u' || g]
                              ELSE '{{}}'::text[] END,
-                        created_at, created_at + {e} * interval '1 minute'
+                        created_at, created_at + {e} * interval '1 minute',
+                        -- attempt 1's start (below): every seeded unit was claimed.
+                        created_at + interval '2 minutes'
                    FROM seed_units"
             ),
         ),

@@ -114,6 +114,8 @@ impl MigratorTrait for Migrator {
                 "m20261210_000034_live_reads_below_a_known_watermark",
                 "0034_live_reads_below_a_known_watermark"
             ),
+            // The first claim kept on the unit: the current week's cycle times read from the disposal index alone.
+            sql_migration!("m20261211_000035_first_claims", "0035_first_claims"),
         ]
     }
 }

@@ -72,6 +72,15 @@ const RULES: &[(&str, &str)] = &[
              OR coalesce(max(a.attempt_no), 0) <> u.attempt_count",
     ),
     (
+        "first_claims",
+        // The first claim a unit carries (migration 0035, for the cycle
+        // times) is the start of its attempt 1, and a unit never claimed has none.
+        "SELECT u.fleet, u.id AS unit_id, coalesce('first claim at ' || a.started_at, 'no first claim') AS expected,
+                coalesce('first claim at ' || u.first_claimed_at, 'no first claim') AS found
+           FROM work_units u LEFT JOIN work_unit_attempts a ON a.unit_id = u.id AND a.attempt_no = 1
+          WHERE ($1::text IS NULL OR u.fleet = $1) AND a.started_at IS DISTINCT FROM u.first_claimed_at",
+    ),
+    (
         "terminal_is_disposed",
         // DONE/ABANDONED units have their disposition, its time, evidence and a `disposed` event.
         "SELECT u.fleet, u.id AS unit_id, 'disposition, disposed_at, evidence and a disposed event' AS expected,

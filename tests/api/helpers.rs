@@ -425,10 +425,11 @@ impl TestApp {
         self.sql_id(&format!(
             "WITH a AS (INSERT INTO work_unit_attempts (fleet, unit_id, attempt_no, agent_id)
                             SELECT fleet, id, attempt_count + 1, '{agent}' FROM work_units WHERE id = '{unit}'
-                            RETURNING id, attempt_no),
+                            RETURNING id, attempt_no, started_at),
                       u AS (UPDATE work_units SET state = 'claimed', claimed_by = '{agent}',
                                    current_attempt_id = (SELECT id FROM a), attempt_count = (SELECT attempt_no FROM a),
-                                   lease_expires_at = now() + interval '15 minutes'
+                                   lease_expires_at = now() + interval '15 minutes',
+                                   first_claimed_at = coalesce(first_claimed_at, (SELECT started_at FROM a))
                              WHERE id = '{unit}' RETURNING id, fleet, current_attempt_id),
                       e AS (INSERT INTO work_unit_events (fleet, unit_id, attempt_id, event_type, from_state, to_state, agent_id)
                             SELECT fleet, id, current_attempt_id, 'claimed', 'ready', 'claimed', '{agent}' FROM u)

@@ -109,9 +109,10 @@ async fn one_live_claim_per_agent_per_fleet() {
     app.raw_claim(&a, "agent-1").await;
     let err = app
         .sql_refused(&format!(
-            "WITH x AS (INSERT INTO work_unit_attempts (fleet, unit_id, attempt_no, agent_id) VALUES ('f', '{b}', 1, 'agent-1') RETURNING id)
+            "WITH x AS (INSERT INTO work_unit_attempts (fleet, unit_id, attempt_no, agent_id) VALUES ('f', '{b}', 1, 'agent-1') RETURNING id, started_at)
              UPDATE work_units SET state = 'claimed', claimed_by = 'agent-1', current_attempt_id = (SELECT id FROM x),
-                    attempt_count = 1, lease_expires_at = now() + interval '1 hour' WHERE id = '{b}'"
+                    attempt_count = 1, lease_expires_at = now() + interval '1 hour',
+                    first_claimed_at = (SELECT started_at FROM x) WHERE id = '{b}'"
         ))
         .await;
     assert!(err.contains("work_units_one_live_claim_per_agent"), "{err}");
@@ -368,4 +369,52 @@ async fn an_answered_question_is_history() {
     }
     let q = app.sql_json("SELECT question, answer, answered_by FROM blocking_questions").await;
     assert_eq!(q, vec![json!({ "question": "which schema?", "answer": "v2", "answered_by": "op" })]);
+}
+
+/// The first claim a unit carries for the cycle times (migration 0035): the
+/// claim that makes attempt 1 writes its start, a reclaim leaves it, and no
+/// hand moves it or claims without it.
+#[tokio::test]
+async fn a_units_first_claim_is_the_start_of_its_first_attempt_for_good() {
+    let app = spawn_app().await;
+    let (unit, first) = working_unit(&app, "c").await;
+    let first_claim = format!(
+        "SELECT count(*) FROM work_units u JOIN work_unit_attempts a ON a.id = '{first}'
+          WHERE u.id = '{unit}' AND u.first_claimed_at = a.started_at"
+    );
+    assert_eq!(app.sql_i64(&first_claim).await, 1, "the claim wrote attempt 1's start");
+
+    // Reclaimed by another agent: attempt 2, the first claim stays.
+    app.expire_lease(&unit).await;
+    let other = Agent::new(&app, "f", "agent-other", Role::Agent).await;
+    let second = other.claim_unit(&unit, json!({})).await.str("currentAttemptId");
+    assert_ne!(second, first);
+    assert_eq!(app.sql_i64(&first_claim).await, 1, "a reclaim leaves the first claim");
+
+    let err =
+        owner_refused(&app, &[&format!("UPDATE work_units SET first_claimed_at = now() WHERE id = '{unit}'")]).await;
+    assert!(err.contains("work_units_first_claim_immutable"), "{err}");
+    let err =
+        owner_refused(&app, &[&format!("UPDATE work_units SET first_claimed_at = NULL WHERE id = '{unit}'")]).await;
+    assert!(err.contains("work_units_first_claim_immutable"), "{err}");
+    assert_eq!(app.sql_i64(&first_claim).await, 1);
+
+    // A hand's claim without it, and a first claim on a unit never claimed.
+    let fresh = app.raw_unit("f", "fresh").await;
+    let err = owner_refused(
+        &app,
+        &[&format!(
+            "WITH x AS (INSERT INTO work_unit_attempts (fleet, unit_id, attempt_no, agent_id)
+                        VALUES ('f', '{fresh}', 1, 'agent-z') RETURNING id)
+             UPDATE work_units SET state = 'claimed', claimed_by = 'agent-z', current_attempt_id = (SELECT id FROM x),
+                    attempt_count = 1, lease_expires_at = now() + interval '1 hour' WHERE id = '{fresh}'"
+        )],
+    )
+    .await;
+    assert!(err.contains("work_units_first_claim_when_claimed"), "{err}");
+    let err =
+        owner_refused(&app, &[&format!("UPDATE work_units SET first_claimed_at = now() WHERE id = '{fresh}'")]).await;
+    assert!(err.contains("work_units_first_claim_when_claimed"), "{err}");
+    let unclaimed = format!("SELECT count(*) FROM work_units WHERE id = '{fresh}' AND first_claimed_at IS NULL");
+    assert_eq!(app.sql_i64(&unclaimed).await, 1);
 }

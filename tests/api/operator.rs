@@ -147,7 +147,7 @@ async fn audit_is_clean_on_a_worked_ledger_and_catches_each_rule_broken_by_hand(
     let clean = work_ledger(&app, &["audit"], None);
     assert!(clean.status.success(), "{}\n{}", text(&clean.stdout), text(&clean.stderr));
     assert_eq!(text(&clean.stdout), "", "no findings");
-    assert!(text(&clean.stderr).contains("audit clean: 16 rules checked"), "{}", text(&clean.stderr));
+    assert!(text(&clean.stderr).contains("audit clean: 17 rules checked"), "{}", text(&clean.stderr));
 
     // A superuser breaks one rule per unit, triggers and foreign keys off
     // (`session_replication_role = replica`); indexes still hold, so the one
@@ -159,6 +159,7 @@ async fn audit_is_clean_on_a_worked_ledger_and_catches_each_rule_broken_by_hand(
     let corruptions = format!(
         "SET session_replication_role = replica;
          UPDATE work_units SET cost_cents = cost_cents + 1 WHERE id = '{done}';
+         UPDATE work_units SET first_claimed_at = first_claimed_at - interval '1 hour' WHERE id = '{done}';
          DELETE FROM work_unit_events WHERE unit_id = '{dropped}' AND event_type = 'disposed';
          INSERT INTO work_unit_attempts (fleet, unit_id, attempt_no, agent_id, outcome, ended_at)
          SELECT fleet, id, 2, 'agent-z', 'abandoned', now() FROM work_units WHERE id = '{dropped}';
@@ -192,6 +193,7 @@ async fn audit_is_clean_on_a_worked_ledger_and_catches_each_rule_broken_by_hand(
         assert!(found.contains(&(unit.to_owned(), rule.to_owned())), "{rule} on {unit} not found in:\n{out}");
     };
     expect(done, "cost_rollup");
+    expect(done, "first_claims");
     expect(dropped, "terminal_is_disposed");
     expect(reclaimed, "one_open_attempt_per_unit");
     expect(verified, "attempts_dense");
@@ -215,7 +217,7 @@ async fn audit_is_clean_on_a_worked_ledger_and_catches_each_rule_broken_by_hand(
     // And wrote cost days that no cost record has.
     expect("-", "cost_days");
     let rules: BTreeSet<&str> = found.iter().map(|(_, rule)| rule.as_str()).collect();
-    assert_eq!(rules.len(), 16, "every rule caught its breach: {out}");
+    assert_eq!(rules.len(), 17, "every rule caught its breach: {out}");
 
     // Another fleet's audit sees none of it.
     let elsewhere = work_ledger(&app, &["audit", "--fleet", "g"], None);

@@ -28,9 +28,10 @@ async fn claim(app: &TestApp, unit: &str, agent: &str, at: &str) {
               a AS (INSERT INTO work_unit_attempts (fleet, unit_id, attempt_no, agent_id, started_at)
                     SELECT fleet, id, attempt_count + 1, '{agent}', '{at}' FROM work_units
                      WHERE fleet = 'g' AND external_ref = '{unit}'
-                    RETURNING id, unit_id, attempt_no)
+                    RETURNING id, unit_id, attempt_no, started_at)
          UPDATE work_units u SET state = 'claimed', claimed_by = '{agent}', current_attempt_id = a.id,
-                attempt_count = a.attempt_no, lease_expires_at = '{at}'::timestamptz + interval '15 minutes'
+                attempt_count = a.attempt_no, lease_expires_at = '{at}'::timestamptz + interval '15 minutes',
+                first_claimed_at = coalesce(u.first_claimed_at, a.started_at)
            FROM a WHERE u.id = a.unit_id"
     ))
     .await;

@@ -263,6 +263,7 @@ DECLARE
     held work_units;
     pick work_units;
     v_attempt uuid;
+    v_started timestamptz;
     w work_units;
 BEGIN
     PERFORM ledger_begin(p_fleet, p_notify);
@@ -288,11 +289,13 @@ BEGIN
             UPDATE work_unit_attempts a SET outcome = 'superseded', ended_at = now() WHERE a.id = pick.current_attempt_id;
         END IF;
         INSERT INTO work_unit_attempts AS a (fleet, unit_id, attempt_no, agent_id)
-        VALUES (p_fleet, pick.id, pick.attempt_count + 1, p_agent) RETURNING a.id INTO v_attempt;
+        VALUES (p_fleet, pick.id, pick.attempt_count + 1, p_agent) RETURNING a.id, a.started_at INTO v_attempt, v_started;
+        -- first_claimed_at (0035): attempt 1's start, kept for the cycle times.
         UPDATE work_units u
            SET state = 'claimed', claimed_by = p_agent, current_attempt_id = v_attempt,
                attempt_count = pick.attempt_count + 1, lease_expires_at = now() + p_lease * interval '1 second',
-               last_heartbeat_at = now(), updated_at = clock_timestamp()
+               last_heartbeat_at = now(), updated_at = clock_timestamp(),
+               first_claimed_at = coalesce(u.first_claimed_at, v_started)
          WHERE u.id = pick.id
         RETURNING u.* INTO w;
         IF pick.state <> 'ready' THEN
