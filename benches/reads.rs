@@ -403,7 +403,8 @@ async fn main() -> Result<(), AnyError> {
         ))
         .await?
         .ok_or("no events")?;
-    let until: chrono::DateTime<chrono::Utc> = newest.try_get("", "at")?;
+    let until: chrono::DateTime<chrono::Utc> =
+        newest.try_get::<Option<chrono::DateTime<chrono::Utc>>>("", "at")?.ok_or("the fleet has no events")?;
     let range_end = until.to_rfc3339();
     let vars = json!({
         "from": (until - chrono::Duration::days(30)).to_rfc3339(),

@@ -50,7 +50,8 @@ totals() {
 ALTER TABLE work_units $act TRIGGER work_units_change_recorded, $act TRIGGER work_units_claim_recorded,
   $act TRIGGER work_units_disposal_days, $act TRIGGER work_units_evidence_guard, $act TRIGGER work_units_guard,
   $act TRIGGER work_units_holder_guard, $act TRIGGER work_units_insert_guard, $act TRIGGER work_units_totals_added,
-  $act TRIGGER work_units_totals_moved;
+  $act TRIGGER work_units_totals_moved, $act TRIGGER work_units_first_claim_guard,
+  $act TRIGGER work_units_first_claim_recorded;
 ALTER TABLE work_unit_attempts $act TRIGGER work_unit_attempts_claim_days, $act TRIGGER work_unit_attempts_guard,
   $act TRIGGER work_unit_attempts_history_guard, $act TRIGGER work_unit_attempts_totals_moved;
 ALTER TABLE work_unit_events $act TRIGGER work_unit_events_totals;

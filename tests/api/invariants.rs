@@ -373,7 +373,7 @@ async fn an_answered_question_is_history() {
 
 /// The first claim a unit carries for the cycle times (migration 0035): the
 /// claim that makes attempt 1 writes its start, a reclaim leaves it, and no
-/// hand moves it or claims without it.
+/// hand moves it, claims without it or sets it to another time.
 #[tokio::test]
 async fn a_units_first_claim_is_the_start_of_its_first_attempt_for_good() {
     let app = spawn_app().await;
@@ -412,6 +412,26 @@ async fn a_units_first_claim_is_the_start_of_its_first_attempt_for_good() {
     )
     .await;
     assert!(err.contains("work_units_first_claim_when_claimed"), "{err}");
+    // With it, but not attempt 1's start: refused at commit.
+    let err = owner_refused(
+        &app,
+        &[
+            &format!(
+                "WITH x AS (INSERT INTO work_unit_attempts (fleet, unit_id, attempt_no, agent_id)
+                        VALUES ('f', '{fresh}', 1, 'agent-z') RETURNING id, started_at)
+             UPDATE work_units SET state = 'claimed', claimed_by = 'agent-z', current_attempt_id = (SELECT id FROM x),
+                    attempt_count = 1, lease_expires_at = now() + interval '1 hour',
+                    first_claimed_at = (SELECT started_at - interval '1 hour' FROM x) WHERE id = '{fresh}'"
+            ),
+            &format!(
+                "INSERT INTO work_unit_events (fleet, unit_id, attempt_id, event_type, from_state, to_state, agent_id)
+             SELECT fleet, id, current_attempt_id, 'claimed', 'ready', 'claimed', 'agent-z' FROM work_units
+              WHERE id = '{fresh}'"
+            ),
+        ],
+    )
+    .await;
+    assert!(err.contains("work_units_first_claim_is_attempt_1"), "{err}");
     let err =
         owner_refused(&app, &[&format!("UPDATE work_units SET first_claimed_at = now() WHERE id = '{fresh}'")]).await;
     assert!(err.contains("work_units_first_claim_when_claimed"), "{err}");

@@ -28,6 +28,8 @@ DROP INDEX work_units_disposed_at_idx;
 CREATE INDEX work_units_disposed_at_idx ON work_units (fleet, disposed_at)
     INCLUDE (disposition, domain, cost_cents, id, created_at) WHERE disposition IS NOT NULL;
 
+DROP TRIGGER work_units_first_claim_recorded ON work_units;
+DROP FUNCTION work_units_first_claim_recorded();
 DROP TRIGGER work_units_first_claim_guard ON work_units;
 DROP FUNCTION work_units_first_claim_guard();
 ALTER TABLE work_units DROP COLUMN first_claimed_at;

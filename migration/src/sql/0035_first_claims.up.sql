@@ -14,8 +14,9 @@
 -- statement that moves attempt_count from 0 to 1) and carried by the
 -- disposal index, so the current week is an index-only range read.
 -- The table refuses a unit claimed without it (or with it and no attempt);
--- a hand other than the write functions cannot move it; the audit's rule
--- first_claims reconciles it with the attempts.
+-- a hand other than the write functions sets it to attempt 1's start or not
+-- at all, and cannot move it once set; the audit's rule first_claims
+-- reconciles it with the attempts.
 ALTER TABLE work_units ADD COLUMN first_claimed_at timestamptz;
 
 -- Every unit claimed so far, from its first attempt. The guard would stamp
@@ -30,9 +31,6 @@ ALTER TABLE work_units ADD CONSTRAINT work_units_first_claim_when_claimed
     CHECK ((first_claimed_at IS NULL) = (attempt_count = 0));
 
 -- Anyone but the write functions: a first claim, once there, is history.
--- (Which value it is set to is the audit's: in one statement, a hand's
--- attempt and its unit are written by sibling CTEs that cannot see each
--- other, so a row trigger could not compare them.)
 CREATE FUNCTION work_units_first_claim_guard() RETURNS trigger LANGUAGE plpgsql
 SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN
@@ -44,6 +42,26 @@ CREATE TRIGGER work_units_first_claim_guard BEFORE UPDATE OF first_claimed_at ON
     FOR EACH ROW WHEN (current_user <> 'work_ledger_writer' AND OLD.first_claimed_at IS NOT NULL
                        AND NEW.first_claimed_at IS DISTINCT FROM OLD.first_claimed_at)
     EXECUTE FUNCTION work_units_first_claim_guard();
+
+-- And the value such a hand sets is attempt 1's start, checked at commit:
+-- a hand-written claim inserts the attempt and updates the unit in sibling
+-- CTEs of one statement, which cannot see each other's rows, so the check
+-- waits for the transaction's end (as work_units_claim_recorded does).
+CREATE FUNCTION work_units_first_claim_recorded() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, public, pg_temp AS $$
+BEGIN
+    IF (SELECT u.first_claimed_at FROM work_units u WHERE u.id = NEW.id) IS DISTINCT FROM
+       (SELECT a.started_at FROM work_unit_attempts a WHERE a.unit_id = NEW.id AND a.attempt_no = 1) THEN
+        RAISE EXCEPTION 'the first claim of unit % is the start of its attempt 1', NEW.id
+            USING ERRCODE = 'WL001', CONSTRAINT = 'work_units_first_claim_is_attempt_1';
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE CONSTRAINT TRIGGER work_units_first_claim_recorded AFTER UPDATE OF first_claimed_at ON work_units
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW WHEN (current_user <> 'work_ledger_writer' AND NEW.first_claimed_at IS DISTINCT FROM OLD.first_claimed_at)
+    EXECUTE FUNCTION work_units_first_claim_recorded();
 
 -- 0022's disposal index, carrying the first claim too.
 DROP INDEX work_units_disposed_at_idx;
