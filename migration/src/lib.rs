@@ -116,6 +116,8 @@ impl MigratorTrait for Migrator {
             ),
             // The first claim kept on the unit: the current week's cycle times read from the disposal index alone.
             sql_migration!("m20261211_000035_first_claims", "0035_first_claims"),
+            // A state change of a unit with cost moves its cost days without reading its attempts.
+            sql_migration!("m20261211_000036_cost_days_moved_lean", "0036_cost_days_moved_lean"),
         ]
     }
 }
