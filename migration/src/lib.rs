@@ -118,6 +118,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261211_000035_first_claims", "0035_first_claims"),
             // A state change of a unit with cost moves its cost days without reading its attempts.
             sql_migration!("m20261211_000036_cost_days_moved_lean", "0036_cost_days_moved_lean"),
+            // A cost record written as its unit's latest adds its day without recounting the unit's days.
+            sql_migration!("m20261211_000037_cost_days_recorded_lean", "0037_cost_days_recorded_lean"),
         ]
     }
 }
