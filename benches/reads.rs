@@ -164,6 +164,10 @@ fn graphql_reads() -> Vec<(&'static str, &'static str)> {
             "{ events(first: 100, filter: { agentId: \"agent-007\" }) { totalCount edges { node { id } } } }",
         ),
         (
+            "events(first: 100, filter: {agentId}) of an agent without events, with totalCount",
+            "{ events(first: 100, filter: { agentId: \"agent-none\" }) { totalCount edges { node { id } } } }",
+        ),
+        (
             "questions(first: 100, asked: 30 days) with totalCount",
             "query($from: DateTime) { questions(first: 100, asked: { from: $from }) { totalCount edges { node { id } } } }",
         ),

@@ -120,6 +120,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261211_000036_cost_days_moved_lean", "0036_cost_days_moved_lean"),
             // A cost record written as its unit's latest adds its day without recounting the unit's days.
             sql_migration!("m20261211_000037_cost_days_recorded_lean", "0037_cost_days_recorded_lean"),
+            // An agent's events found by the agent, not among the fleet's.
+            sql_migration!("m20261211_000038_events_by_agent", "0038_events_by_agent"),
         ]
     }
 }
