@@ -7,10 +7,11 @@
 -- 0.43-0.57 ms a record, about 15% of the database's time for a
 -- claim-and-finish that records cost (300 jobs in one transaction on the
 -- 1M-unit ledger, pg_stat_xact_user_functions). A record the write path
--- makes is dated now, so no record of its unit is on a later day, and its
--- delta is one row per level: its day, the unit's (or the agent's) last day
--- with cost before it, one unit if the day is new to the unit (or the agent),
--- and its cost. A record dated before another of its unit (an owner's hand
+-- makes is dated now, so no earlier record of its unit is on a later day,
+-- and its delta is at most one row per level (the unit; the agent of its
+-- attempt, if it has one): its day, the last earlier day with cost, one unit
+-- if the day is new at that level, and its cost (no row for no cost on a day
+-- that had some). A record written after one on a later day (an owner's hand
 -- writing history) still takes 0029's recount. The audit's cost_days rule
 -- reconciles both with cost_unit_days.
 CREATE OR REPLACE FUNCTION cost_days_recorded() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
