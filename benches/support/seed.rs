@@ -71,6 +71,13 @@ const SCRIPT: &str = "
 /// The longest history in [`SCRIPT`]: the fewest events per unit.
 pub const MIN_EVENTS_PER_UNIT: i64 = 10;
 
+/// When attempt `k` of a seeded unit started (an SQL expression over the
+/// unit's `created_at`): the attempts' `started_at`, and attempt 1's is the
+/// unit's `first_claimed_at`.
+fn attempt_start(k: &str) -> String {
+    format!("created_at + ({k} * 4 - 2) * interval '1 minute'")
+}
+
 /// What the seed built, and how long each step took.
 pub struct Seeded {
     pub units: i64,
@@ -161,25 +168,28 @@ pub async fn seed(db: &DatabaseConnection, units: i64, events: i64) -> Result<Se
                              WHEN kind = 'abandoned' THEN ARRAY['https://wiki.example/u' || g]
                              ELSE '{{}}'::text[] END,
                         created_at, created_at + {e} * interval '1 minute',
-                        -- attempt 1's start (below): every seeded unit was claimed.
-                        created_at + interval '2 minutes'
-                   FROM seed_units"
+                        -- Every seeded unit was claimed: attempt 1's start.
+                        {first_claim}
+                   FROM seed_units",
+                first_claim = attempt_start("1")
             ),
         ),
         (
             "attempts",
+            format!(
             "INSERT INTO work_unit_attempts (id, fleet, unit_id, attempt_no, agent_id, outcome, cost_cents, evidence_url,
                                              started_at, ended_at)
              SELECT CASE WHEN k = 1 THEN a1 ELSE a2 END, fleet, id, k, CASE WHEN k = 1 THEN agent1 ELSE agent2 END,
                     o.outcome::attempt_outcome, CASE WHEN k = 1 THEN cost1 ELSE cost2 END,
                     CASE WHEN o.outcome = 'verified' THEN 'https://ci.example/u' || g END,
-                    created_at + (k * 4 - 2) * interval '1 minute',
+                    {started},
                     CASE WHEN o.outcome IS NOT NULL THEN created_at + (k * 4 + 2) * interval '1 minute' END
                FROM seed_units, generate_series(1, attempts) k,
                     LATERAL (SELECT CASE WHEN kind IN ('held', 'stalled', 'blocked') THEN NULL
                                          WHEN kind IN ('done', 'done_q', 'verified') OR k = 2 THEN 'verified'
-                                         ELSE 'failed' END AS outcome) o"
-                .to_owned(),
+                                         ELSE 'failed' END AS outcome) o",
+                started = attempt_start("k")
+            ),
         ),
         (
             "questions",
