@@ -312,27 +312,31 @@ async fn execute(state: &AppState, principal: Principal, batch: BatchRequest, me
             (response_body(response, failed), status)
         }
         BatchResponse::Batch(responses) => {
-            let bodies = responses
+            let bodies: Vec<String> = responses
                 .into_iter()
                 .zip(started.iter().map(|s| !s.get()).chain(std::iter::repeat(false)))
                 .map(|(response, failed)| response_body(response, failed))
                 .collect();
-            (Value::Array(bodies), StatusCode::OK)
+            (format!("[{}]", bodies.join(",")), StatusCode::OK)
         }
     };
-    (status, [(header::CONTENT_TYPE, media.content_type())], body.to_string()).into_response()
+    (status, [(header::CONTENT_TYPE, media.content_type())], body).into_response()
 }
 
-/// A response as JSON. A request error (nothing executed) has no `data`
-/// entry, and every error of it has a code.
-fn response_body(mut response: GqlResponse, request_error: bool) -> Value {
-    if request_error {
-        response.errors =
-            std::mem::take(&mut response.errors).into_iter().map(|err| with_code(err, VALIDATION_FAILED)).collect();
+/// A response as JSON text, written straight from the response's values (a
+/// 2,920-row `throughput` is not built a second time as a JSON tree). A
+/// request error (nothing executed) has no `data` entry, and every error of
+/// it has a code.
+fn response_body(mut response: GqlResponse, request_error: bool) -> String {
+    const NO_DATA: &str = r#"{"data":null}"#;
+    if !request_error {
+        return serde_json::to_string(&response).unwrap_or_else(|_| NO_DATA.to_owned());
     }
+    response.errors =
+        std::mem::take(&mut response.errors).into_iter().map(|err| with_code(err, VALIDATION_FAILED)).collect();
     let mut body = serde_json::to_value(&response).unwrap_or_else(|_| serde_json::json!({ "data": null }));
-    if request_error && let Value::Object(fields) = &mut body {
+    if let Value::Object(fields) = &mut body {
         fields.remove("data");
     }
-    body
+    body.to_string()
 }

@@ -138,3 +138,28 @@ async fn get_runs_queries_only() {
         get(&[("query", &format!("{{ __type(name: \"WorkUnit\") {{ fields {{ type {{ {deep} }} }} }} }}"))]).await;
     assert!(body["errors"][0]["message"].as_str().unwrap_or_default().contains("nested too deep"), "{body}");
 }
+
+/// The GraphQL spec's serialized map ordering: a response's entries come in
+/// the order the query selected them, not sorted (the response was once built
+/// again as a `serde_json` map, which sorts its keys), in a single request and
+/// in a batch alike.
+#[tokio::test]
+async fn response_maps_follow_the_selection_order() {
+    let app = spawn_app().await;
+    let token = app.token("f", "reader", Role::Reader).await;
+    let query = "{ zulu: serverTime me { name fleet } alpha: serverTime }";
+    let in_order = |text: &str, keys: &[&str]| {
+        let at: Vec<usize> =
+            keys.iter().map(|k| text.find(&format!("\"{k}\"")).unwrap_or_else(|| panic!("{k} in {text}"))).collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{keys:?} out of selection order in {text}");
+    };
+    for body in [json!({ "query": query }), json!([{ "query": query }, { "query": query }])] {
+        let resp = app.http.post(app.url("/graphql")).bearer_auth(&token).json(&body).send().await.expect("POST");
+        assert_eq!(resp.status(), 200);
+        let text = resp.text().await.expect("body");
+        let answers: Value = serde_json::from_str(&text).expect("JSON");
+        let first = if answers.is_array() { &answers[0] } else { &answers };
+        assert_eq!(first["data"]["me"]["name"], "reader", "{text}");
+        in_order(&text, &["zulu", "me", "name", "fleet", "alpha"]);
+    }
+}
