@@ -122,6 +122,8 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261211_000037_cost_days_recorded_lean", "0037_cost_days_recorded_lean"),
             // An agent's events found by the agent, not among the fleet's.
             sql_migration!("m20261211_000038_events_by_agent", "0038_events_by_agent"),
+            // A page of the roster computes its own names only: roster(fleet, after, limit) under v_agents.
+            sql_migration!("m20261212_000039_roster_pages", "0039_roster_pages"),
         ]
     }
 }

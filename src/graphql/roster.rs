@@ -66,7 +66,8 @@ pub struct RosterQuery;
 impl RosterQuery {
     /// The fleet's agents (`v_agents`), one per name, ordered by name (keyset
     /// cursors); `status` lists one status only, e.g. SILENT for the agents
-    /// that vanished with a unit. Every name of the fleet is looked at: a
+    /// that vanished with a unit. A page looks at its own names only; with
+    /// `status` (or `totalCount`), every name of the fleet is looked at: a
     /// fleet-wide read.
     #[graphql(complexity = "super::pagination::page_cost(first, child_complexity)")]
     async fn agents(

@@ -218,8 +218,9 @@ impl Ledger {
         Ok(split(rows, first, total))
     }
 
-    /// The roster (`v_agents`), by name; `status` keeps the agents of one
-    /// status. Fleet-wide: every name of the fleet is looked at.
+    /// The roster (`roster()`), by name; `status` keeps the agents of one
+    /// status. A page without a status looks at its own names only; with a
+    /// status, at every name after the cursor (fleet-wide, as is `totalCount`).
     pub async fn agents_page(
         &self,
         who: &Principal,
@@ -228,8 +229,8 @@ impl Ledger {
     ) -> Result<Page<AgentRow>, LedgerError> {
         let first = validate::first(args.first)?;
         let after = args.after.as_deref().map(|c| cursor::decode_name(List::Agents, c)).transpose()?;
-        let mut query = reads::agents(&who.fleet, status);
-        let total = Total(query.count());
+        let total = Total(reads::agents(&who.fleet, status, None, None).count());
+        let mut query = reads::agents(&who.fleet, status, after.clone(), Some(first + 1));
         query.page_by_text("v.name", after, first + 1);
         let rows = self.scan(who, move |tx| Box::pin(async move { Ok(query.rows::<AgentRow>(tx).await?) })).await?;
         Ok(split(rows, first, total))

@@ -472,6 +472,26 @@ impl TestApp {
         rows.iter().map(|r| r.try_get::<Value>("", "j").expect("json")).collect()
     }
 
+    /// The index scans of `table` that `sql` made, run as the application
+    /// role in `fleet`: the database's own count of the probes a statement
+    /// took (`pg_stat_xact_user_tables`, this transaction's).
+    pub async fn app_role_index_scans(&self, fleet: &str, table: &str, sql: &str) -> i64 {
+        let tx = self.app_role_tx(Some(fleet)).await;
+        let scans = Statement::from_sql_and_values(
+            sea_orm::DbBackend::Postgres,
+            "SELECT coalesce((SELECT idx_scan FROM pg_stat_xact_user_tables WHERE relname = $1), 0) AS n",
+            [table.into()],
+        );
+        let count = |row: Option<sea_orm::QueryResult>| row.expect("a row").try_get::<i64>("", "n").expect("n");
+        let before = count(tx.query_one_raw(scans.clone()).await.expect("scans"));
+        tx.query_all_raw(Statement::from_string(sea_orm::DbBackend::Postgres, sql))
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let after = count(tx.query_one_raw(scans).await.expect("scans"));
+        tx.rollback().await.expect("rollback");
+        after - before
+    }
+
     /// Statements in one transaction that commits, so that deferred
     /// constraint triggers run too: the error text of the first refusal
     /// (statement or commit), if any. `role` `None` is the owner, the only

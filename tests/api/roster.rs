@@ -391,3 +391,34 @@ async fn a_name_whose_tokens_all_expired_is_revoked() {
         roster.body
     );
 }
+
+/// A page of the roster looks at its own names, not at every name the fleet
+/// ever had (issue 27): names accumulate over the life of a ledger, and a
+/// page of 100 read every one of them with its probes. Counted by the
+/// database: the index scans of the attempts a page makes stay those of its
+/// own names (the name walk, each name's latest claim and claims today),
+/// while the whole roster makes them for every name.
+#[tokio::test]
+async fn a_roster_page_probes_only_its_own_names() {
+    let app = spawn_app().await;
+    let op = Agent::new(&app, "f", "op", Role::Operator).await;
+    let refs: Vec<String> = (0..30).map(|i| format!("u{i}")).collect();
+    app.register(&op.token, &refs.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    for i in 0..30 {
+        Agent::new(&app, "f", &format!("agent-{i:02}"), Role::Agent).await.claim_next(json!({})).await.data();
+    }
+    let reader = Agent::new(&app, "f", "watcher", Role::Reader).await;
+    let page = reader.run(ROSTER, json!({ "first": 3 })).await;
+    assert_eq!(names(&page.data()["agents"]), ["agent-00", "agent-01", "agent-02"]);
+    assert_eq!(page.data()["agents"]["totalCount"], 31, "thirty agents and the operator");
+    let cursor = page.data()["agents"]["pageInfo"]["endCursor"].clone();
+    let next = reader.run(ROSTER, json!({ "first": 3, "after": cursor })).await;
+    assert_eq!(names(&next.data()["agents"]), ["agent-03", "agent-04", "agent-05"]);
+
+    // The statement of the second page (one more row tells hasNextPage).
+    let paged = "SELECT v.name FROM roster('f', 'agent-02', 4) v WHERE v.fleet = 'f' ORDER BY v.name LIMIT 4";
+    let page_scans = app.app_role_index_scans("f", "work_unit_attempts", paged).await;
+    let whole_scans = app.app_role_index_scans("f", "work_unit_attempts", "SELECT count(*) FROM v_agents").await;
+    assert!(page_scans <= 20, "four names, three probes each and the walk's first: {page_scans}");
+    assert!(whole_scans >= 90, "thirty names, three probes each: {whole_scans}");
+}

@@ -1,5 +1,5 @@
-//! The fleet roster (`v_agents`, migration 0017): one row per agent name,
-//! paged by name.
+//! The fleet roster (`v_agents`, migration 0017; `roster()`, 0039): one row
+//! per agent name, paged by name.
 
 use async_graphql::Enum;
 use chrono::{DateTime, Utc};
@@ -54,14 +54,21 @@ pub struct AgentRow {
     pub token_last_used_at: Option<DateTime<Utc>>,
 }
 
-/// The roster of `fleet`, optionally of one status (not yet paged: see
-/// [`Query::page_by_text`] on `v.name`).
-pub fn agents(fleet: &str, status: Option<AgentStatus>) -> Query {
+/// The roster of `fleet` after the name `after`, optionally of one status
+/// (not yet ordered nor cut: see [`Query::page_by_text`] on `v.name`).
+/// Without a status, `roster()` (migration 0039) computes `limit` names at
+/// most, the page's; with one, every name after the cursor is looked at, for
+/// the status is what is kept. `None` and `None`: the whole roster, as its
+/// `totalCount` counts it.
+pub fn agents(fleet: &str, status: Option<AgentStatus>, after: Option<String>, limit: Option<i32>) -> Query {
+    let names = if status.is_some() { None } else { limit.map(i64::from) };
     let mut q = Query::new(
         "SELECT v.name, v.status, v.held_unit_id, v.last_claim_at, v.last_heartbeat_at, v.claims_today, \
                 v.cost_cents_today, v.token_last_used_at \
-           FROM v_agents v WHERE v.fleet = ",
+           FROM roster(",
     );
+    let args = [q.bind(fleet), q.bind(after), q.bind(names)].join(", ");
+    q.push(&format!("{args}) v WHERE v.fleet = "));
     let p = q.bind(fleet);
     q.push(&p);
     if let Some(status) = status {
