@@ -124,8 +124,6 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261211_000038_events_by_agent", "0038_events_by_agent"),
             // A page of the roster computes its own names only: roster(fleet, after, limit) under v_agents.
             sql_migration!("m20261212_000039_roster_pages", "0039_roster_pages"),
-            // throughput's whole days and their agents read by index only.
-            sql_migration!("m20261212_000040_disposal_days_by_index", "0040_disposal_days_by_index"),
         ]
     }
 }
