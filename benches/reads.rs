@@ -258,9 +258,19 @@ struct Http {
     tokens: Vec<String>,
 }
 
+/// POSTs `query` with `vars` as `token`.
+async fn post(
+    client: &reqwest::Client,
+    url: &str,
+    token: &str,
+    query: &str,
+    vars: &Value,
+) -> Result<reqwest::Response, AnyError> {
+    Ok(client.post(url).bearer_auth(token).json(&json!({ "query": query, "variables": vars })).send().await?)
+}
+
 async fn gql(client: &reqwest::Client, url: &str, token: &str, query: &str, vars: &Value) -> Result<Value, AnyError> {
-    let resp = client.post(url).bearer_auth(token).json(&json!({ "query": query, "variables": vars })).send().await?;
-    let body: Value = resp.json().await?;
+    let body: Value = post(client, url, token, query, vars).await?.json().await?;
     if body.get("errors").is_some() || body.get("data").is_none_or(Value::is_null) {
         return Err(format!("{query} failed: {body}").into());
     }
@@ -285,8 +295,7 @@ async fn gql_timed(
     query: &str,
     vars: &Value,
 ) -> Result<(), AnyError> {
-    let resp = client.post(url).bearer_auth(token).json(&json!({ "query": query, "variables": vars })).send().await?;
-    let body = resp.bytes().await?;
+    let body = post(client, url, token, query, vars).await?.bytes().await?;
     match serde_json::from_slice::<Checked>(&body) {
         Ok(Checked { data: Some(_), errors: None }) => Ok(()),
         _ => Err(format!("{query} failed: {}", String::from_utf8_lossy(&body)).into()),

@@ -230,8 +230,9 @@ impl Ledger {
         let first = validate::first(args.first)?;
         let after = args.after.as_deref().map(|c| cursor::decode_name(List::Agents, c)).transpose()?;
         let total = Total(reads::agents(&who.fleet, status, None, None).count());
-        let mut query = reads::agents(&who.fleet, status, after.clone(), Some(first + 1));
-        query.page_by_text("v.name", after, first + 1);
+        // roster() takes the cursor itself: the page is ordered and cut here.
+        let mut query = reads::agents(&who.fleet, status, after, Some(first + 1));
+        query.page_by_text("v.name", None, first + 1);
         let rows = self.scan(who, move |tx| Box::pin(async move { Ok(query.rows::<AgentRow>(tx).await?) })).await?;
         Ok(split(rows, first, total))
     }

@@ -55,7 +55,8 @@ pub struct AgentRow {
 }
 
 /// The roster of `fleet` after the name `after`, optionally of one status
-/// (not yet ordered nor cut: see [`Query::page_by_text`] on `v.name`).
+/// (not yet ordered nor cut: see [`Query::page_by_text`] on `v.name`, with
+/// no cursor of its own, since `roster()` takes it).
 /// Without a status, `roster()` (migration 0039) computes `limit` names at
 /// most, the page's; with one, every name after the cursor is looked at, for
 /// the status is what is kept. `None` and `None`: the whole roster, as its
