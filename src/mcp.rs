@@ -165,8 +165,9 @@ impl ServerHandler for LedgerTools {
 }
 
 impl LedgerTools {
-    /// Runs the tool's GraphQL field as `who`, through the same executor,
-    /// schema extension (metrics, spans, limits) and resolver as `/graphql`.
+    /// Runs the tool's GraphQL field as `who`, through the same way into the
+    /// schema (limits, metrics, spans: `graphql::executor`) and resolver as
+    /// `/graphql`.
     async fn call(
         &self,
         op: &'static contract::Operation,

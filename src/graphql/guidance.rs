@@ -14,7 +14,7 @@ use async_graphql::registry::{MetaType, Registry};
 const MAX_SUGGESTIONS: usize = 4;
 
 /// `err` (a validation error) with a hint when it names something unknown
-/// (the schema's one extension, [`super::hooks`], calls it for each).
+/// ([`super::executor`] calls it for each).
 pub(super) fn teach(registry: &Registry, mut err: ServerError) -> ServerError {
     if let Some(hint) = hint(registry, &err.message) {
         err.message.push(' ');

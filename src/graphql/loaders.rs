@@ -4,10 +4,10 @@
 //! the query, whatever the number of parents.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
+use async_graphql::Context;
 use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
-use async_graphql::extensions::ExtensionContext;
-use async_graphql::{Context, Data};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
@@ -40,7 +40,7 @@ pub async fn prefetch_returned(ctx: &Context<'_>, units: &[work_unit::Model]) {
 /// error reported on its own field, the rest of the response delivered) as
 /// without it, and a write that committed is still answered with its unit.
 async fn head_start(ctx: &Context<'_>, node: &async_graphql::Lookahead<'_>, units: &[work_unit::Model]) {
-    let Some(loaders) = ctx.data_opt::<Loaders>() else { return };
+    let Some(loaders) = ctx.data_opt::<RequestLoaders>().map(RequestLoaders::get) else { return };
     if let Err(err) = relations(loaders, node, units).await {
         tracing::debug!(error = ?err.message, "reading the relations up front failed; loading them one by one");
     }
@@ -350,16 +350,35 @@ pub fn now(ctx: &Context<'_>) -> DateTime<Utc> {
     ctx.data_opt::<RequestTime>().map_or_else(Utc::now, |t| t.0)
 }
 
-/// The one place DataLoaders are made: every execution gets its own, with
-/// the caller's principal. That is one per HTTP operation (each operation of
-/// a batch too) and one per subscription payload: a subscription runs for
-/// hours, and one loader per connection would cache what it loaded (and serve
-/// stale units) for as long. The data of one execution (the schema's one
-/// extension, [`super::hooks`], runs it with them); `None` without a caller.
-pub(super) fn per_execution(ctx: &ExtensionContext<'_>) -> Option<Data> {
-    let (who, ledger) = (ctx.data_opt::<Principal>()?, ctx.data_opt::<Ledger>()?);
-    let mut data = Data::default();
-    data.insert(for_request(ledger.clone(), who.clone()));
-    data.insert(RequestTime(Utc::now()));
-    Some(data)
+/// The one place DataLoaders are made: every request gets its own, with the
+/// caller's principal ([`super::executor`] puts it into its data), made when
+/// a resolver first asks for it. That is one per HTTP operation (each
+/// operation of a batch too), MCP call and WebSocket operation. A
+/// subscription runs for hours, and a loader that cached what it loaded
+/// would serve stale units for as long: a subscription's loader batches each
+/// payload's keys but caches nothing. Most subscriptions never make theirs
+/// (`ledgerEvents` with the event's own fields), and 10,000 of them hold no
+/// loader at all.
+pub struct RequestLoaders {
+    ledger: Ledger,
+    who: Principal,
+    subscription: bool,
+    made: OnceLock<Loaders>,
+}
+
+impl RequestLoaders {
+    pub(super) fn new(ledger: &Ledger, who: &Principal, subscription: bool) -> Self {
+        Self { ledger: ledger.clone(), who: who.clone(), subscription, made: OnceLock::new() }
+    }
+
+    /// The request's loaders, made on first use.
+    pub fn get(&self) -> &Loaders {
+        self.made.get_or_init(|| {
+            let loaders = for_request(self.ledger.clone(), self.who.clone());
+            if self.subscription {
+                loaders.enable_all_cache(false);
+            }
+            loaders
+        })
+    }
 }

@@ -3,8 +3,8 @@
 mod agent_reads;
 mod aggregates;
 pub mod error;
+mod executor;
 mod guidance;
-mod hooks;
 pub mod loaders;
 mod notes;
 mod operation_metrics;
@@ -44,7 +44,7 @@ pub struct Query(
 #[derive(MergedObject, Default)]
 pub struct Mutation(units::UnitMutation, work::WorkMutation);
 
-pub type LedgerSchema = Schema<Query, Mutation, Subscription>;
+pub use executor::LedgerSchema;
 
 /// SPEC §9: query depth 12 and a complexity budget. A paged field costs
 /// `first` times what one item costs ([`pagination::page_cost`]), so the
@@ -60,13 +60,13 @@ pub const MAX_COMPLEXITY: usize = 50_000;
 /// `metrics`: count and time every operation (the service exports metrics).
 /// `live` feeds `waitForAnswer`.
 pub fn build_schema(ledger: Ledger, live: Live, metrics: bool) -> LedgerSchema {
-    Schema::build(Query::default(), Mutation::default(), Subscription)
-        .data(ledger)
+    let raw = Schema::build(Query::default(), Mutation::default(), Subscription)
+        .data(ledger.clone())
         .data(agent_reads::LiveFeeds(live))
-        .extension(hooks::Hooks { metrics })
         .limit_depth(MAX_DEPTH)
         .limit_complexity(MAX_COMPLEXITY)
-        .finish()
+        .finish();
+    LedgerSchema::new(raw, ledger, metrics)
 }
 
 /// The SDL that `schema.graphql` must equal.
@@ -86,5 +86,7 @@ fn ledger<'a>(ctx: &Context<'a>) -> &'a Ledger {
 
 /// The request's DataLoader (see `loaders::per_execution`).
 fn loaders<'a>(ctx: &Context<'a>) -> std::result::Result<&'a loaders::Loaders, LedgerError> {
-    ctx.data_opt::<loaders::Loaders>().ok_or_else(|| LedgerError::internal("request without DataLoader"))
+    ctx.data_opt::<loaders::RequestLoaders>()
+        .map(loaders::RequestLoaders::get)
+        .ok_or_else(|| LedgerError::internal("request without DataLoader"))
 }

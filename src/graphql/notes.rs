@@ -20,7 +20,7 @@ pub fn note(ctx: &Context<'_>, key: &'static str, value: serde_json::Value) {
 }
 
 /// Moves the notes of a request into its response's `extensions` (the
-/// schema's one extension, [`super::hooks`], once execution is done).
+/// executor, [`super::executor`], once execution is done).
 pub(super) fn into_response(notes: &Notes, response: &mut Response) {
     let taken = std::mem::take(&mut *notes.0.lock().unwrap_or_else(|e| e.into_inner()));
     for (key, value) in taken {

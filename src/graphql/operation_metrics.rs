@@ -4,39 +4,93 @@
 //! A document that does not parse or validate is counted as `invalid`: its
 //! names are the client's, and labels must stay bounded.
 //!
-//! Each root field also runs in a span of its own, the ledger operation
-//! (exported over OTLP when configured, see [`crate::telemetry`]): named
-//! after the field, with the caller's fleet and agent, the unit (from the
-//! `unitId`/`id` argument, the unit the operation returned, or the unit a
-//! claim took) and the result code. Never the token.
+//! Each query or mutation also runs in a span of its own, the ledger
+//! operation (exported over OTLP when configured, see [`crate::telemetry`]):
+//! named after its first root field, with the caller's fleet and agent, the
+//! unit (from that field's `unitId`/`id` argument, the unit it returned, or
+//! the unit a claim took) and the result code. Never the token.
 
-use std::future::Future;
-use std::sync::Mutex;
 use std::time::Instant;
 
-use async_graphql::extensions::{ExtensionContext, NextResolve, ResolveInfo};
-use async_graphql::parser::types::{ExecutableDocument, Selection};
-use async_graphql::{Response, ServerError, ServerResult, Value, Variables};
-use tracing::Instrument;
+use async_graphql::parser::types::{ExecutableDocument, Field, OperationType, Selection};
+use async_graphql::{Response, ServerError, Value, Variables};
+use tracing::Span;
 
+use super::request_errors::selected;
 use crate::auth::Principal;
 use crate::ledger::Ledger;
 use crate::metrics::{Operation, OperationName};
 
-/// What one request's metrics and spans need to know (held by the schema's
-/// one extension, [`super::hooks`]). `metrics`: count and time requests (off
-/// when the service exports no metrics); spans are made either way.
-#[derive(Default)]
-pub(super) struct PerRequest {
-    metrics: bool,
-    /// The first root field of the parsed document.
-    root_field: Mutex<Option<String>>,
-    /// The request's variables (a unit id may come in one).
-    variables: Mutex<Option<Variables>>,
+/// What a request's metrics and span know of its document: the operation's
+/// type and its first root field, with that field's unit argument.
+#[derive(Debug, Clone)]
+pub(super) struct Root {
+    pub ty: OperationType,
+    /// The first root field; `None` when the operation starts with a fragment.
+    pub field: Option<String>,
+    unit: Option<String>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+impl Root {
+    /// The operation `name` selects in `document`, its variables resolved.
+    pub fn of(document: &ExecutableDocument, name: Option<&str>, variables: &Variables) -> Option<Self> {
+        let operation = selected(document, name)?;
+        let first = operation.node.selection_set.node.items.iter().find_map(|item| match &item.node {
+            Selection::Field(field) => Some(&field.node),
+            _ => None,
+        });
+        Some(Self {
+            ty: operation.node.ty,
+            field: first.map(|f| f.name.node.to_string()),
+            unit: first.and_then(|f| unit_argument(f, variables)),
+        })
+    }
+
+    /// A document without the operation the request names.
+    pub fn unknown() -> Self {
+        Self { ty: OperationType::Query, field: None, unit: None }
+    }
+
+    /// The ledger operation's span (entered by the execution), its unit
+    /// recorded when an argument names it.
+    pub fn span(&self, who: Option<&Principal>) -> Span {
+        let name = self.field.as_deref().unwrap_or("invalid");
+        let span = tracing::info_span!(
+            "ledger.operation",
+            otel.name = name,
+            operation = name,
+            fleet = who.map(|w| w.fleet.as_str()),
+            agent = who.map(|w| w.name.as_str()),
+            unit_id = tracing::field::Empty,
+            code = tracing::field::Empty,
+        );
+        if let Some(unit) = &self.unit {
+            span.record("unit_id", unit.as_str());
+        }
+        span
+    }
+
+    /// The outcome on the span: the unit the first root field returned (a
+    /// claim's), and the code.
+    pub fn finish(&self, span: &Span, response: &Response) {
+        if let (Some(field), Value::Object(data)) = (&self.field, &response.data)
+            && let Some(Value::Object(unit)) = data.get(field.as_str())
+            && let Some(Value::String(id)) = unit.get("id")
+        {
+            span.record("unit_id", id.as_str());
+        }
+        span.record("code", response.errors.first().map(code_of).unwrap_or_else(|| "OK".to_owned()));
+    }
+}
+
+/// The `unitId` (or `id`) argument of a root field, variables resolved.
+fn unit_argument(field: &Field, variables: &Variables) -> Option<String> {
+    let argument = field.get_argument("unitId").or_else(|| field.get_argument("id"))?;
+    let value = argument.node.clone().into_const_with(|name| variables.get(&name).cloned().ok_or(())).ok()?;
+    match value {
+        Value::String(id) => Some(id),
+        _ => None,
+    }
 }
 
 /// SPEC §5's code of an error, `ERROR` when it has none.
@@ -48,102 +102,18 @@ fn code_of(err: &ServerError) -> String {
         .unwrap_or_else(|| "ERROR".to_owned())
 }
 
-impl PerRequest {
-    pub(super) fn new(metrics: bool) -> Self {
-        Self { metrics, ..Self::default() }
-    }
-
-    /// The request, counted and timed by its root field and result code.
-    pub(super) async fn request(&self, ctx: &ExtensionContext<'_>, run: impl Future<Output = Response>) -> Response {
-        if !self.metrics {
-            return run.await;
-        }
-        let started = Instant::now();
-        let response = run.await;
-        let Some(ledger) = ctx.data_opt::<Ledger>() else { return response };
-        let code = response.errors.first().map(code_of).unwrap_or_else(|| "OK".to_owned());
-        let operation = if code.starts_with("GRAPHQL_") {
-            "invalid".to_owned()
-        } else {
-            lock(&self.root_field).clone().unwrap_or_else(|| "invalid".to_owned())
-        };
-        let metrics = ledger.metrics();
-        metrics
-            .latency
-            .get_or_create(&OperationName { operation: operation.clone() })
-            .observe(started.elapsed().as_secs_f64());
-        metrics.requests.get_or_create(&Operation { operation, code }).inc();
-        response
-    }
-
-    /// The variables, before the document is parsed.
-    pub(super) fn variables(&self, variables: &Variables) {
-        *lock(&self.variables) = Some(variables.clone());
-    }
-
-    /// The document parsed and checked: its first root field names the request.
-    pub(super) fn parsed(&self, document: &ExecutableDocument) {
-        let first = document.operations.iter().next().and_then(|(_, operation)| {
-            operation.node.selection_set.node.items.iter().find_map(|item| match &item.node {
-                Selection::Field(field) => Some(field.node.name.node.to_string()),
-                _ => None,
-            })
-        });
-        *lock(&self.root_field) = first;
-    }
-
-    /// A field resolved: a root field in a span of its own.
-    pub(super) async fn resolve(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        info: ResolveInfo<'_>,
-        next: NextResolve<'_>,
-    ) -> ServerResult<Option<Value>> {
-        if info.path_node.parent.is_some() || info.is_for_introspection {
-            return next.run(ctx, info).await;
-        }
-        let who = ctx.data_opt::<Principal>();
-        let span = tracing::info_span!(
-            "ledger.operation",
-            otel.name = info.name,
-            operation = info.name,
-            fleet = who.map(|w| w.fleet.as_str()),
-            agent = who.map(|w| w.name.as_str()),
-            unit_id = tracing::field::Empty,
-            code = tracing::field::Empty,
-        );
-        if let Some(unit) = self.unit_argument(&info) {
-            span.record("unit_id", unit);
-        }
-        let result = next.run(ctx, info).instrument(span.clone()).await;
-        match &result {
-            Ok(value) => {
-                if let Some(Value::Object(unit)) = value
-                    && let Some(Value::String(id)) = unit.get("id")
-                {
-                    span.record("unit_id", id.as_str());
-                }
-                span.record("code", "OK");
-            }
-            Err(err) => {
-                span.record("code", code_of(err));
-            }
-        }
-        result
-    }
-
-    /// The `unitId` (or `id`) argument of a root field, variables resolved.
-    fn unit_argument(&self, info: &ResolveInfo<'_>) -> Option<String> {
-        let argument = info.field.get_argument("unitId").or_else(|| info.field.get_argument("id"))?;
-        let variables = lock(&self.variables);
-        let value = argument
-            .node
-            .clone()
-            .into_const_with(|name| variables.as_ref().and_then(|v| v.get(&name).cloned()).ok_or(()))
-            .ok()?;
-        match value {
-            Value::String(id) => Some(id),
-            _ => None,
-        }
-    }
+/// Counts and times a request that began at `began` (`root`: its checked
+/// document's, `None` when it did not get that far).
+pub(super) fn record(ledger: &Ledger, root: Option<&Root>, began: Instant, response: &Response) {
+    let code = response.errors.first().map(code_of).unwrap_or_else(|| "OK".to_owned());
+    let operation = match root.and_then(|r| r.field.clone()) {
+        Some(field) if !code.starts_with("GRAPHQL_") => field,
+        _ => "invalid".to_owned(),
+    };
+    let metrics = ledger.metrics();
+    metrics
+        .latency
+        .get_or_create(&OperationName { operation: operation.clone() })
+        .observe(began.elapsed().as_secs_f64());
+    metrics.requests.get_or_create(&Operation { operation, code }).inc();
 }

@@ -1,6 +1,6 @@
 //! Request errors: a document that does not parse, does not validate, or
 //! whose variables do not coerce is refused before anything runs. The
-//! schema's one extension ([`super::hooks`]) gives those errors their codes (`GRAPHQL_PARSE_FAILED`,
+//! schema's one way in ([`super::executor`]) gives those errors their codes (`GRAPHQL_PARSE_FAILED`,
 //! `GRAPHQL_VALIDATION_FAILED`), refuses a missing or null value for a
 //! required variable (async-graphql only checks variables where they are
 //! used), and records whether execution started, which is how the HTTP layer
@@ -11,12 +11,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_graphql::Value as ConstValue;
-use async_graphql::extensions::ExtensionContext;
 use async_graphql::parser::types::{
     BaseType, DocumentOperations, ExecutableDocument, OperationDefinition, OperationType, Type,
 };
 use async_graphql::registry::{MetaType, Registry};
-use async_graphql::{Positioned, ServerError, ServerResult, Variables};
+use async_graphql::{Positioned, Response, ServerError, ServerResult, Variables};
 
 pub const PARSE_FAILED: &str = "GRAPHQL_PARSE_FAILED";
 pub const VALIDATION_FAILED: &str = "GRAPHQL_VALIDATION_FAILED";
@@ -29,6 +28,18 @@ impl ExecutionStarted {
     pub fn get(&self) -> bool {
         self.0.load(Ordering::Acquire)
     }
+
+    pub(super) fn set(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// Whether `response` comes from an execution: a request refused before
+/// it (parse, validation, variables, operation name) answers only errors
+/// without a path and no data. An execution answers data, or an error of a
+/// field (with its path) that nulled it.
+pub(super) fn executed(response: &Response) -> bool {
+    !matches!(response.data, ConstValue::Null) || response.errors.iter().any(|e| !e.path.is_empty())
 }
 
 /// Gives `err` the code `code` unless it has one.
@@ -40,33 +51,24 @@ pub fn with_code(mut err: ServerError, code: &str) -> ServerError {
     err
 }
 
-/// The checks of a parsed document before it is validated (the schema's
-/// one extension, [`super::hooks`], runs them): a subscription over HTTP is
-/// refused, and a required variable needs a value of its type.
-/// `operation_name` is the request's.
+/// The checks of a parsed document before it is validated (run by
+/// [`super::executor`]): a subscription over HTTP is refused, and a required
+/// variable needs a value of its type. `operation_name` is the request's.
 pub(super) fn check_parsed(
-    ctx: &ExtensionContext<'_>,
+    registry: &Registry,
+    over_http: bool,
     document: &ExecutableDocument,
     variables: &Variables,
     operation_name: Option<&str>,
 ) -> ServerResult<()> {
     if let Some(operation) = selected(document, operation_name) {
-        // Only HTTP requests carry the flag; async-graphql's own refusal
-        // of a subscription there has no code.
-        if operation.node.ty == OperationType::Subscription && ctx.data_opt::<ExecutionStarted>().is_some() {
+        // async-graphql's own refusal of a subscription there has no code.
+        if operation.node.ty == OperationType::Subscription && over_http {
             return Err(subscription_over_http(operation.pos));
         }
-        let registry = &ctx.schema_env.registry;
         required_variables(registry, operation, variables).map_err(|err| with_code(err, VALIDATION_FAILED))?;
     }
     Ok(())
-}
-
-/// Execution starts: the HTTP layer's flag says so from now on.
-pub(super) fn execution_started(ctx: &ExtensionContext<'_>) {
-    if let Some(started) = ctx.data_opt::<ExecutionStarted>() {
-        started.0.store(true, Ordering::Release);
-    }
 }
 
 /// A subscription sent to `/graphql` over HTTP: refused before anything
@@ -85,7 +87,10 @@ fn subscription_over_http(pos: async_graphql::Pos) -> ServerError {
 
 /// The operation a request runs (async-graphql reports an unknown or
 /// missing name itself).
-fn selected<'a>(document: &'a ExecutableDocument, name: Option<&str>) -> Option<&'a Positioned<OperationDefinition>> {
+pub(super) fn selected<'a>(
+    document: &'a ExecutableDocument,
+    name: Option<&str>,
+) -> Option<&'a Positioned<OperationDefinition>> {
     match (&document.operations, name) {
         (DocumentOperations::Single(operation), _) => Some(operation),
         (DocumentOperations::Multiple(operations), Some(name)) => {

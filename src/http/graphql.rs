@@ -8,7 +8,7 @@
 //! `application/graphql-response+json`, and 200 under `application/json`.
 //! GET runs queries only (a mutation is 405), with the same authentication,
 //! limits and complexity budget. Each operation of a batch gets its own
-//! DataLoaders (the schema's one extension makes them: `graphql::hooks`).
+//! DataLoaders (the one way into the schema makes them: `graphql::executor`).
 
 use std::net::SocketAddr;
 

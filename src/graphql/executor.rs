@@ -1,0 +1,214 @@
+//! The one way into the schema: [`LedgerSchema`] runs every request of
+//! every surface (HTTP, WebSocket, MCP, the quick start) and does around the
+//! execution what each request needs, each rule in the module that owns it.
+//!
+//! The schema itself has no extension. async-graphql runs every field of a
+//! response through the extensions' `resolve` chain as soon as there is
+//! one (a `ResolveInfo`, a registry lookup and boxed futures per field, for
+//! each of a 2,920-row `throughput`'s 20,000 fields); without one it calls
+//! the resolver directly (docs/BENCHMARKS.md, round 3, session 20: about a
+//! fifth off every read with 16 readers). So the request's work is done
+//! here, before and after:
+//!
+//! | step | what runs |
+//! | --- | --- |
+//! | parse | the document is parsed here once (async-graphql takes it as parsed): the code of a parse error; [`read_budget`]: fleet-wide reads and aliases; [`request_errors`]: subscriptions over HTTP, required variables |
+//! | data | [`notes`]: the response notes' store; [`loaders`]: the request's DataLoaders and clock |
+//! | execute | in the ledger operation's span ([`operation_metrics`]) |
+//! | answer | a request refused before execution: the code of validation errors and [`guidance`]'s names meant; an executed one: [`notes`] into the response, the HTTP layer's [`ExecutionStarted`]; [`operation_metrics`]: counted and timed by root field and code |
+//!
+//! A subscription's payloads get the notes of their own execution and a
+//! DataLoader that caches nothing; subscriptions are not counted as
+//! requests, and a payload has no span of its own.
+
+use std::any::{Any, TypeId};
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_graphql::futures_util::stream::{self, BoxStream, StreamExt};
+use async_graphql::parser::types::OperationType;
+use async_graphql::registry::Registry;
+use async_graphql::{
+    BatchRequest, BatchResponse, Data, Executor, OutputType, Request, Response, Schema, ServerError, SubscriptionType,
+};
+use chrono::Utc;
+use tracing::Instrument;
+
+use super::loaders::{RequestLoaders, RequestTime};
+use super::notes::{self, Notes};
+use super::operation_metrics::{self, Root};
+use super::request_errors::{self, ExecutionStarted, PARSE_FAILED, VALIDATION_FAILED, with_code};
+use super::{Mutation, Query, Subscription, guidance, read_budget};
+use crate::auth::Principal;
+use crate::ledger::Ledger;
+
+type Raw = Schema<Query, Mutation, Subscription>;
+
+/// The schema and what runs around each of its executions.
+#[derive(Clone)]
+pub struct LedgerSchema(Arc<Inner>);
+
+struct Inner {
+    raw: Raw,
+    ledger: Ledger,
+    /// The schema's types, for the checks of variables and the names meant.
+    registry: Registry,
+    /// Count and time requests (the service exports metrics).
+    metrics: bool,
+}
+
+impl LedgerSchema {
+    pub(super) fn new(raw: Raw, ledger: Ledger, metrics: bool) -> Self {
+        Self(Arc::new(Inner { raw, ledger, registry: registry(), metrics }))
+    }
+
+    /// Runs a query or mutation (a subscription over this way is refused
+    /// when the HTTP layer's [`ExecutionStarted`] is in the request).
+    pub async fn execute(&self, request: impl Into<Request>) -> Response {
+        let began = Instant::now();
+        let mut request = request.into();
+        let started = data_of::<ExecutionStarted>(&request.data).cloned();
+        let (root, response) = match self.check(&mut request, started.is_some()) {
+            Err(err) => (None, Response::from_errors(vec![err])),
+            Ok(root) => {
+                let who = data_of::<Principal>(&request.data).cloned();
+                let notes = Arc::<Notes>::default();
+                let request = self.with_data(request, &notes, who.as_ref(), root.ty);
+                let span = root.span(who.as_ref());
+                let response = self.0.raw.execute(request).instrument(span.clone()).await;
+                let response = self.answer(response, &notes);
+                if request_errors::executed(&response) {
+                    if let Some(started) = &started {
+                        started.set();
+                    }
+                    root.finish(&span, &response);
+                }
+                (Some(root), response)
+            }
+        };
+        if self.0.metrics {
+            operation_metrics::record(&self.0.ledger, root.as_ref(), began, &response);
+        }
+        response
+    }
+
+    /// Runs the requests of a batch at once, answering in their order.
+    pub async fn execute_batch(&self, batch: BatchRequest) -> BatchResponse {
+        Executor::execute_batch(self, batch).await
+    }
+
+    /// Runs an operation over WebSocket: a subscription's payloads, or the
+    /// one response of a query or mutation. `session` holds the connection's
+    /// data (its principal).
+    pub fn stream(&self, mut request: Request, session: Option<Arc<Data>>) -> BoxStream<'static, Response> {
+        let root = match self.check(&mut request, false) {
+            Ok(root) => root,
+            Err(err) => return stream::once(async move { Response::from_errors(vec![err]) }).boxed(),
+        };
+        let session = session.unwrap_or_default();
+        let who = data_of::<Principal>(&request.data).or_else(|| data_of::<Principal>(&session)).cloned();
+        let notes = Arc::<Notes>::default();
+        let request = self.with_data(request, &notes, who.as_ref(), root.ty);
+        let this = self.clone();
+        self.0
+            .raw
+            .execute_stream_with_session_data(request, session)
+            .map(move |response| this.answer(response, &notes))
+            .boxed()
+    }
+
+    /// Parses the document and checks it before async-graphql validates it
+    /// (which then takes it as parsed): what the request's metrics and span
+    /// need to know of it, or the refusal.
+    fn check(&self, request: &mut Request, over_http: bool) -> Result<Root, ServerError> {
+        let document = async_graphql::parser::parse_query(&request.query)
+            .map_err(|err| with_code(ServerError::from(err), PARSE_FAILED))?;
+        read_budget::check(&document)?;
+        let name = request.operation_name.as_deref();
+        request_errors::check_parsed(&self.0.registry, over_http, &document, &request.variables, name)?;
+        // A document without the named operation: async-graphql refuses it.
+        let mut root = Root::of(&document, name, &request.variables).unwrap_or_else(Root::unknown);
+        // Spans and metrics are named after the schema's fields, never
+        // after a name only the client knows.
+        root.field = root.field.filter(|field| self.is_root_field(root.ty, field));
+        request.set_parsed_query(document);
+        Ok(root)
+    }
+
+    /// The request with its notes' store and, for a caller, its loaders (a
+    /// query or mutation also its clock; a subscription's payloads each read
+    /// the clock as they are resolved).
+    fn with_data(&self, request: Request, notes: &Arc<Notes>, who: Option<&Principal>, ty: OperationType) -> Request {
+        let mut request = request.data(notes.clone());
+        if let Some(who) = who {
+            let subscription = ty == OperationType::Subscription;
+            request = request.data(RequestLoaders::new(&self.0.ledger, who, subscription));
+            if !subscription {
+                request = request.data(RequestTime(Utc::now()));
+            }
+        }
+        request
+    }
+
+    /// An executed response gets the notes its resolvers left; a request
+    /// refused before execution, the code of validation errors and the
+    /// names the caller probably meant.
+    fn answer(&self, mut response: Response, notes: &Notes) -> Response {
+        if request_errors::executed(&response) {
+            notes::into_response(notes, &mut response);
+        } else {
+            let registry = &self.0.registry;
+            response.errors = std::mem::take(&mut response.errors)
+                .into_iter()
+                .map(|err| guidance::teach(registry, with_code(err, VALIDATION_FAILED)))
+                .collect();
+        }
+        response
+    }
+
+    /// Whether the root type of `ty` has the field `name`.
+    fn is_root_field(&self, ty: OperationType, name: &str) -> bool {
+        let registry = &self.0.registry;
+        let root = match ty {
+            OperationType::Query => Some(&registry.query_type),
+            OperationType::Mutation => registry.mutation_type.as_ref(),
+            OperationType::Subscription => registry.subscription_type.as_ref(),
+        };
+        root.and_then(|root| registry.types.get(root)).is_some_and(|t| t.field_by_name(name).is_some())
+    }
+
+    /// The schema's SDL.
+    pub fn sdl(&self) -> String {
+        self.0.raw.sdl()
+    }
+}
+
+impl Executor for LedgerSchema {
+    async fn execute(&self, request: Request) -> Response {
+        LedgerSchema::execute(self, request).await
+    }
+
+    fn execute_stream(&self, request: Request, session_data: Option<Arc<Data>>) -> BoxStream<'static, Response> {
+        self.stream(request, session_data)
+    }
+}
+
+/// The value of type `T` in `data`, if any.
+fn data_of<T: Any>(data: &Data) -> Option<&T> {
+    data.get(&TypeId::of::<T>()).and_then(|d| d.downcast_ref::<T>())
+}
+
+/// The types of the schema, as async-graphql registers them when it builds
+/// it (its own registry is not reachable from outside an extension).
+fn registry() -> Registry {
+    let mut registry = Registry {
+        query_type: <Query as OutputType>::type_name().to_string(),
+        mutation_type: Some(<Mutation as OutputType>::type_name().to_string()),
+        subscription_type: Some(Subscription::type_name().to_string()),
+        ..Registry::default()
+    };
+    <Query as OutputType>::create_type_info(&mut registry);
+    <Mutation as OutputType>::create_type_info(&mut registry);
+    <Subscription as SubscriptionType>::create_type_info(&mut registry);
+    registry
+}
