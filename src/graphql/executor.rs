@@ -18,8 +18,9 @@
 //! | answer | a request refused before execution: the code of validation errors and [`guidance`]'s names meant; an executed one: [`notes`] into the response, the HTTP layer's [`ExecutionStarted`]; [`operation_metrics`]: counted and timed by root field and code |
 //!
 //! A subscription's payloads get the notes of their own execution and a
-//! DataLoader that caches nothing; subscriptions are not counted as
-//! requests, and a payload has no span of its own.
+//! DataLoader that caches nothing (made when a payload first needs one);
+//! subscriptions are not counted as requests, and a payload has no span of
+//! its own. A query or mutation over WebSocket runs in its span as over HTTP.
 
 use std::any::{Any, TypeId};
 use std::sync::Arc;
@@ -108,13 +109,25 @@ impl LedgerSchema {
         let session = session.unwrap_or_default();
         let who = data_of::<Principal>(&request.data).or_else(|| data_of::<Principal>(&session)).cloned();
         let notes = Arc::<Notes>::default();
-        let request = self.with_data(request, &notes, who.as_ref(), root.ty);
+        let ty = root.ty;
+        let request = self.with_data(request, &notes, who.as_ref(), ty);
         let this = self.clone();
-        self.0
-            .raw
-            .execute_stream_with_session_data(request, session)
-            .map(move |response| this.answer(response, &notes))
-            .boxed()
+        let responses = self.0.raw.execute_stream_with_session_data(request, session);
+        if ty == OperationType::Subscription {
+            return responses.map(move |response| this.answer(response, &notes)).boxed();
+        }
+        // A query or mutation answers once, in its span as over HTTP.
+        let span = root.span(who.as_ref());
+        let once = async move {
+            let mut responses = responses;
+            let response = responses.next().await.unwrap_or_default();
+            let response = this.answer(response, &notes);
+            if request_errors::executed(&response) {
+                root.finish(&tracing::Span::current(), &response);
+            }
+            response
+        };
+        stream::once(once.instrument(span)).boxed()
     }
 
     /// Parses the document and checks it before async-graphql validates it
@@ -174,12 +187,8 @@ impl LedgerSchema {
             OperationType::Mutation => registry.mutation_type.as_ref(),
             OperationType::Subscription => registry.subscription_type.as_ref(),
         };
-        root.and_then(|root| registry.types.get(root)).is_some_and(|t| t.field_by_name(name).is_some())
-    }
-
-    /// The schema's SDL.
-    pub fn sdl(&self) -> String {
-        self.0.raw.sdl()
+        let introspection = ty == OperationType::Query && matches!(name, "__schema" | "__type" | "__typename");
+        introspection || root.and_then(|root| registry.types.get(root)).is_some_and(|t| t.field_by_name(name).is_some())
     }
 }
 

@@ -47,7 +47,8 @@ async fn head_start(ctx: &Context<'_>, node: &async_graphql::Lookahead<'_>, unit
 }
 
 /// The relations of `units` that `node` (the selection of a unit) asks for,
-/// loaded now, one statement per relation, into the request's cache: the
+/// loaded now, one statement per relation, into the request's cache (a
+/// subscription's loader has none, and no payload prefetches): the
 /// unit's own (attempts, questions, events and their count, the current
 /// attempt, the disposal) and, once those are in, the next level that the
 /// contract's unit selection reads (`attempts { endReason endedBy }`,

@@ -84,7 +84,7 @@ fn ledger<'a>(ctx: &Context<'a>) -> &'a Ledger {
     ctx.data_unchecked::<Ledger>()
 }
 
-/// The request's DataLoader (see `loaders::per_execution`).
+/// The request's DataLoader (see [`loaders::RequestLoaders`]).
 fn loaders<'a>(ctx: &Context<'a>) -> std::result::Result<&'a loaders::Loaders, LedgerError> {
     ctx.data_opt::<loaders::RequestLoaders>()
         .map(loaders::RequestLoaders::get)

@@ -5,10 +5,11 @@
 //! names are the client's, and labels must stay bounded.
 //!
 //! Each query or mutation also runs in a span of its own, the ledger
-//! operation (exported over OTLP when configured, see [`crate::telemetry`]):
-//! named after its first root field, with the caller's fleet and agent, the
-//! unit (from that field's `unitId`/`id` argument, the unit it returned, or
-//! the unit a claim took) and the result code. Never the token.
+//! operation (exported over OTLP when configured, see [`crate::telemetry`]),
+//! over HTTP, WebSocket and MCP alike: named after its first root field,
+//! with the caller's fleet and agent, the unit (from that field's
+//! `unitId`/`id` argument, the unit it returned, or the unit a claim took)
+//! and the result code (the request's first error's). Never the token.
 
 use std::time::Instant;
 
@@ -28,6 +29,8 @@ pub(super) struct Root {
     pub ty: OperationType,
     /// The first root field; `None` when the operation starts with a fragment.
     pub field: Option<String>,
+    /// Its key in the response (its alias, if it has one).
+    key: Option<String>,
     unit: Option<String>,
 }
 
@@ -42,13 +45,14 @@ impl Root {
         Some(Self {
             ty: operation.node.ty,
             field: first.map(|f| f.name.node.to_string()),
+            key: first.map(|f| f.response_key().node.to_string()),
             unit: first.and_then(|f| unit_argument(f, variables)),
         })
     }
 
     /// A document without the operation the request names.
     pub fn unknown() -> Self {
-        Self { ty: OperationType::Query, field: None, unit: None }
+        Self { ty: OperationType::Query, field: None, key: None, unit: None }
     }
 
     /// The ledger operation's span (entered by the execution), its unit
@@ -71,10 +75,10 @@ impl Root {
     }
 
     /// The outcome on the span: the unit the first root field returned (a
-    /// claim's), and the code.
+    /// claim's), and the request's code (its first error's).
     pub fn finish(&self, span: &Span, response: &Response) {
-        if let (Some(field), Value::Object(data)) = (&self.field, &response.data)
-            && let Some(Value::Object(unit)) = data.get(field.as_str())
+        if let (Some(key), Value::Object(data)) = (&self.key, &response.data)
+            && let Some(Value::Object(unit)) = data.get(key.as_str())
             && let Some(Value::String(id)) = unit.get("id")
         {
             span.record("unit_id", id.as_str());

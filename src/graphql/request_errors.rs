@@ -20,7 +20,8 @@ use async_graphql::{Positioned, Response, ServerError, ServerResult, Variables};
 pub const PARSE_FAILED: &str = "GRAPHQL_PARSE_FAILED";
 pub const VALIDATION_FAILED: &str = "GRAPHQL_VALIDATION_FAILED";
 
-/// Put into a request's data by the HTTP layer; set once execution starts.
+/// Put into a request's data by the HTTP layer; set when the request was
+/// executed rather than refused ([`executed`]).
 #[derive(Clone, Default)]
 pub struct ExecutionStarted(Arc<AtomicBool>);
 
@@ -35,11 +36,15 @@ impl ExecutionStarted {
 }
 
 /// Whether `response` comes from an execution: a request refused before
-/// it (parse, validation, variables, operation name) answers only errors
-/// without a path and no data. An execution answers data, or an error of a
-/// field (with its path) that nulled it.
+/// it (parse, validation, variables, operation name) answers errors, none
+/// with a path, and no data. An execution answers data, an error of a field
+/// (with its path) that nulled it, or, when every root field was skipped
+/// (`@skip`, `@include`), null data and no error.
 pub(super) fn executed(response: &Response) -> bool {
-    !matches!(response.data, ConstValue::Null) || response.errors.iter().any(|e| !e.path.is_empty())
+    let refused = matches!(response.data, ConstValue::Null)
+        && !response.errors.is_empty()
+        && response.errors.iter().all(|e| e.path.is_empty());
+    !refused
 }
 
 /// Gives `err` the code `code` unless it has one.

@@ -103,6 +103,12 @@ async fn request_errors_are_400_without_data_under_graphql_response_json() {
             .await;
     assert_eq!(status, 200, "{answer}");
     assert!(answer.get("data").is_some(), "{answer}");
+    // Every root field skipped: executed, with null data and no error.
+    let skipped =
+        json!({ "query": "query($w: Boolean!) { serverTime @include(if: $w) }", "variables": { "w": false } });
+    let (status, _, answer) = post(&app, &token, Some(GRAPHQL_RESPONSE), skipped).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer, json!({ "data": null }));
 }
 
 #[tokio::test]

@@ -129,17 +129,21 @@ async fn spans_of_requests_and_ledger_operations_reach_an_otlp_receiver() {
     // No `id` selected: the span learns the unit from the claim itself.
     let claimed = gql(&http, &addr, &agent, "mutation { claimNext { state } }", json!({})).await;
     assert_eq!(claimed["data"]["claimNext"]["state"], "CLAIMED", "{claimed:#}");
-    let t1 = app.sql_id("SELECT id::text FROM work_units WHERE external_ref = 't1'").await;
     let other = app.token("f", "agent-2", Role::Agent).await;
     let failed =
         gql(&http, &addr, &other, "mutation($id: UUID!) { claimUnit(id: $id) { id } }", json!({ "id": boom })).await;
     let error = &failed["errors"][0];
     assert_eq!(error["extensions"]["code"], "INTERNAL", "{failed:#}");
     let correlation = error["extensions"]["correlationId"].as_str().expect("a correlation id").to_owned();
+    // Under an alias, as MCP and the agent CLI send every operation: the
+    // span still learns the unit the field returned.
+    let read = gql(&http, &addr, &op, r#"{ result: unitByRef(externalRef: "t1") { id } }"#, json!({})).await;
+    let t1 = app.sql_id("SELECT id::text FROM work_units WHERE external_ref = 't1'").await;
+    assert_eq!(read["data"]["result"]["id"], t1.as_str(), "{read:#}");
 
     let find = |name: &str| spans.lock().expect("lock").iter().find(|s| s.name == name).cloned();
     let mut waited = 0;
-    while (find("claimNext").is_none() || find("claimUnit").is_none()) && waited < 300 {
+    while (find("claimNext").is_none() || find("claimUnit").is_none() || find("unitByRef").is_none()) && waited < 300 {
         tokio::time::sleep(Duration::from_millis(100)).await;
         waited += 1;
     }
@@ -158,6 +162,10 @@ async fn spans_of_requests_and_ledger_operations_reach_an_otlp_receiver() {
     expect(&failing, "unit_id", &boom);
     expect(&failing, "code", "INTERNAL");
     assert_eq!(correlation, failing.trace_id, "the correlation id is the trace id");
+
+    let aliased = find("unitByRef").expect("the unitByRef span arrived");
+    expect(&aliased, "unit_id", &t1);
+    expect(&aliased, "code", "OK");
 
     let all = spans.lock().expect("lock").clone();
     for operation in [&claim, &failing] {
