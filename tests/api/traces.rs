@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use work_ledger::auth::Role;
 
 use crate::helpers::{serving_addr, spawn_app};
+use crate::ws_client::Ws;
 
 #[derive(Debug, Clone)]
 struct Span {
@@ -140,10 +141,15 @@ async fn spans_of_requests_and_ledger_operations_reach_an_otlp_receiver() {
     let read = gql(&http, &addr, &op, r#"{ result: unitByRef(externalRef: "t1") { id } }"#, json!({})).await;
     let t1 = app.sql_id("SELECT id::text FROM work_units WHERE external_ref = 't1'").await;
     assert_eq!(read["data"]["result"]["id"], t1.as_str(), "{read:#}");
+    // A query over WebSocket runs in its span too.
+    let mut ws = Ws::authenticated_at(&addr, &op).await;
+    ws.subscribe("q", "query($id: UUID!) { unit(id: $id) { id } }", json!({ "id": t1 })).await;
+    assert_eq!(ws.next_data().await["unit"]["id"], t1.as_str());
 
     let find = |name: &str| spans.lock().expect("lock").iter().find(|s| s.name == name).cloned();
     let mut waited = 0;
-    while (find("claimNext").is_none() || find("claimUnit").is_none() || find("unitByRef").is_none()) && waited < 300 {
+    let arrived = |names: &[&str]| names.iter().all(|name| find(name).is_some());
+    while !arrived(&["claimNext", "claimUnit", "unitByRef", "unit"]) && waited < 300 {
         tokio::time::sleep(Duration::from_millis(100)).await;
         waited += 1;
     }
@@ -166,6 +172,10 @@ async fn spans_of_requests_and_ledger_operations_reach_an_otlp_receiver() {
     let aliased = find("unitByRef").expect("the unitByRef span arrived");
     expect(&aliased, "unit_id", &t1);
     expect(&aliased, "code", "OK");
+    let over_ws = find("unit").expect("the span of the query over WebSocket arrived");
+    expect(&over_ws, "agent", "op");
+    expect(&over_ws, "unit_id", &t1);
+    expect(&over_ws, "code", "OK");
 
     let all = spans.lock().expect("lock").clone();
     for operation in [&claim, &failing] {

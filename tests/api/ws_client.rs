@@ -36,7 +36,12 @@ impl Ws {
     }
 
     pub async fn connect_offering(app: &TestApp, protocol: Option<&str>) -> Ws {
-        let mut request = format!("ws://{}/graphql/ws", app.addr).into_client_request().expect("request");
+        Self::connect_at(&app.addr.to_string(), protocol).await
+    }
+
+    /// Connects to the server at `addr` (`host:port`), offering `protocol`.
+    pub async fn connect_at(addr: &str, protocol: Option<&str>) -> Ws {
+        let mut request = format!("ws://{addr}/graphql/ws").into_client_request().expect("request");
         if let Some(protocol) = protocol {
             request.headers_mut().insert("sec-websocket-protocol", HeaderValue::from_str(protocol).expect("header"));
         }
@@ -52,7 +57,12 @@ impl Ws {
 
     /// Connects, initialises with `token` and expects `connection_ack`.
     pub async fn authenticated(app: &TestApp, token: &str) -> Ws {
-        let mut ws = Self::connect(app).await;
+        Self::authenticated_at(&app.addr.to_string(), token).await
+    }
+
+    /// [`Ws::authenticated`] with the server at `addr` (`host:port`).
+    pub async fn authenticated_at(addr: &str, token: &str) -> Ws {
+        let mut ws = Self::connect_at(addr, Some("graphql-transport-ws")).await;
         ws.send(json!({ "type": "connection_init", "payload": { "Authorization": format!("Bearer {token}") } })).await;
         ws.expect_type("connection_ack").await;
         ws
