@@ -15,7 +15,7 @@
 //! | parse | the document is parsed here once (async-graphql takes it as parsed): the code of a parse error; [`read_budget`]: fleet-wide reads and aliases; [`request_errors`]: subscriptions over HTTP, required variables |
 //! | data | [`notes`]: the response notes' store; [`loaders`]: the request's DataLoaders and clock |
 //! | execute | in the ledger operation's span ([`operation_metrics`]) |
-//! | answer | a request refused before execution: the code of validation errors and [`guidance`]'s names meant; an executed one: [`notes`] into the response, the HTTP layer's [`ExecutionStarted`]; [`operation_metrics`]: counted and timed by root field and code |
+//! | answer | a request refused before execution: the code of validation errors and [`guidance`]'s names meant; an executed one: [`notes`] into the response; [`operation_metrics`]: counted and timed by root field and code |
 //!
 //! A subscription's payloads get the notes of their own execution and a
 //! DataLoader that caches nothing (made when a payload first needs one);
@@ -38,12 +38,20 @@ use tracing::Instrument;
 use super::loaders::{RequestLoaders, RequestTime};
 use super::notes::{self, Notes};
 use super::operation_metrics::{self, Root};
-use super::request_errors::{self, ExecutionStarted, PARSE_FAILED, VALIDATION_FAILED, with_code};
+use super::request_errors::{self, OverHttp, PARSE_FAILED, VALIDATION_FAILED, with_code};
 use super::{Mutation, Query, Subscription, guidance, read_budget};
 use crate::auth::Principal;
 use crate::ledger::Ledger;
 
 type Raw = Schema<Query, Mutation, Subscription>;
+
+/// A checked request's own: its root field, its caller and the store of the
+/// notes its resolvers leave.
+struct Run {
+    root: Root,
+    who: Option<Principal>,
+    notes: Arc<Notes>,
+}
 
 /// The schema and what runs around each of its executions.
 #[derive(Clone)]
@@ -63,28 +71,17 @@ impl LedgerSchema {
         Self(Arc::new(Inner { raw, ledger, registry: registry(), metrics }))
     }
 
-    /// Runs a query or mutation (a subscription over this way is refused
-    /// when the HTTP layer's [`ExecutionStarted`] is in the request).
+    /// Runs a query or mutation (a subscription is refused with a code when
+    /// the HTTP layer's [`OverHttp`] is in the request).
     pub async fn execute(&self, request: impl Into<Request>) -> Response {
         let began = Instant::now();
-        let mut request = request.into();
-        let started = data_of::<ExecutionStarted>(&request.data).cloned();
-        let (root, response) = match self.check(&mut request, started.is_some()) {
+        let (root, response) = match self.prepare(request.into(), None) {
             Err(err) => (None, Response::from_errors(vec![err])),
-            Ok(root) => {
-                let who = data_of::<Principal>(&request.data).cloned();
-                let notes = Arc::<Notes>::default();
-                let request = self.with_data(request, &notes, who.as_ref(), root.ty);
-                let span = root.span(who.as_ref());
+            Ok((request, run)) => {
+                let span = run.root.span(run.who.as_ref());
                 let response = self.0.raw.execute(request).instrument(span.clone()).await;
-                let response = self.answer(response, &notes);
-                if request_errors::executed(&response) {
-                    if let Some(started) = &started {
-                        started.set();
-                    }
-                    root.finish(&span, &response);
-                }
-                (Some(root), response)
+                let response = self.conclude(response, &run, &span);
+                (Some(run.root), response)
             }
         };
         if self.0.metrics {
@@ -101,33 +98,44 @@ impl LedgerSchema {
     /// Runs an operation over WebSocket: a subscription's payloads, or the
     /// one response of a query or mutation. `session` holds the connection's
     /// data (its principal).
-    pub fn stream(&self, mut request: Request, session: Option<Arc<Data>>) -> BoxStream<'static, Response> {
-        let root = match self.check(&mut request, false) {
-            Ok(root) => root,
+    pub fn stream(&self, request: Request, session: Option<Arc<Data>>) -> BoxStream<'static, Response> {
+        let session = session.unwrap_or_default();
+        let (request, run) = match self.prepare(request, Some(&session)) {
+            Ok(prepared) => prepared,
             Err(err) => return stream::once(async move { Response::from_errors(vec![err]) }).boxed(),
         };
-        let session = session.unwrap_or_default();
-        let who = data_of::<Principal>(&request.data).or_else(|| data_of::<Principal>(&session)).cloned();
-        let notes = Arc::<Notes>::default();
-        let ty = root.ty;
-        let request = self.with_data(request, &notes, who.as_ref(), ty);
         let this = self.clone();
-        let responses = self.0.raw.execute_stream_with_session_data(request, session);
-        if ty == OperationType::Subscription {
-            return responses.map(move |response| this.answer(response, &notes)).boxed();
+        let mut responses = self.0.raw.execute_stream_with_session_data(request, session);
+        if run.root.ty == OperationType::Subscription {
+            return responses.map(move |response| this.answer(response, &run.notes).0).boxed();
         }
         // A query or mutation answers once, in its span as over HTTP.
-        let span = root.span(who.as_ref());
+        let span = run.root.span(run.who.as_ref());
         let once = async move {
-            let mut responses = responses;
             let response = responses.next().await.unwrap_or_default();
-            let response = this.answer(response, &notes);
-            if request_errors::executed(&response) {
-                root.finish(&tracing::Span::current(), &response);
-            }
-            response
+            this.conclude(response, &run, &tracing::Span::current())
         };
         stream::once(once.instrument(span)).boxed()
+    }
+
+    /// The request checked ([`LedgerSchema::check`]) and given its data,
+    /// with what its answer needs; `session` is a WebSocket connection's.
+    fn prepare(&self, mut request: Request, session: Option<&Data>) -> Result<(Request, Run), ServerError> {
+        let over_http = data_of::<OverHttp>(&request.data).is_some();
+        let root = self.check(&mut request, over_http)?;
+        let who = data_of::<Principal>(&request.data).or_else(|| session.and_then(data_of::<Principal>)).cloned();
+        let run = Run { root, who, notes: Arc::default() };
+        Ok((self.with_data(request, &run), run))
+    }
+
+    /// An executed query's or mutation's answer ([`LedgerSchema::answer`]),
+    /// its outcome recorded on `span`.
+    fn conclude(&self, response: Response, run: &Run, span: &tracing::Span) -> Response {
+        let (response, executed) = self.answer(response, &run.notes);
+        if executed {
+            run.root.finish(span, &response);
+        }
+        response
     }
 
     /// Parses the document and checks it before async-graphql validates it
@@ -151,10 +159,10 @@ impl LedgerSchema {
     /// The request with its notes' store and, for a caller, its loaders (a
     /// query or mutation also its clock; a subscription's payloads each read
     /// the clock as they are resolved).
-    fn with_data(&self, request: Request, notes: &Arc<Notes>, who: Option<&Principal>, ty: OperationType) -> Request {
-        let mut request = request.data(notes.clone());
-        if let Some(who) = who {
-            let subscription = ty == OperationType::Subscription;
+    fn with_data(&self, request: Request, run: &Run) -> Request {
+        let mut request = request.data(run.notes.clone());
+        if let Some(who) = &run.who {
+            let subscription = run.root.ty == OperationType::Subscription;
             request = request.data(RequestLoaders::new(&self.0.ledger, who, subscription));
             if !subscription {
                 request = request.data(RequestTime(Utc::now()));
@@ -165,9 +173,10 @@ impl LedgerSchema {
 
     /// An executed response gets the notes its resolvers left; a request
     /// refused before execution, the code of validation errors and the
-    /// names the caller probably meant.
-    fn answer(&self, mut response: Response, notes: &Notes) -> Response {
-        if request_errors::executed(&response) {
+    /// names the caller probably meant. With whether it was executed.
+    fn answer(&self, mut response: Response, notes: &Notes) -> (Response, bool) {
+        let executed = request_errors::executed(&response);
+        if executed {
             notes::into_response(notes, &mut response);
         } else {
             let registry = &self.0.registry;
@@ -176,7 +185,7 @@ impl LedgerSchema {
                 .map(|err| guidance::teach(registry, with_code(err, VALIDATION_FAILED)))
                 .collect();
         }
-        response
+        (response, executed)
     }
 
     /// Whether the root type of `ty` has the field `name`.

@@ -3,12 +3,8 @@
 //! schema's one way in ([`super::executor`]) gives those errors their codes (`GRAPHQL_PARSE_FAILED`,
 //! `GRAPHQL_VALIDATION_FAILED`), refuses a missing or null value for a
 //! required variable (async-graphql only checks variables where they are
-//! used), and records whether execution started, which is how the HTTP layer
-//! tells a request error (HTTP 400 and no `data` entry under
-//! `application/graphql-response+json`) from an execution that failed.
-
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+//! used). [`executed`] tells a request error (HTTP 400 and no `data` entry
+//! under `application/graphql-response+json`) from an execution that failed.
 
 use async_graphql::Value as ConstValue;
 use async_graphql::parser::types::{
@@ -20,27 +16,17 @@ use async_graphql::{Positioned, Response, ServerError, ServerResult, Variables};
 pub const PARSE_FAILED: &str = "GRAPHQL_PARSE_FAILED";
 pub const VALIDATION_FAILED: &str = "GRAPHQL_VALIDATION_FAILED";
 
-/// Put into a request's data by the HTTP layer; set when the request was
-/// executed rather than refused ([`executed`]).
-#[derive(Clone, Default)]
-pub struct ExecutionStarted(Arc<AtomicBool>);
-
-impl ExecutionStarted {
-    pub fn get(&self) -> bool {
-        self.0.load(Ordering::Acquire)
-    }
-
-    pub(super) fn set(&self) {
-        self.0.store(true, Ordering::Release);
-    }
-}
+/// Put into a request's data by the HTTP layer: a subscription is refused
+/// there with a code that says where subscriptions go.
+#[derive(Clone, Copy, Default)]
+pub struct OverHttp;
 
 /// Whether `response` comes from an execution: a request refused before
 /// it (parse, validation, variables, operation name) answers errors, none
 /// with a path, and no data. An execution answers data, an error of a field
 /// (with its path) that nulled it, or, when every root field was skipped
 /// (`@skip`, `@include`), null data and no error.
-pub(super) fn executed(response: &Response) -> bool {
+pub fn executed(response: &Response) -> bool {
     let refused = matches!(response.data, ConstValue::Null)
         && !response.errors.is_empty()
         && response.errors.iter().all(|e| e.path.is_empty());

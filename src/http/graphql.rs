@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 
 use super::{AppState, MAX_BATCH, authenticate, error_response, read_body};
 use crate::auth::Principal;
-use crate::graphql::request_errors::{ExecutionStarted, VALIDATION_FAILED, with_code};
+use crate::graphql::request_errors::{OverHttp, executed};
 use crate::ledger::LedgerError;
 
 /// The two response media types of the specification.
@@ -294,19 +294,14 @@ fn operation_kind(request: &mut Request) -> Option<async_graphql::parser::types:
 
 /// Runs the batch as `principal` and answers in `media`.
 async fn execute(state: &AppState, principal: Principal, batch: BatchRequest, media: MediaType) -> Response {
-    let mut started = Vec::new();
-    let mut with_context = |request: Request| {
-        let flag = ExecutionStarted::default();
-        started.push(flag.clone());
-        request.data(principal.clone()).data(flag)
-    };
+    let with_context = |request: Request| request.data(principal.clone()).data(OverHttp);
     let batch = match batch {
         BatchRequest::Single(request) => BatchRequest::Single(with_context(request)),
         BatchRequest::Batch(requests) => BatchRequest::Batch(requests.into_iter().map(with_context).collect()),
     };
     let (body, status) = match state.schema.execute_batch(batch).await {
         BatchResponse::Single(response) => {
-            let failed = started.first().is_some_and(|s| !s.get());
+            let failed = !executed(&response);
             let status =
                 if failed && media == MediaType::GraphQlResponse { StatusCode::BAD_REQUEST } else { StatusCode::OK };
             (response_body(response, failed), status)
@@ -314,8 +309,10 @@ async fn execute(state: &AppState, principal: Principal, batch: BatchRequest, me
         BatchResponse::Batch(responses) => {
             let bodies: Vec<String> = responses
                 .into_iter()
-                .zip(started.iter().map(|s| !s.get()).chain(std::iter::repeat(false)))
-                .map(|(response, failed)| response_body(response, failed))
+                .map(|response| {
+                    let failed = !executed(&response);
+                    response_body(response, failed)
+                })
                 .collect();
             (format!("[{}]", bodies.join(",")), StatusCode::OK)
         }
@@ -325,15 +322,13 @@ async fn execute(state: &AppState, principal: Principal, batch: BatchRequest, me
 
 /// A response as JSON text, written straight from the response's values (a
 /// 2,920-row `throughput` is not built a second time as a JSON tree). A
-/// request error (nothing executed) has no `data` entry, and every error of
-/// it has a code.
-fn response_body(mut response: GqlResponse, request_error: bool) -> String {
+/// request error (nothing executed) has no `data` entry (its errors have
+/// their codes from `graphql::executor`).
+fn response_body(response: GqlResponse, request_error: bool) -> String {
     const NO_DATA: &str = r#"{"data":null}"#;
     if !request_error {
         return serde_json::to_string(&response).unwrap_or_else(|_| NO_DATA.to_owned());
     }
-    response.errors =
-        std::mem::take(&mut response.errors).into_iter().map(|err| with_code(err, VALIDATION_FAILED)).collect();
     let mut body = serde_json::to_value(&response).unwrap_or_else(|_| serde_json::json!({ "data": null }));
     if let Value::Object(fields) = &mut body {
         fields.remove("data");
