@@ -91,6 +91,9 @@ pub struct Metrics {
     pub live_read_retries: Counter,
     /// Delivery watermarks the feeds took ([`crate::live::watermark::Fresh`]).
     pub live_watermarks: Counter,
+    /// Queries answered by the execution of identical queries sent with them
+    /// (`graphql::shared_reads`), counted as they join it.
+    pub shared_reads: Counter,
     /// Requests refused for want of a valid token, by surface.
     auth_failures: Family<SurfaceLabel, Counter>,
     /// Tasks waiting for a request-pool connection to begin a transaction.
@@ -182,6 +185,12 @@ impl Default for Metrics {
             "Delivery watermarks the feeds took (a scan of pg_locks each; feeds woken together share one)",
             live_watermarks.clone(),
         );
+        let shared_reads = Counter::default();
+        r.register(
+            "graphql_shared_reads",
+            "Queries that joined the execution of identical queries sent with them instead of running their own",
+            shared_reads.clone(),
+        );
         let auth_failures = Family::<SurfaceLabel, Counter>::default();
         r.register("auth_failures", "Requests refused for want of a valid token, by surface", auth_failures.clone());
         let pool_connections = Family::<PoolLabel, Gauge>::default();
@@ -234,6 +243,7 @@ impl Default for Metrics {
             subscriptions,
             live_read_retries,
             live_watermarks,
+            shared_reads,
             auth_failures,
             pool_users: Arc::new(AtomicI64::new(0)),
             pool_connections,

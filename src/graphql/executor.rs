@@ -23,15 +23,14 @@
 //! its own. A query or mutation over WebSocket runs in its span as over HTTP.
 
 use std::any::{Any, TypeId};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use async_graphql::futures_util::stream::{self, BoxStream, StreamExt};
 use async_graphql::parser::types::OperationType;
 use async_graphql::registry::Registry;
-use async_graphql::{
-    BatchRequest, BatchResponse, Data, Executor, OutputType, Request, Response, Schema, ServerError, SubscriptionType,
-};
+use async_graphql::{Data, Executor, OutputType, Request, Response, Schema, ServerError, SubscriptionType};
+use axum::body::Bytes;
 use chrono::Utc;
 use tracing::Instrument;
 
@@ -39,18 +38,53 @@ use super::loaders::{RequestLoaders, RequestTime};
 use super::notes::{self, Notes};
 use super::operation_metrics::{self, Root};
 use super::request_errors::{self, OverHttp, PARSE_FAILED, VALIDATION_FAILED, with_code};
+use super::shared_reads::{self, Gate, Key, Turn};
 use super::{Mutation, Query, Subscription, guidance, read_budget};
 use crate::auth::Principal;
-use crate::ledger::Ledger;
+use crate::ledger::{Ledger, LedgerError};
 
 type Raw = Schema<Query, Mutation, Subscription>;
 
-/// A checked request's own: its root field, its caller and the store of the
-/// notes its resolvers leave.
+/// A checked request's own: its root field, its caller, the store of the
+/// notes its resolvers leave, and the key of a query that may share its
+/// execution with identical ones ([`shared_reads`]).
+#[derive(Clone)]
 struct Run {
     root: Root,
     who: Option<Principal>,
     notes: Arc<Notes>,
+    shared: Option<Key>,
+}
+
+/// A response over HTTP: the request's own, or the one an execution gave
+/// every identical query that waited for it ([`shared_reads`]), written as
+/// text once for all of them.
+pub enum Answer {
+    Own(Box<Response>),
+    Shared(Arc<SharedAnswer>),
+}
+
+/// An answer given to several requests, with its text once written.
+pub struct SharedAnswer {
+    response: Response,
+    text: OnceLock<Bytes>,
+}
+
+impl Answer {
+    pub fn response(&self) -> &Response {
+        match self {
+            Self::Own(response) => response,
+            Self::Shared(shared) => &shared.response,
+        }
+    }
+
+    /// The answer as text, written by `write` (once for a shared answer).
+    pub fn text(self, write: impl FnOnce(&Response) -> String) -> Bytes {
+        match self {
+            Self::Own(response) => Bytes::from(write(&response)),
+            Self::Shared(shared) => shared.text.get_or_init(|| Bytes::from(write(&shared.response))).clone(),
+        }
+    }
 }
 
 /// The schema and what runs around each of its executions.
@@ -64,11 +98,13 @@ struct Inner {
     registry: Registry,
     /// Count and time requests (the service exports metrics).
     metrics: bool,
+    /// Identical queries over HTTP running or gathering.
+    reads: Gate<Key, SharedAnswer>,
 }
 
 impl LedgerSchema {
     pub(super) fn new(raw: Raw, ledger: Ledger, metrics: bool) -> Self {
-        Self(Arc::new(Inner { raw, ledger, registry: registry(), metrics }))
+        Self(Arc::new(Inner { raw, ledger, registry: registry(), metrics, reads: Gate::default() }))
     }
 
     /// Runs a query or mutation (a subscription is refused with a code when
@@ -79,20 +115,77 @@ impl LedgerSchema {
             Err(err) => (None, Response::from_errors(vec![err])),
             Ok((request, run)) => {
                 let span = run.root.span(run.who.as_ref());
-                let response = self.0.raw.execute(request).instrument(span.clone()).await;
-                let response = self.conclude(response, &run, &span);
+                let response = self.run(request, &run, span).await;
                 (Some(run.root), response)
             }
         };
-        if self.0.metrics {
-            operation_metrics::record(&self.0.ledger, root.as_ref(), began, &response);
-        }
+        self.record(root.as_ref(), began, &response);
         response
     }
 
-    /// Runs the requests of a batch at once, answering in their order.
-    pub async fn execute_batch(&self, batch: BatchRequest) -> BatchResponse {
-        Executor::execute_batch(self, batch).await
+    /// [`LedgerSchema::execute`] of one request over HTTP, where a query
+    /// shares its execution with identical ones sent with it
+    /// ([`shared_reads`]).
+    pub async fn execute_shared(&self, request: Request) -> Answer {
+        let began = Instant::now();
+        let (request, mut run) = match self.prepare(request, None) {
+            Ok(prepared) => prepared,
+            Err(err) => {
+                let response = Response::from_errors(vec![err]);
+                self.record(None, began, &response);
+                return Answer::Own(Box::new(response));
+            }
+        };
+        let span = run.root.span(run.who.as_ref());
+        let answer = match run.shared.take() {
+            None => Answer::Own(Box::new(self.run(request, &run, span).await)),
+            Some(key) => match self.0.reads.enter(key) {
+                Turn::Leads(lead) => {
+                    let (this, led) = (self.clone(), run.clone());
+                    // Its clock starts with the execution, after the last
+                    // request it answers arrived.
+                    let work = async move {
+                        let request = request.data(RequestTime(Utc::now()));
+                        SharedAnswer { response: this.run(request, &led, span).await, text: OnceLock::new() }
+                    };
+                    match lead.run(work).await {
+                        Some(shared) => Answer::Shared(shared),
+                        None => {
+                            let err = async_graphql::Error::from(LedgerError::internal("a shared read ended"));
+                            Answer::Own(Box::new(Response::from_errors(vec![
+                                err.into_server_error(Default::default()),
+                            ])))
+                        }
+                    }
+                }
+                Turn::Joins(outcome) => {
+                    self.0.ledger.metrics().shared_reads.inc();
+                    match outcome.instrument(span.clone()).await {
+                        Some(shared) if shared.response.errors.is_empty() => {
+                            run.root.finish(&span, &shared.response);
+                            Answer::Shared(shared)
+                        }
+                        // An error may be the other request's own: run alone.
+                        _ => Answer::Own(Box::new(self.run(request, &run, span).await)),
+                    }
+                }
+            },
+        };
+        self.record(Some(&run.root), began, answer.response());
+        answer
+    }
+
+    /// Executes a checked request in `span` and answers it.
+    async fn run(&self, request: Request, run: &Run, span: tracing::Span) -> Response {
+        let response = self.0.raw.execute(request).instrument(span.clone()).await;
+        self.conclude(response, run, &span)
+    }
+
+    /// Counts and times a request that began at `began`.
+    fn record(&self, root: Option<&Root>, began: Instant, response: &Response) {
+        if self.0.metrics {
+            operation_metrics::record(&self.0.ledger, root, began, response);
+        }
     }
 
     /// Runs an operation over WebSocket: a subscription's payloads, or the
@@ -122,9 +215,11 @@ impl LedgerSchema {
     /// with what its answer needs; `session` is a WebSocket connection's.
     fn prepare(&self, mut request: Request, session: Option<&Data>) -> Result<(Request, Run), ServerError> {
         let over_http = data_of::<OverHttp>(&request.data).is_some();
-        let root = self.check(&mut request, over_http)?;
+        let (root, names_the_caller) = self.check(&mut request, over_http)?;
         let who = data_of::<Principal>(&request.data).or_else(|| session.and_then(data_of::<Principal>)).cloned();
-        let run = Run { root, who, notes: Arc::default() };
+        let shareable = over_http && root.ty == OperationType::Query && root.field.is_some();
+        let shared = who.as_ref().filter(|_| shareable).and_then(|who| Key::of(who, names_the_caller, &request));
+        let run = Run { root, who, notes: Arc::default(), shared };
         Ok((self.with_data(request, &run), run))
     }
 
@@ -140,8 +235,9 @@ impl LedgerSchema {
 
     /// Parses the document and checks it before async-graphql validates it
     /// (which then takes it as parsed): what the request's metrics and span
-    /// need to know of it, or the refusal.
-    fn check(&self, request: &mut Request, over_http: bool) -> Result<Root, ServerError> {
+    /// need to know of it and whether it selects a field that depends on the
+    /// caller's name ([`shared_reads::CALLER_FIELDS`]), or the refusal.
+    fn check(&self, request: &mut Request, over_http: bool) -> Result<(Root, bool), ServerError> {
         let document = async_graphql::parser::parse_query(&request.query)
             .map_err(|err| with_code(ServerError::from(err), PARSE_FAILED))?;
         read_budget::check(&document)?;
@@ -152,8 +248,9 @@ impl LedgerSchema {
         // Spans and metrics are named after the schema's fields, never
         // after a name only the client knows.
         root.field = root.field.filter(|field| self.is_root_field(root.ty, field));
+        let names_the_caller = shared_reads::names_the_caller(&document);
         request.set_parsed_query(document);
-        Ok(root)
+        Ok((root, names_the_caller))
     }
 
     /// The request with its notes' store and, for a caller, its loaders (a

@@ -12,8 +12,8 @@
 
 use std::net::SocketAddr;
 
-use async_graphql::{BatchRequest, BatchResponse, Request, Response as GqlResponse};
-use axum::body::Body;
+use async_graphql::{BatchRequest, Request, Response as GqlResponse};
+use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
@@ -295,26 +295,27 @@ fn operation_kind(request: &mut Request) -> Option<async_graphql::parser::types:
 /// Runs the batch as `principal` and answers in `media`.
 async fn execute(state: &AppState, principal: Principal, batch: BatchRequest, media: MediaType) -> Response {
     let with_context = |request: Request| request.data(principal.clone()).data(OverHttp);
-    let batch = match batch {
-        BatchRequest::Single(request) => BatchRequest::Single(with_context(request)),
-        BatchRequest::Batch(requests) => BatchRequest::Batch(requests.into_iter().map(with_context).collect()),
-    };
-    let (body, status) = match state.schema.execute_batch(batch).await {
-        BatchResponse::Single(response) => {
-            let failed = !executed(&response);
+    let (body, status) = match batch {
+        BatchRequest::Single(request) => {
+            let answer = state.schema.execute_shared(with_context(request)).await;
+            let failed = !executed(answer.response());
             let status =
                 if failed && media == MediaType::GraphQlResponse { StatusCode::BAD_REQUEST } else { StatusCode::OK };
-            (response_body(response, failed), status)
+            (answer.text(|response| response_body(response, failed)), status)
         }
-        BatchResponse::Batch(responses) => {
-            let bodies: Vec<String> = responses
-                .into_iter()
-                .map(|response| {
-                    let failed = !executed(&response);
-                    response_body(response, failed)
-                })
-                .collect();
-            (format!("[{}]", bodies.join(",")), StatusCode::OK)
+        BatchRequest::Batch(requests) => {
+            let answers = requests.into_iter().map(|request| state.schema.execute_shared(with_context(request)));
+            let answers = futures::future::join_all(answers).await;
+            let mut body = Vec::from(b"[".as_slice());
+            for (i, answer) in answers.into_iter().enumerate() {
+                if i > 0 {
+                    body.push(b',');
+                }
+                let failed = !executed(answer.response());
+                body.extend_from_slice(&answer.text(|response| response_body(response, failed)));
+            }
+            body.push(b']');
+            (Bytes::from(body), StatusCode::OK)
         }
     };
     (status, [(header::CONTENT_TYPE, media.content_type())], body).into_response()
@@ -324,12 +325,12 @@ async fn execute(state: &AppState, principal: Principal, batch: BatchRequest, me
 /// 2,920-row `throughput` is not built a second time as a JSON tree). A
 /// request error (nothing executed) has no `data` entry (its errors have
 /// their codes from `graphql::executor`).
-fn response_body(response: GqlResponse, request_error: bool) -> String {
+fn response_body(response: &GqlResponse, request_error: bool) -> String {
     const NO_DATA: &str = r#"{"data":null}"#;
     if !request_error {
-        return serde_json::to_string(&response).unwrap_or_else(|_| NO_DATA.to_owned());
+        return serde_json::to_string(response).unwrap_or_else(|_| NO_DATA.to_owned());
     }
-    let mut body = serde_json::to_value(&response).unwrap_or_else(|_| serde_json::json!({ "data": null }));
+    let mut body = serde_json::to_value(response).unwrap_or_else(|_| serde_json::json!({ "data": null }));
     if let Value::Object(fields) = &mut body {
         fields.remove("data");
     }

@@ -44,6 +44,7 @@ mod restart;
 mod roster;
 mod round_trips;
 mod schema;
+mod shared_reads;
 mod slow_clients;
 mod soak;
 mod surface;

@@ -1,0 +1,132 @@
+//! Identical queries sent together run once (`graphql::shared_reads`),
+//! and each still sees every write committed before it was sent. A lock on
+//! the questions table (which registering units does not touch) holds the
+//! first read inside PostgreSQL, so that the others arrive while it runs;
+//! the database's lock waiters show how many executions reached it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use sea_orm::{ConnectionTrait, TransactionTrait};
+use serde_json::{Value, json};
+use work_ledger::auth::Role;
+
+use crate::helpers::{Gql, TestApp, spawn_app_with, test_config};
+
+/// A page of units and one of questions, which waits on the questions' lock.
+const READ: &str = "{ units(first: 50) { nodes { externalRef } } questions(first: 10) { nodes { id } } }";
+const LOCK: &str = "LOCK TABLE blocking_questions IN ACCESS EXCLUSIVE MODE";
+
+async fn shared_reads_joined(app: &TestApp) -> u64 {
+    let target = app.metrics_addr.expect("a metrics listener");
+    let text = app.http.get(format!("http://{target}/metrics")).send().await.expect("scrape");
+    let text = text.text().await.expect("metrics text");
+    text.lines()
+        .find_map(|line| line.strip_prefix("work_ledger_graphql_shared_reads_total "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+async fn wait_for_joins(app: &TestApp, n: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while shared_reads_joined(app).await < n {
+        assert!(std::time::Instant::now() < deadline, "{n} queries joined an identical one within 30 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn lock_waiters(app: &TestApp) -> i64 {
+    app.sql_i64(
+        "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+    )
+    .await
+}
+
+fn refs(answer: &Gql) -> Vec<String> {
+    let nodes = answer.data()["units"]["nodes"].as_array().cloned().unwrap_or_default();
+    nodes.iter().filter_map(|n| n["externalRef"].as_str().map(str::to_owned)).collect()
+}
+
+/// The statements sent since `mark` that read the questions.
+fn question_reads(app: &TestApp, mark: usize) -> usize {
+    app.request_statements_since(mark).iter().filter(|sql| sql.contains("blocking_questions")).count()
+}
+
+#[tokio::test]
+async fn identical_reads_sent_together_run_once_and_each_sees_what_was_committed_before_it() {
+    let mut config = test_config();
+    config.metrics_listen = Some("127.0.0.1:0".into());
+    let app = Arc::new(spawn_app_with(config).await);
+    let op = app.token("f", "op", Role::Operator).await;
+    app.register(&op, &["early"]).await;
+    let mut readers = Vec::new();
+    for i in 0..5 {
+        readers.push(app.token("f", &format!("reader-{i}"), Role::Reader).await);
+    }
+
+    let lock = app.owner.begin().await.expect("begin");
+    lock.execute_unprepared(LOCK).await.expect("lock");
+    let mark = app.statement_mark();
+    // The first read runs, its roster held by the lock.
+    let first = tokio::spawn({
+        let (app, token) = (app.clone(), readers[0].clone());
+        async move { app.gql(&token, READ, json!({})).await }
+    });
+    app.wait_for_lock_waiters(1).await;
+    // Committed while the first read runs: the reads sent from now on see it.
+    app.register(&op, &["late"]).await;
+    let later: Vec<_> = readers[1..]
+        .iter()
+        .map(|token| {
+            let (app, token) = (app.clone(), token.clone());
+            tokio::spawn(async move { app.gql(&token, READ, json!({})).await })
+        })
+        .collect();
+    // One of them leads the next execution; the other three join it.
+    wait_for_joins(&app, 3).await;
+    assert_eq!(lock_waiters(&app).await, 1, "the later reads wait in the service, not each in the database");
+    lock.rollback().await.expect("release the lock");
+
+    let first = first.await.expect("first read");
+    assert_eq!(refs(&first), ["early"], "the first read's snapshot predates the late unit");
+    let later: Vec<Gql> = join_all(later).await.into_iter().map(|r| r.expect("a later read")).collect();
+    for answer in &later {
+        assert_eq!(refs(answer), ["early", "late"], "a read sent after a commit sees it");
+        assert_eq!(answer.body, later[0].body, "the reads sent together got one answer");
+    }
+    assert_eq!(question_reads(&app, mark), 2, "five identical reads, two executions");
+}
+
+#[tokio::test]
+async fn reads_of_another_fleet_other_permissions_or_another_name_are_never_shared() {
+    let app = Arc::new(spawn_app_with(test_config()).await);
+    let (op_f, op_g) = (app.token("f", "op", Role::Operator).await, app.token("g", "op-g", Role::Operator).await);
+    app.register(&op_f, &["f-unit"]).await;
+    app.register(&op_g, &["g-unit"]).await;
+    let reader = app.token("f", "reader-0", Role::Reader).await;
+    let reader_g = app.token("g", "reader-g", Role::Reader).await;
+    let (ann, bob) = (app.token("f", "ann", Role::Reader).await, app.token("f", "bob", Role::Reader).await);
+    const ME: &str = "{ me { name } units(first: 50) { nodes { externalRef } } questions(first: 10) { nodes { id } } }";
+
+    let lock = app.owner.begin().await.expect("begin");
+    lock.execute_unprepared(LOCK).await.expect("lock");
+    let send = |token: &String, query: &'static str| {
+        let (app, token) = (app.clone(), token.clone());
+        tokio::spawn(async move { app.gql(&token, query, json!({})).await })
+    };
+    let first = send(&reader, READ);
+    app.wait_for_lock_waiters(1).await;
+    // Were any of these taken for the first (or for each other), fewer
+    // executions would wait on the lock.
+    let others = [send(&reader_g, READ), send(&op_f, READ), send(&ann, ME), send(&bob, ME)];
+    app.wait_for_lock_waiters(5).await;
+    lock.rollback().await.expect("release the lock");
+
+    assert_eq!(refs(&first.await.expect("first")), ["f-unit"]);
+    let answers: Vec<Gql> = join_all(others).await.into_iter().map(|r| r.expect("a read")).collect();
+    assert_eq!(refs(&answers[0]), ["g-unit"], "another fleet reads its own units");
+    assert_eq!(refs(&answers[1]), ["f-unit"]);
+    assert_eq!(answers[2].data()["me"]["name"], Value::from("ann"));
+    assert_eq!(answers[3].data()["me"]["name"], Value::from("bob"));
+}
