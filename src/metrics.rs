@@ -91,8 +91,9 @@ pub struct Metrics {
     pub live_read_retries: Counter,
     /// Delivery watermarks the feeds took ([`crate::live::watermark::Fresh`]).
     pub live_watermarks: Counter,
-    /// Queries answered by the execution of identical queries sent with them
-    /// (`graphql::shared_reads`), counted as they join it.
+    /// Queries that joined the execution of identical queries sent with them
+    /// (`graphql::shared_reads`), counted as they join it (one that then runs
+    /// on its own, the answer it waited for having an error, is counted too).
     pub shared_reads: Counter,
     /// Requests refused for want of a valid token, by surface.
     auth_failures: Family<SurfaceLabel, Counter>,

@@ -23,7 +23,7 @@
 //! its own. A query or mutation over WebSocket runs in its span as over HTTP.
 
 use std::any::{Any, TypeId};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use async_graphql::futures_util::stream::{self, BoxStream, StreamExt};
@@ -38,16 +38,16 @@ use super::loaders::{RequestLoaders, RequestTime};
 use super::notes::{self, Notes};
 use super::operation_metrics::{self, Root};
 use super::request_errors::{self, OverHttp, PARSE_FAILED, VALIDATION_FAILED, with_code};
-use super::shared_reads::{self, Gate, Key, Turn};
+use super::shared_reads::{Gate, Key, Turn};
 use super::{Mutation, Query, Subscription, guidance, read_budget};
 use crate::auth::Principal;
-use crate::ledger::{Ledger, LedgerError};
+use crate::ledger::Ledger;
 
 type Raw = Schema<Query, Mutation, Subscription>;
 
 /// A checked request's own: its root field, its caller, the store of the
 /// notes its resolvers leave, and the key of a query that may share its
-/// execution with identical ones ([`shared_reads`]).
+/// execution with identical ones ([`shared_reads`](super::shared_reads)).
 #[derive(Clone)]
 struct Run {
     root: Root,
@@ -56,36 +56,28 @@ struct Run {
     shared: Option<Key>,
 }
 
-/// A response over HTTP: the request's own, or the one an execution gave
-/// every identical query that waited for it ([`shared_reads`]), written as
-/// text once for all of them.
-pub enum Answer {
-    Own(Box<Response>),
-    Shared(Arc<SharedAnswer>),
-}
+/// A response over HTTP with its text: the request's own, or the one an
+/// execution gave every identical query that waited for it
+/// ([`shared_reads`](super::shared_reads)), written once for all of them.
+pub struct Answer(Arc<Written>);
 
-/// An answer given to several requests, with its text once written.
-pub struct SharedAnswer {
+struct Written {
     response: Response,
-    text: OnceLock<Bytes>,
+    text: Bytes,
 }
 
 impl Answer {
     pub fn response(&self) -> &Response {
-        match self {
-            Self::Own(response) => response,
-            Self::Shared(shared) => &shared.response,
-        }
+        &self.0.response
     }
 
-    /// The answer as text, written by `write` (once for a shared answer).
-    pub fn text(self, write: impl FnOnce(&Response) -> String) -> Bytes {
-        match self {
-            Self::Own(response) => Bytes::from(write(&response)),
-            Self::Shared(shared) => shared.text.get_or_init(|| Bytes::from(write(&shared.response))).clone(),
-        }
+    pub fn text(&self) -> Bytes {
+        self.0.text.clone()
     }
 }
+
+/// How the HTTP layer writes a response as text.
+pub type Write = fn(&Response) -> String;
 
 /// The schema and what runs around each of its executions.
 #[derive(Clone)]
@@ -99,7 +91,7 @@ struct Inner {
     /// Count and time requests (the service exports metrics).
     metrics: bool,
     /// Identical queries over HTTP running or gathering.
-    reads: Gate<Key, SharedAnswer>,
+    reads: Gate<Key, Written, Principal>,
 }
 
 impl LedgerSchema {
@@ -123,56 +115,68 @@ impl LedgerSchema {
         response
     }
 
-    /// [`LedgerSchema::execute`] of one request over HTTP, where a query
-    /// shares its execution with identical ones sent with it
-    /// ([`shared_reads`]).
-    pub async fn execute_shared(&self, request: Request) -> Answer {
+    /// [`LedgerSchema::execute`] of one request over HTTP, answered with its
+    /// text (`write`): a query shares its execution with identical ones sent
+    /// with it ([`shared_reads`](super::shared_reads)).
+    pub async fn execute_shared(&self, request: Request, write: Write) -> Answer {
         let began = Instant::now();
         let (request, mut run) = match self.prepare(request, None) {
             Ok(prepared) => prepared,
             Err(err) => {
                 let response = Response::from_errors(vec![err]);
                 self.record(None, began, &response);
-                return Answer::Own(Box::new(response));
+                let text = Bytes::from(write(&response));
+                return Answer(Arc::new(Written { response, text }));
             }
         };
         let span = run.root.span(run.who.as_ref());
-        let answer = match run.shared.take() {
-            None => Answer::Own(Box::new(self.run(request, &run, span).await)),
-            Some(key) => match self.0.reads.enter(key) {
-                Turn::Leads(lead) => {
-                    let (this, led) = (self.clone(), run.clone());
-                    // Its clock starts with the execution, after the last
-                    // request it answers arrived.
-                    let work = async move {
-                        let request = request.data(RequestTime(Utc::now()));
-                        SharedAnswer { response: this.run(request, &led, span).await, text: OnceLock::new() }
-                    };
-                    match lead.run(work).await {
-                        Some(shared) => Answer::Shared(shared),
-                        None => {
-                            let err = async_graphql::Error::from(LedgerError::internal("a shared read ended"));
-                            Answer::Own(Box::new(Response::from_errors(vec![
-                                err.into_server_error(Default::default()),
-                            ])))
-                        }
-                    }
-                }
-                Turn::Joins(outcome) => {
+        let work = {
+            let (this, run, span) = (self.clone(), run.clone(), span.clone());
+            move |members: Vec<Principal>| this.run_as(request, run, span, members, write)
+        };
+        let written = match (run.shared.take(), run.who.clone()) {
+            (Some(key), Some(who)) => match self.0.reads.enter(key, who, work) {
+                Turn::Leads(outcome) => outcome.await,
+                Turn::Joins(outcome, work) => {
                     self.0.ledger.metrics().shared_reads.inc();
-                    match outcome.instrument(span.clone()).await {
-                        Some(shared) if shared.response.errors.is_empty() => {
-                            run.root.finish(&span, &shared.response);
-                            Answer::Shared(shared)
-                        }
-                        // An error may be the other request's own: run alone.
-                        _ => Answer::Own(Box::new(self.run(request, &run, span).await)),
+                    let shared = outcome.await;
+                    if shared.response.errors.is_empty() {
+                        run.root.finish(&span, &shared.response);
+                        shared
+                    } else {
+                        // The error may be the other caller's own: run alone.
+                        Arc::new(work(Vec::new()).await)
                     }
                 }
             },
+            _ => Arc::new(work(Vec::new()).await),
         };
-        self.record(Some(&run.root), began, answer.response());
-        answer
+        self.record(Some(&run.root), began, &written.response);
+        Answer(written)
+    }
+
+    /// Executes a checked request as one of `members` whose token has its
+    /// turn for a fleet-wide read free (they are callers of one fleet and
+    /// permissions, whose answers are the same), else as its own caller;
+    /// its clock starts now, with the execution.
+    async fn run_as(
+        self,
+        request: Request,
+        run: Run,
+        span: tracing::Span,
+        members: Vec<Principal>,
+        write: Write,
+    ) -> Written {
+        let own = run.who.as_ref().map(|who| who.token_id);
+        let free = members.into_iter().find(|who| self.0.ledger.scan_turn_free(who));
+        let mut request = request.data(RequestTime(Utc::now()));
+        if let Some(who) = free.filter(|who| Some(who.token_id) != own) {
+            let loaders = RequestLoaders::new(&self.0.ledger, &who, false);
+            request = request.data(loaders).data(who);
+        }
+        let response = self.run(request, &run, span).await;
+        let text = Bytes::from(write(&response));
+        Written { response, text }
     }
 
     /// Executes a checked request in `span` and answers it.
@@ -215,10 +219,8 @@ impl LedgerSchema {
     /// with what its answer needs; `session` is a WebSocket connection's.
     fn prepare(&self, mut request: Request, session: Option<&Data>) -> Result<(Request, Run), ServerError> {
         let over_http = data_of::<OverHttp>(&request.data).is_some();
-        let (root, names_the_caller) = self.check(&mut request, over_http)?;
         let who = data_of::<Principal>(&request.data).or_else(|| session.and_then(data_of::<Principal>)).cloned();
-        let shareable = over_http && root.ty == OperationType::Query && root.field.is_some();
-        let shared = who.as_ref().filter(|_| shareable).and_then(|who| Key::of(who, names_the_caller, &request));
+        let (root, shared) = self.check(&mut request, over_http, who.as_ref())?;
         let run = Run { root, who, notes: Arc::default(), shared };
         Ok((self.with_data(request, &run), run))
     }
@@ -235,9 +237,14 @@ impl LedgerSchema {
 
     /// Parses the document and checks it before async-graphql validates it
     /// (which then takes it as parsed): what the request's metrics and span
-    /// need to know of it and whether it selects a field that depends on the
-    /// caller's name ([`shared_reads::CALLER_FIELDS`]), or the refusal.
-    fn check(&self, request: &mut Request, over_http: bool) -> Result<(Root, bool), ServerError> {
+    /// need to know of it and, for `who`'s query over HTTP, the key it may
+    /// share an execution under ([`shared_reads`](super::shared_reads)); or the refusal.
+    fn check(
+        &self,
+        request: &mut Request,
+        over_http: bool,
+        who: Option<&Principal>,
+    ) -> Result<(Root, Option<Key>), ServerError> {
         let document = async_graphql::parser::parse_query(&request.query)
             .map_err(|err| with_code(ServerError::from(err), PARSE_FAILED))?;
         read_budget::check(&document)?;
@@ -248,9 +255,10 @@ impl LedgerSchema {
         // Spans and metrics are named after the schema's fields, never
         // after a name only the client knows.
         root.field = root.field.filter(|field| self.is_root_field(root.ty, field));
-        let names_the_caller = shared_reads::names_the_caller(&document);
+        let shareable = over_http && root.ty == OperationType::Query && root.field.is_some();
+        let shared = who.filter(|_| shareable).and_then(|who| Key::of(who, &document, request));
         request.set_parsed_query(document);
-        Ok((root, names_the_caller))
+        Ok((root, shared))
     }
 
     /// The request with its notes' store and, for a caller, its loaders (a

@@ -297,28 +297,33 @@ async fn execute(state: &AppState, principal: Principal, batch: BatchRequest, me
     let with_context = |request: Request| request.data(principal.clone()).data(OverHttp);
     let (body, status) = match batch {
         BatchRequest::Single(request) => {
-            let answer = state.schema.execute_shared(with_context(request)).await;
+            let answer = state.schema.execute_shared(with_context(request), written).await;
             let failed = !executed(answer.response());
             let status =
                 if failed && media == MediaType::GraphQlResponse { StatusCode::BAD_REQUEST } else { StatusCode::OK };
-            (answer.text(|response| response_body(response, failed)), status)
+            (answer.text(), status)
         }
         BatchRequest::Batch(requests) => {
-            let answers = requests.into_iter().map(|request| state.schema.execute_shared(with_context(request)));
+            let answers =
+                requests.into_iter().map(|request| state.schema.execute_shared(with_context(request), written));
             let answers = futures::future::join_all(answers).await;
             let mut body = Vec::from(b"[".as_slice());
             for (i, answer) in answers.into_iter().enumerate() {
                 if i > 0 {
                     body.push(b',');
                 }
-                let failed = !executed(answer.response());
-                body.extend_from_slice(&answer.text(|response| response_body(response, failed)));
+                body.extend_from_slice(&answer.text());
             }
             body.push(b']');
             (Bytes::from(body), StatusCode::OK)
         }
     };
     (status, [(header::CONTENT_TYPE, media.content_type())], body).into_response()
+}
+
+/// A response as its JSON text.
+fn written(response: &GqlResponse) -> String {
+    response_body(response, !executed(response))
 }
 
 /// A response as JSON text, written straight from the response's values (a

@@ -166,6 +166,12 @@ impl Ledger {
         self.read(who, read).await
     }
 
+    /// Whether the caller's token would get its turn for a fleet-wide read
+    /// ([`Ledger::scan`]) at once.
+    pub fn scan_turn_free(&self, who: &Principal) -> bool {
+        self.scans.is_free(who.token_id)
+    }
+
     /// The unit the caller holds (a live claim: CLAIMED, IN_PROGRESS or BLOCKED).
     pub async fn held_unit(&self, who: &Principal) -> Result<Option<UnitModel>, LedgerError> {
         let (fleet, agent) = (who.fleet.clone(), who.name.clone());

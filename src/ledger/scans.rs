@@ -35,6 +35,12 @@ pub struct Turn<'g> {
 }
 
 impl ScanGate {
+    /// Whether `token` has a turn free now.
+    pub fn is_free(&self, token: Uuid) -> bool {
+        let tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
+        tokens.get(&token).is_none_or(|semaphore| semaphore.available_permits() > 0)
+    }
+
     /// Waits (at most [`WAIT`]) for one of the token's turns.
     pub async fn enter(&self, token: Uuid) -> Result<Turn<'_>, LedgerError> {
         let semaphore = {

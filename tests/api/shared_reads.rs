@@ -14,8 +14,9 @@ use work_ledger::auth::Role;
 
 use crate::helpers::{Gql, TestApp, spawn_app_with, test_config};
 
-/// A page of units and one of questions, which waits on the questions' lock.
-const READ: &str = "{ units(first: 50) { nodes { externalRef } } questions(first: 10) { nodes { id } } }";
+/// The server's clock, a page of units and one of questions, which waits
+/// on the questions' lock.
+const READ: &str = "{ serverTime units(first: 50) { nodes { externalRef } } questions(first: 10) { nodes { id } } }";
 const LOCK: &str = "LOCK TABLE blocking_questions IN ACCESS EXCLUSIVE MODE";
 
 async fn shared_reads_joined(app: &TestApp) -> u64 {
@@ -41,6 +42,11 @@ async fn lock_waiters(app: &TestApp) -> i64 {
         "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
     )
     .await
+}
+
+fn server_time(answer: &Gql) -> chrono::DateTime<chrono::Utc> {
+    let time = answer.data()["serverTime"].as_str().expect("serverTime");
+    chrono::DateTime::parse_from_rfc3339(time).expect("an RFC 3339 time").to_utc()
 }
 
 fn refs(answer: &Gql) -> Vec<String> {
@@ -76,6 +82,7 @@ async fn identical_reads_sent_together_run_once_and_each_sees_what_was_committed
     app.wait_for_lock_waiters(1).await;
     // Committed while the first read runs: the reads sent from now on see it.
     app.register(&op, &["late"]).await;
+    let sent = chrono::Utc::now();
     let later: Vec<_> = readers[1..]
         .iter()
         .map(|token| {
@@ -89,9 +96,12 @@ async fn identical_reads_sent_together_run_once_and_each_sees_what_was_committed
     lock.rollback().await.expect("release the lock");
 
     let first = first.await.expect("first read");
-    assert_eq!(refs(&first), ["early"], "the first read's snapshot predates the late unit");
     let later: Vec<Gql> = join_all(later).await.into_iter().map(|r| r.expect("a later read")).collect();
+    // Each answer is taken after its request was sent: its clock, and the
+    // unit committed before it.
+    assert!(server_time(&first) < sent, "the first read started before the others were sent");
     for answer in &later {
+        assert!(server_time(answer) >= sent, "a later read answered from an execution that began before it was sent");
         assert_eq!(refs(answer), ["early", "late"], "a read sent after a commit sees it");
         assert_eq!(answer.body, later[0].body, "the reads sent together got one answer");
     }
@@ -129,4 +139,53 @@ async fn reads_of_another_fleet_other_permissions_or_another_name_are_never_shar
     assert_eq!(refs(&answers[1]), ["f-unit"]);
     assert_eq!(answers[2].data()["me"]["name"], Value::from("ann"));
     assert_eq!(answers[3].data()["me"]["name"], Value::from("bob"));
+}
+
+#[tokio::test]
+async fn a_shared_read_runs_as_a_caller_whose_turn_is_free_not_behind_a_busy_token() {
+    let mut config = test_config();
+    config.metrics_listen = Some("127.0.0.1:0".into());
+    let app = Arc::new(spawn_app_with(config).await);
+    let op = app.token("f", "op", Role::Operator).await;
+    app.register(&op, &["u1"]).await;
+    let (busy, other, third) = (
+        app.token("f", "busy", Role::Reader).await,
+        app.token("f", "other", Role::Reader).await,
+        app.token("f", "third", Role::Reader).await,
+    );
+    // A fleet-wide read of the questions (`totalCount`), and one of the roster.
+    const SHARED: &str = "{ questions(first: 10) { totalCount } }";
+    const ROSTER: &str = "{ agents(first: 5) { nodes { name } } }";
+    let send = |token: &String, query: &'static str| {
+        let (app, token) = (app.clone(), token.clone());
+        tokio::spawn(async move { app.gql(&token, query, json!({})).await })
+    };
+
+    let questions = app.owner.begin().await.expect("begin");
+    questions.execute_unprepared(LOCK).await.expect("lock the questions");
+    let attempts = app.owner.begin().await.expect("begin");
+    attempts.execute_unprepared("LOCK TABLE work_unit_attempts IN ACCESS EXCLUSIVE MODE").await.expect("lock");
+    // The shared read runs (as `third`), and `busy` holds its one turn for
+    // a fleet-wide read with the roster, which waits for the attempts.
+    let running = send(&third, SHARED);
+    app.wait_for_lock_waiters(1).await;
+    let roster = send(&busy, ROSTER);
+    app.wait_for_lock_waiters(2).await;
+    // `busy` leads the next execution of the shared read, `other` joins it.
+    let led = send(&busy, SHARED);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let joined = send(&other, SHARED);
+    wait_for_joins(&app, 1).await;
+    questions.rollback().await.expect("release the questions");
+
+    // Run as `busy`, the execution would wait for its turn until the roster
+    // ends: not before its lock timeout (5 s) while the attempts stay locked.
+    let within = Duration::from_secs(2);
+    let joined = tokio::time::timeout(within, joined).await.expect("answered without the busy token's turn");
+    let led = tokio::time::timeout(within, led).await.expect("the busy token's own copy too");
+    for answer in [joined.expect("joined"), led.expect("led"), running.await.expect("running")] {
+        assert_eq!(answer.data()["questions"]["totalCount"], json!(0));
+    }
+    attempts.rollback().await.expect("release the attempts");
+    roster.await.expect("roster").data();
 }
