@@ -15,7 +15,7 @@
 //! - the caller's fleet (row-level security and every read's scope) and
 //!   permissions (`FORBIDDEN`, `legalActions`);
 //! - the caller's name when the document selects a field whose answer
-//!   depends on it ([`CALLER_FIELDS`]);
+//!   depends on it, for this caller ([`CALLER_FIELDS`]);
 //! - the document's text, the operation's name and the variables.
 //!
 //! Only a query is shared, over HTTP, and never one that waits for an
@@ -37,14 +37,17 @@ use async_graphql::Request;
 use async_graphql::parser::types::{DocumentOperations, ExecutableDocument, Selection, SelectionSet};
 use futures::future::{BoxFuture, FutureExt, Shared, WeakShared};
 
-use crate::auth::Principal;
+use crate::auth::{Permission, Principal};
 
 /// Fields whose answer depends on the caller's name (the agent id), not
-/// only on its fleet and permissions: the caller itself (`me`, with the
-/// unit it holds) and what the caller may do to a unit (its holder may do
-/// more). A document that selects one of them anywhere is shared only among
-/// requests of the same name.
-pub const CALLER_FIELDS: &[&str] = &["me", "legalActions"];
+/// only on its fleet and permissions, with the permission without which it
+/// does not: the caller itself (`me`, with the unit it holds), and what the
+/// caller may do to a unit, which differs for its holder, and only a caller
+/// that may claim is taken for one (`ledger::state_machine::next_actions`).
+/// A document that selects one of them anywhere, from a caller with that
+/// permission, is shared only among requests of the same name.
+pub const CALLER_FIELDS: &[(&str, Option<Permission>)] =
+    &[("me", None), ("legalActions", Some(Permission::UnitsClaim))];
 /// Fields never shared: a wait for the answer to a question lasts up to a
 /// minute, and a twin waiting out another's first would wait twice.
 pub const OWN_FIELDS: &[&str] = &["waitForAnswer"];
@@ -68,13 +71,16 @@ impl Key {
         if selects(document, OWN_FIELDS) {
             return None;
         }
+        let by_name = CALLER_FIELDS
+            .iter()
+            .any(|(field, needs)| needs.is_none_or(|permission| who.has(permission)) && selects(document, &[field]));
         let mut permissions: Vec<&'static str> = who.permissions.iter().map(|p| p.as_str()).collect();
         permissions.sort_unstable();
         permissions.dedup();
         Some(Self {
             fleet: who.fleet.clone(),
             permissions,
-            caller: selects(document, CALLER_FIELDS).then(|| who.name.clone()),
+            caller: by_name.then(|| who.name.clone()),
             query: request.query.clone(),
             operation: request.operation_name.clone(),
             variables: serde_json::to_string(&request.variables).ok()?,
@@ -375,7 +381,7 @@ mod tests {
 
     #[test]
     fn a_document_selects_a_field_through_fragments_and_other_operations() {
-        let names = |query: &str| selects(&async_graphql::parser::parse_query(query).unwrap(), CALLER_FIELDS);
+        let names = |query: &str| selects(&async_graphql::parser::parse_query(query).unwrap(), &["me", "legalActions"]);
         assert!(!names("{ throughput(bucket: DAY) { day verified } units { nodes { id } } }"));
         assert!(names("{ me { name } }"));
         assert!(names("{ units { nodes { legalActions } } }"));

@@ -12,11 +12,13 @@ use sea_orm::{ConnectionTrait, TransactionTrait};
 use serde_json::{Value, json};
 use work_ledger::auth::Role;
 
-use crate::helpers::{Gql, TestApp, spawn_app_with, test_config};
+use crate::helpers::{Agent, Gql, TestApp, spawn_app_with, test_config};
 
-/// The server's clock, a page of units and one of questions, which waits
-/// on the questions' lock.
-const READ: &str = "{ serverTime units(first: 50) { nodes { externalRef } } questions(first: 10) { nodes { id } } }";
+/// The server's clock, a page of units (with what the caller may do to
+/// them: the same for every caller that cannot claim) and one of
+/// questions, which waits on the questions' lock.
+const READ: &str = "{ serverTime units(first: 50) { nodes { externalRef legalActions } } \
+                    questions(first: 10) { nodes { id } } }";
 const LOCK: &str = "LOCK TABLE blocking_questions IN ACCESS EXCLUSIVE MODE";
 
 async fn shared_reads_joined(app: &TestApp) -> u64 {
@@ -117,20 +119,35 @@ async fn reads_of_another_fleet_other_permissions_or_another_name_are_never_shar
     let reader = app.token("f", "reader-0", Role::Reader).await;
     let reader_g = app.token("g", "reader-g", Role::Reader).await;
     let (ann, bob) = (app.token("f", "ann", Role::Reader).await, app.token("f", "bob", Role::Reader).await);
+    // Agents may claim: what each may do to a unit depends on which holds it.
+    let holder = Agent::new(&app, "f", "holder", Role::Agent).await;
+    let unit = holder.claim_next(json!({})).await.str("id");
+    let peer = app.token("f", "peer", Role::Agent).await;
+    let unit_read = format!(
+        "{{ unit(id: \"{unit}\") {{ legalActions }} units(first: 50) {{ nodes {{ externalRef }} }} \
+         questions(first: 10) {{ nodes {{ id }} }} }}"
+    );
     const ME: &str = "{ me { name } units(first: 50) { nodes { externalRef } } questions(first: 10) { nodes { id } } }";
 
     let lock = app.owner.begin().await.expect("begin");
     lock.execute_unprepared(LOCK).await.expect("lock");
-    let send = |token: &String, query: &'static str| {
-        let (app, token) = (app.clone(), token.clone());
-        tokio::spawn(async move { app.gql(&token, query, json!({})).await })
+    let send = |token: &String, query: &str| {
+        let (app, token, query) = (app.clone(), token.clone(), query.to_owned());
+        tokio::spawn(async move { app.gql(&token, &query, json!({})).await })
     };
     let first = send(&reader, READ);
     app.wait_for_lock_waiters(1).await;
     // Were any of these taken for the first (or for each other), fewer
     // executions would wait on the lock.
-    let others = [send(&reader_g, READ), send(&op_f, READ), send(&ann, ME), send(&bob, ME)];
-    app.wait_for_lock_waiters(5).await;
+    let others = [
+        send(&reader_g, READ),
+        send(&op_f, READ),
+        send(&ann, ME),
+        send(&bob, ME),
+        send(&holder.token, &unit_read),
+        send(&peer, &unit_read),
+    ];
+    app.wait_for_lock_waiters(7).await;
     lock.rollback().await.expect("release the lock");
 
     assert_eq!(refs(&first.await.expect("first")), ["f-unit"]);
@@ -139,6 +156,9 @@ async fn reads_of_another_fleet_other_permissions_or_another_name_are_never_shar
     assert_eq!(refs(&answers[1]), ["f-unit"]);
     assert_eq!(answers[2].data()["me"]["name"], Value::from("ann"));
     assert_eq!(answers[3].data()["me"]["name"], Value::from("bob"));
+    let actions = |answer: &Gql| answer.data()["unit"]["legalActions"].to_string();
+    assert!(actions(&answers[4]).contains("heartbeat"), "the holder may heartbeat: {}", actions(&answers[4]));
+    assert!(!actions(&answers[5]).contains("heartbeat"), "another agent may not: {}", actions(&answers[5]));
 }
 
 #[tokio::test]
