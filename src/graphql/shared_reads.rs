@@ -31,6 +31,7 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 
 use async_graphql::Request;
@@ -180,7 +181,10 @@ where
         let (own, gathered) = if after.is_some() { (None, Some(member)) } else { (Some(member), None) };
         let future = async move {
             if let Some(after) = after {
-                after.await;
+                // Only its end matters here: a panic in it (a bug, which
+                // reached the requests that waited for it) is not this
+                // execution's.
+                let _ = AssertUnwindSafe(after).catch_unwind().await;
             }
             let members = done.start(own);
             let answer = Arc::new(work(members).await);
@@ -377,6 +381,21 @@ mod tests {
         settle().await;
         release.notify_one();
         assert_eq!(*next.await.expect("next"), (1, vec!["d"]));
+    }
+
+    #[tokio::test]
+    async fn an_execution_that_panics_fails_its_own_requests_only() {
+        let gate: Gate<&'static str, Answered, &'static str> = Gate::default();
+        let panics: Work = Box::new(|_| async { panic!("a resolver's bug") }.boxed());
+        let (runs, release) = (Arc::new(AtomicUsize::new(0)), Arc::new(Notify::new()));
+        let failing = wait(gate.enter("k", "a", panics), true);
+        let next = wait(gate.enter("k", "b", work(&runs, &release)), true);
+        assert!(failing.await.is_err(), "the request that ran it fails");
+        settle().await;
+        release.notify_one();
+        assert_eq!(*next.await.expect("the next execution runs"), (1, vec!["b"]));
+        settle().await;
+        assert_eq!(gate.len(), 0);
     }
 
     #[test]
