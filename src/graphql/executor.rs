@@ -41,7 +41,7 @@ use super::request_errors::{self, OverHttp, PARSE_FAILED, VALIDATION_FAILED, wit
 use super::shared_reads::{Gate, Key, Turn};
 use super::{Mutation, Query, Subscription, guidance, read_budget};
 use crate::auth::Principal;
-use crate::ledger::Ledger;
+use crate::ledger::{Ledger, LedgerError};
 
 type Raw = Schema<Query, Mutation, Subscription>;
 
@@ -134,19 +134,30 @@ impl LedgerSchema {
             let (this, run, span) = (self.clone(), run.clone(), span.clone());
             move |members: Vec<Principal>| this.run_as(request, run, span, members, write)
         };
+        let panicked = || {
+            let err = async_graphql::Error::from(LedgerError::internal("a shared read's execution panicked"));
+            let response = Response::from_errors(vec![err.into_server_error(Default::default())]);
+            let text = Bytes::from(write(&response));
+            Arc::new(Written { response, text })
+        };
         let written = match (run.shared.take(), run.who.clone()) {
-            (Some(key), Some(who)) => match self.0.reads.enter(key, who, work) {
-                Turn::Leads(outcome) => outcome.await,
+            (Some(key), Some(who)) => match self.0.reads.enter(key.clone(), who.clone(), work) {
+                Turn::Leads(outcome) => outcome.await.unwrap_or_else(panicked),
                 Turn::Joins(outcome, work) => {
                     self.0.ledger.metrics().shared_reads.inc();
-                    let shared = outcome.await;
-                    if shared.response.errors.is_empty() {
-                        run.root.finish(&span, &shared.response);
-                        shared
-                    } else {
-                        // The error may be the other caller's own: run alone.
-                        Arc::new(work(Vec::new()).await)
-                    }
+                    let answer = match outcome.await {
+                        Some(shared) if shared.response.errors.is_empty() => shared,
+                        // The error may be the running caller's own (its
+                        // turn for a fleet-wide read): the twins that
+                        // waited for it go once more through the gate (one
+                        // execution more, not one each), then take what
+                        // comes.
+                        _ => match self.0.reads.enter(key, who, work) {
+                            Turn::Leads(outcome) | Turn::Joins(outcome, _) => outcome.await.unwrap_or_else(panicked),
+                        },
+                    };
+                    run.root.finish(&span, &answer.response);
+                    answer
                 }
             },
             _ => Arc::new(work(Vec::new()).await),

@@ -22,12 +22,14 @@
 //! answer ([`OWN_FIELDS`]). The execution runs as one of the callers it
 //! answers, one whose token has its turn for a fleet-wide read free (SPEC
 //! §9) when there is one: a token busy with reads of its own does not hold
-//! the others back. An answer with an error is not shared (the error can be
-//! the running caller's own): each request that waited for it runs on its
-//! own instead. The execution is driven by the requests waiting for it and
-//! stops when the last of them is gone, as a request's own would when its
-//! client leaves. Every request is still authenticated, checked, counted
-//! and traced as itself.
+//! the others back. An answer with an error is not given to the requests
+//! that joined it (the error can be the running caller's own): they go once
+//! more through the gate together, and take what that gives. The execution
+//! is driven by the requests waiting for it and stops when the last of them
+//! is gone, as a request's own would when its client leaves; the next one
+//! waits for its end without keeping it alive. A panic in it answers each
+//! of them with an internal error. Every request is still authenticated,
+//! checked, counted and traced as itself.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -37,6 +39,7 @@ use std::sync::{Arc, Mutex};
 use async_graphql::Request;
 use async_graphql::parser::types::{DocumentOperations, ExecutableDocument, Selection, SelectionSet};
 use futures::future::{BoxFuture, FutureExt, Shared, WeakShared};
+use tokio_util::sync::CancellationToken;
 
 use crate::auth::{Permission, Principal};
 
@@ -110,10 +113,12 @@ fn selects(document: &ExecutableDocument, fields: &[&str]) -> bool {
 }
 
 /// The answer of one execution, as every request that waits for it gets
-/// it. The execution is driven by whichever of them is polled, and dropped
-/// (its statements cancelled) when every one of them is gone.
-pub type Outcome<T> = Shared<BoxFuture<'static, Arc<T>>>;
-type Weak<T> = WeakShared<BoxFuture<'static, Arc<T>>>;
+/// it; `None` when the execution panicked (a bug: each request answers with
+/// an internal error, and no waiter is left hanging). The execution is
+/// driven by whichever of them is polled, and dropped (its statements
+/// cancelled) when every one of them is gone.
+pub type Outcome<T> = Shared<BoxFuture<'static, Option<Arc<T>>>>;
+type Weak<T> = WeakShared<BoxFuture<'static, Option<Arc<T>>>>;
 
 /// The executions running and gathering, by key; `M` is what a request
 /// brings to an execution (its caller: the execution runs as one of them).
@@ -127,11 +132,20 @@ struct Slots<K, T, M> {
     next: u64,
 }
 
-/// One key's execution running (its answer may be in already) and the
-/// one gathering the requests that arrived since it started, with theirs.
+/// One key's execution running and the one gathering the requests that
+/// arrived since it started, with theirs.
 struct Slot<T, M> {
-    running: Option<(u64, Weak<T>)>,
-    gathering: Option<(u64, Weak<T>, Vec<M>)>,
+    running: Option<Execution<T>>,
+    gathering: Option<(Execution<T>, Vec<M>)>,
+}
+
+/// An execution as its slot knows it: a handle that does not keep it
+/// alive, and the signal of its end (answered, or dropped with its last
+/// waiter), which the next one waits for without keeping it alive either.
+struct Execution<T> {
+    id: u64,
+    outcome: Weak<T>,
+    ended: CancellationToken,
 }
 
 /// A request's turn: it leads a new execution, or joins the one gathering
@@ -168,34 +182,33 @@ where
         slots.next += 1;
         let id = slots.next;
         let slot = slots.by_key.entry(key.clone()).or_insert(Slot { running: None, gathering: None });
-        if let Some((_, weak, members)) = &mut slot.gathering
-            && let Some(outcome) = weak.upgrade()
+        if let Some((gathering, members)) = &mut slot.gathering
+            && let Some(outcome) = gathering.outcome.upgrade()
         {
             members.push(member);
             return Turn::Joins(outcome, work);
         }
-        let done = Done { slots: self.slots.clone(), key, id };
-        let after = slot.running.as_ref().and_then(|(_, weak)| weak.upgrade());
+        let ended = CancellationToken::new();
+        let done = Done { slots: self.slots.clone(), key, id, ended: ended.clone() };
+        let after = slot.running.as_ref().map(|running| running.ended.clone());
         // Started at once, it runs with its own member; gathering, with
         // the members of every request that joins it before it starts.
         let (own, gathered) = if after.is_some() { (None, Some(member)) } else { (Some(member), None) };
         let future = async move {
             if let Some(after) = after {
-                // Only its end matters here: a panic in it (a bug, which
-                // reached the requests that waited for it) is not this
-                // execution's.
-                let _ = AssertUnwindSafe(after).catch_unwind().await;
+                after.cancelled().await;
             }
             let members = done.start(own);
-            let answer = Arc::new(work(members).await);
+            let answer = AssertUnwindSafe(async move { work(members).await }).catch_unwind().await;
             drop(done);
-            answer
+            answer.ok().map(Arc::new)
         };
         let outcome = future.boxed().shared();
         if let Some(weak) = outcome.downgrade() {
+            let execution = Execution { id, outcome: weak, ended };
             match gathered {
-                Some(member) => slot.gathering = Some((id, weak, vec![member])),
-                None => slot.running = Some((id, weak)),
+                Some(member) => slot.gathering = Some((execution, vec![member])),
+                None => slot.running = Some(execution),
             }
         }
         Turn::Leads(outcome)
@@ -207,11 +220,13 @@ where
         self.slots.lock().unwrap_or_else(|e| e.into_inner()).by_key.len()
     }
 }
-/// An execution's place in its slot, given up when it ends or is dropped.
+/// An execution's place in its slot, given up when it ends or is dropped,
+/// with the signal of its end.
 struct Done<K: Eq + Hash, T, M> {
     slots: Arc<Mutex<Slots<K, T, M>>>,
     key: K,
     id: u64,
+    ended: CancellationToken,
 }
 
 impl<K: Eq + Hash, T, M> Done<K, T, M> {
@@ -226,8 +241,8 @@ impl<K: Eq + Hash, T, M> Done<K, T, M> {
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         let Some(slot) = slots.by_key.get_mut(&self.key) else { return Vec::new() };
         match slot.gathering.take() {
-            Some((id, weak, members)) if id == self.id => {
-                slot.running = Some((id, weak));
+            Some((execution, members)) if execution.id == self.id => {
+                slot.running = Some(execution);
                 members
             }
             other => {
@@ -239,26 +254,31 @@ impl<K: Eq + Hash, T, M> Done<K, T, M> {
 }
 
 impl<K: Eq + Hash, T, M> Drop for Done<K, T, M> {
-    /// The execution leaves its slot, and the key is forgotten when nothing
-    /// runs or gathers for it.
+    /// The execution leaves its slot (the key is forgotten when nothing
+    /// runs or gathers for it) and signals its end.
     fn drop(&mut self) {
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(slot) = slots.by_key.get_mut(&self.key) else { return };
-        if slot.running.as_ref().is_some_and(|(id, _)| *id == self.id) {
-            slot.running = None;
+        {
+            let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(slot) = slots.by_key.get_mut(&self.key) {
+                if slot.running.as_ref().is_some_and(|running| running.id == self.id) {
+                    slot.running = None;
+                }
+                if slot.gathering.as_ref().is_some_and(|(gathering, _)| gathering.id == self.id) {
+                    slot.gathering = None;
+                }
+                if slot.running.is_none() && slot.gathering.is_none() {
+                    slots.by_key.remove(&self.key);
+                }
+            }
         }
-        if slot.gathering.as_ref().is_some_and(|(id, _, _)| *id == self.id) {
-            slot.gathering = None;
-        }
-        if slot.running.is_none() && slot.gathering.is_none() {
-            slots.by_key.remove(&self.key);
-        }
+        self.ended.cancel();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::time::Duration;
 
     use tokio::sync::Notify;
     use tokio::task::JoinHandle;
@@ -282,13 +302,39 @@ mod tests {
         })
     }
 
+    /// Work that never ends and sets `dropped` when it is dropped.
+    fn endless(dropped: &Arc<AtomicBool>) -> Work {
+        let flag = Flag(dropped.clone());
+        Box::new(move |_| {
+            async move {
+                let _flag = flag;
+                std::future::pending::<Answered>().await
+            }
+            .boxed()
+        })
+    }
+
+    /// Sets its flag when dropped.
+    struct Flag(Arc<AtomicBool>);
+
+    impl Drop for Flag {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
     /// A request waiting for its turn's answer (and driving it).
-    fn wait(turn: Turn<Answered, Work>, leads: bool) -> JoinHandle<Arc<Answered>> {
+    fn wait(turn: Turn<Answered, Work>, leads: bool) -> JoinHandle<Option<Arc<Answered>>> {
         match turn {
             Turn::Leads(outcome) if leads => tokio::spawn(outcome),
             Turn::Joins(outcome, _) if !leads => tokio::spawn(outcome),
             _ => panic!("expected to {}", if leads { "lead" } else { "join" }),
         }
+    }
+
+    async fn answer(waiter: JoinHandle<Option<Arc<Answered>>>) -> Answered {
+        let answer = waiter.await.expect("the waiter's task").expect("an answer");
+        (*answer).clone()
     }
 
     async fn settle() {
@@ -313,18 +359,18 @@ mod tests {
         settle().await;
         assert_eq!(runs.load(Ordering::SeqCst), 1, "the next execution waits for the running one");
         release.notify_one();
-        assert_eq!(*first.await.expect("first"), (1, vec!["a"]));
+        assert_eq!(answer(first).await, (1, vec!["a"]));
         settle().await;
         assert_eq!(runs.load(Ordering::SeqCst), 2, "the gathered requests run once, after the first");
         // Arriving now, after the second started: a third execution.
         let fifth = wait(gate.enter("k", "e", work(&runs, &release)), true);
         release.notify_one();
         for waiter in [second, third, fourth] {
-            assert_eq!(*waiter.await.expect("a gathered request"), (2, vec!["b", "c", "d"]), "with every member");
+            assert_eq!(answer(waiter).await, (2, vec!["b", "c", "d"]), "with every member");
         }
         settle().await;
         release.notify_one();
-        assert_eq!(*fifth.await.expect("fifth"), (3, vec!["e"]));
+        assert_eq!(answer(fifth).await, (3, vec!["e"]));
         settle().await;
         assert_eq!(gate.len(), 0, "a key with nothing running is forgotten");
     }
@@ -338,33 +384,16 @@ mod tests {
         settle().await;
         assert_eq!(runs.load(Ordering::SeqCst), 2);
         release.notify_waiters();
-        assert_eq!(a.await.expect("a").1, ["a"]);
-        assert_eq!(b.await.expect("b").1, ["b"]);
-    }
-
-    /// Sets its flag when dropped.
-    struct Flag(Arc<AtomicBool>);
-
-    impl Drop for Flag {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::SeqCst);
-        }
+        assert_eq!(answer(a).await.1, ["a"]);
+        assert_eq!(answer(b).await.1, ["b"]);
     }
 
     #[tokio::test]
     async fn an_execution_stops_when_every_request_waiting_for_it_is_gone() {
         let gate: Gate<&'static str, Answered, &'static str> = Gate::default();
         let dropped = Arc::new(AtomicBool::new(false));
-        let flag = Flag(dropped.clone());
-        let never: Work = Box::new(move |_| {
-            async move {
-                let _flag = flag;
-                std::future::pending::<Answered>().await
-            }
-            .boxed()
-        });
         let (runs, release) = (Arc::new(AtomicUsize::new(0)), Arc::new(Notify::new()));
-        let abandoned = wait(gate.enter("k", "a", never), true);
+        let abandoned = wait(gate.enter("k", "a", endless(&dropped)), true);
         let gathered = wait(gate.enter("k", "b", work(&runs, &release)), true);
         let joined = wait(gate.enter("k", "c", work(&runs, &release)), false);
         settle().await;
@@ -380,22 +409,48 @@ mod tests {
         let next = wait(gate.enter("k", "d", work(&runs, &release)), true);
         settle().await;
         release.notify_one();
-        assert_eq!(*next.await.expect("next"), (1, vec!["d"]));
+        assert_eq!(answer(next).await, (1, vec!["d"]));
     }
 
     #[tokio::test]
-    async fn an_execution_that_panics_fails_its_own_requests_only() {
+    async fn the_next_execution_does_not_keep_an_abandoned_one_running() {
         let gate: Gate<&'static str, Answered, &'static str> = Gate::default();
-        let panics: Work = Box::new(|_| async { panic!("a resolver's bug") }.boxed());
+        let dropped = Arc::new(AtomicBool::new(false));
         let (runs, release) = (Arc::new(AtomicUsize::new(0)), Arc::new(Notify::new()));
-        let failing = wait(gate.enter("k", "a", panics), true);
-        let next = wait(gate.enter("k", "b", work(&runs, &release)), true);
-        assert!(failing.await.is_err(), "the request that ran it fails");
+        let abandoned = wait(gate.enter("k", "a", endless(&dropped)), true);
+        let gathered = wait(gate.enter("k", "b", work(&runs, &release)), true);
         settle().await;
+        // The running one's only request leaves; the gathered one waits on.
+        abandoned.abort();
+        settle().await;
+        assert!(dropped.load(Ordering::SeqCst), "the abandoned execution was dropped");
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "and the gathered one started");
         release.notify_one();
-        assert_eq!(*next.await.expect("the next execution runs"), (1, vec!["b"]));
-        settle().await;
-        assert_eq!(gate.len(), 0);
+        assert_eq!(answer(gathered).await, (1, vec!["b"]));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_execution_that_panics_answers_every_request_waiting_for_it_and_the_next_one_runs() {
+        let within = Duration::from_secs(5);
+        for _ in 0..200 {
+            let gate: Gate<&'static str, Answered, &'static str> = Gate::default();
+            let (runs, release) = (Arc::new(AtomicUsize::new(0)), Arc::new(Notify::new()));
+            let panics: Work = Box::new(|_| async { panic!("a resolver's bug") }.boxed());
+            let first = wait(gate.enter("k", "a", work(&runs, &release)), true);
+            // Gathered behind the first, on both threads: the one that leads
+            // the panicking execution and three that join it.
+            let failing = wait(gate.enter("k", "b", panics), true);
+            let joined: Vec<_> = ["c", "d", "e"].map(|m| wait(gate.enter("k", m, work(&runs, &release)), false)).into();
+            release.notify_one();
+            assert_eq!(tokio::time::timeout(within, answer(first)).await.expect("answered"), (1, vec!["a"]));
+            for waiter in joined.into_iter().chain([failing]) {
+                let outcome = tokio::time::timeout(within, waiter).await.expect("answered, not left hanging");
+                assert!(outcome.expect("the waiter's task").is_none(), "a panic answers None");
+            }
+            let next = wait(gate.enter("k", "f", work(&runs, &release)), true);
+            release.notify_one();
+            assert_eq!(tokio::time::timeout(within, answer(next)).await.expect("the next one runs"), (2, vec!["f"]));
+        }
     }
 
     #[test]

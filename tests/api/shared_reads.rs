@@ -65,6 +65,8 @@ fn question_reads(app: &TestApp, mark: usize) -> usize {
 async fn identical_reads_sent_together_run_once_and_each_sees_what_was_committed_before_it() {
     let mut config = test_config();
     config.metrics_listen = Some("127.0.0.1:0".into());
+    // The reads wait on the test's lock for as long as it takes.
+    config.db.lock_timeout = Duration::from_secs(60);
     let app = Arc::new(spawn_app_with(config).await);
     let op = app.token("f", "op", Role::Operator).await;
     app.register(&op, &["early"]).await;
@@ -112,7 +114,9 @@ async fn identical_reads_sent_together_run_once_and_each_sees_what_was_committed
 
 #[tokio::test]
 async fn reads_of_another_fleet_other_permissions_or_another_name_are_never_shared() {
-    let app = Arc::new(spawn_app_with(test_config()).await);
+    let mut config = test_config();
+    config.db.lock_timeout = Duration::from_secs(60);
+    let app = Arc::new(spawn_app_with(config).await);
     let (op_f, op_g) = (app.token("f", "op", Role::Operator).await, app.token("g", "op-g", Role::Operator).await);
     app.register(&op_f, &["f-unit"]).await;
     app.register(&op_g, &["g-unit"]).await;
@@ -191,11 +195,12 @@ async fn a_shared_read_runs_as_a_caller_whose_turn_is_free_not_behind_a_busy_tok
     app.wait_for_lock_waiters(1).await;
     let roster = send(&busy, ROSTER);
     app.wait_for_lock_waiters(2).await;
-    // `busy` leads the next execution of the shared read, `other` joins it.
-    let led = send(&busy, SHARED);
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let joined = send(&other, SHARED);
+    // `busy` leads the next execution of the shared read (twice: whichever
+    // arrives first leads, the other joins), then `other` joins it.
+    let (led, led_twice) = (send(&busy, SHARED), send(&busy, SHARED));
     wait_for_joins(&app, 1).await;
+    let joined = send(&other, SHARED);
+    wait_for_joins(&app, 2).await;
     questions.rollback().await.expect("release the questions");
 
     // Run as `busy`, the execution would wait for its turn until the roster
@@ -203,7 +208,10 @@ async fn a_shared_read_runs_as_a_caller_whose_turn_is_free_not_behind_a_busy_tok
     let within = Duration::from_secs(2);
     let joined = tokio::time::timeout(within, joined).await.expect("answered without the busy token's turn");
     let led = tokio::time::timeout(within, led).await.expect("the busy token's own copy too");
-    for answer in [joined.expect("joined"), led.expect("led"), running.await.expect("running")] {
+    let led_twice = tokio::time::timeout(within, led_twice).await.expect("and its twin");
+    let answers =
+        [joined.expect("joined"), led.expect("led"), led_twice.expect("led"), running.await.expect("running")];
+    for answer in answers {
         assert_eq!(answer.data()["questions"]["totalCount"], json!(0));
     }
     attempts.rollback().await.expect("release the attempts");
