@@ -130,6 +130,7 @@ impl LedgerSchema {
             }
         };
         let span = run.root.span(run.who.as_ref());
+        let shared = run.shared.take();
         let work = {
             let (this, run, span) = (self.clone(), run.clone(), span.clone());
             move |members: Vec<Principal>| this.run_as(request, run, span, members, write)
@@ -140,7 +141,7 @@ impl LedgerSchema {
             let text = Bytes::from(write(&response));
             Arc::new(Written { response, text })
         };
-        let written = match (run.shared.take(), run.who.clone()) {
+        let written = match (shared, run.who.clone()) {
             (Some(key), Some(who)) => match self.0.reads.enter(key.clone(), who.clone(), work) {
                 Turn::Leads(outcome) => outcome.await.unwrap_or_else(panicked),
                 Turn::Joins(outcome, work) => {
