@@ -45,15 +45,13 @@ use crate::ledger::{Ledger, LedgerError};
 
 type Raw = Schema<Query, Mutation, Subscription>;
 
-/// A checked request's own: its root field, its caller, the store of the
-/// notes its resolvers leave, and the key of a query that may share its
-/// execution with identical ones ([`shared_reads`](super::shared_reads)).
+/// A checked request's own: its root field, its caller and the store of the
+/// notes its resolvers leave.
 #[derive(Clone)]
 struct Run {
     root: Root,
     who: Option<Principal>,
     notes: Arc<Notes>,
-    shared: Option<Key>,
 }
 
 /// A response over HTTP with its text: the request's own, or the one an
@@ -66,6 +64,13 @@ struct Written {
     text: Bytes,
 }
 
+impl Written {
+    fn new(response: Response, write: Write) -> Self {
+        let text = Bytes::from(write(&response));
+        Self { response, text }
+    }
+}
+
 impl Answer {
     pub fn response(&self) -> &Response {
         &self.0.response
@@ -75,6 +80,10 @@ impl Answer {
         self.0.text.clone()
     }
 }
+
+/// A query's key for sharing its execution, and its caller
+/// ([`shared_reads`](super::shared_reads)).
+type Shareable = Option<(Key, Principal)>;
 
 /// How the HTTP layer writes a response as text.
 pub type Write = fn(&Response) -> String;
@@ -105,7 +114,7 @@ impl LedgerSchema {
         let began = Instant::now();
         let (root, response) = match self.prepare(request.into(), None) {
             Err(err) => (None, Response::from_errors(vec![err])),
-            Ok((request, run)) => {
+            Ok((request, run, _)) => {
                 let span = run.root.span(run.who.as_ref());
                 let response = self.run(request, &run, span).await;
                 (Some(run.root), response)
@@ -120,57 +129,64 @@ impl LedgerSchema {
     /// with it ([`shared_reads`](super::shared_reads)).
     pub async fn execute_shared(&self, request: Request, write: Write) -> Answer {
         let began = Instant::now();
-        let (request, mut run) = match self.prepare(request, None) {
-            Ok(prepared) => prepared,
-            Err(err) => {
-                let response = Response::from_errors(vec![err]);
-                self.record(None, began, &response);
-                let text = Bytes::from(write(&response));
-                return Answer(Arc::new(Written { response, text }));
+        let (root, written) = match self.prepare(request, None) {
+            Err(err) => (None, Arc::new(Written::new(Response::from_errors(vec![err]), write))),
+            Ok((request, run, shared)) => {
+                let span = run.root.span(run.who.as_ref());
+                let written = match shared {
+                    Some((key, who)) => self.shared(request, &run, span, key, who, write).await,
+                    None => Arc::new(Written::new(self.run(request, &run, span).await, write)),
+                };
+                (Some(run.root), written)
             }
         };
-        let span = run.root.span(run.who.as_ref());
-        let shared = run.shared.take();
+        self.record(root.as_ref(), began, &written.response);
+        Answer(written)
+    }
+
+    /// A query's answer from the execution it shares with its twins under
+    /// `key`, `who` among its callers.
+    async fn shared(
+        &self,
+        request: Request,
+        run: &Run,
+        span: tracing::Span,
+        key: Key,
+        who: Principal,
+        write: Write,
+    ) -> Arc<Written> {
+        let panicked = || {
+            let err = async_graphql::Error::from(LedgerError::internal("a shared read's execution panicked"));
+            Arc::new(Written::new(Response::from_errors(vec![err.into_server_error(Default::default())]), write))
+        };
         let work = {
             let (this, run, span) = (self.clone(), run.clone(), span.clone());
             move |members: Vec<Principal>| this.run_as(request, run, span, members, write)
         };
-        let panicked = || {
-            let err = async_graphql::Error::from(LedgerError::internal("a shared read's execution panicked"));
-            let response = Response::from_errors(vec![err.into_server_error(Default::default())]);
-            let text = Bytes::from(write(&response));
-            Arc::new(Written { response, text })
-        };
-        let written = match (shared, run.who.clone()) {
-            (Some(key), Some(who)) => match self.0.reads.enter(key.clone(), who.clone(), work) {
-                Turn::Leads(outcome) => outcome.await.unwrap_or_else(panicked),
-                Turn::Joins(outcome, work) => {
-                    self.0.ledger.metrics().shared_reads.inc();
-                    let answer = match outcome.await {
-                        Some(shared) if shared.response.errors.is_empty() => shared,
-                        // The error may be the running caller's own (its
-                        // turn for a fleet-wide read): the twins that
-                        // waited for it go once more through the gate (one
-                        // execution more, not one each), then take what
-                        // comes.
-                        _ => match self.0.reads.enter(key, who, work) {
-                            Turn::Leads(outcome) | Turn::Joins(outcome, _) => outcome.await.unwrap_or_else(panicked),
-                        },
-                    };
-                    run.root.finish(&span, &answer.response);
-                    answer
-                }
-            },
-            _ => Arc::new(work(Vec::new()).await),
-        };
-        self.record(Some(&run.root), began, &written.response);
-        Answer(written)
+        match self.0.reads.enter(key.clone(), who.clone(), work) {
+            Turn::Leads(outcome) => outcome.await.unwrap_or_else(panicked),
+            Turn::Joins(outcome, work) => {
+                self.0.ledger.metrics().shared_reads.inc();
+                let answer = match outcome.await {
+                    Some(shared) if shared.response.errors.is_empty() => shared,
+                    // The error may be the running caller's own (its turn
+                    // for a fleet-wide read): the twins that waited for it
+                    // go once more through the gate (one execution more,
+                    // not one each), then take what comes.
+                    _ => match self.0.reads.enter(key, who, work) {
+                        Turn::Leads(outcome) | Turn::Joins(outcome, _) => outcome.await.unwrap_or_else(panicked),
+                    },
+                };
+                run.root.finish(&span, &answer.response);
+                answer
+            }
+        }
     }
 
-    /// Executes a checked request as one of `members` whose token has its
+    /// Executes a checked query as one of `members` whose token has its
     /// turn for a fleet-wide read free (they are callers of one fleet and
     /// permissions, whose answers are the same), else as its own caller;
-    /// its clock starts now, with the execution.
+    /// its clock starts now, with the execution, after its twins arrived.
     async fn run_as(
         self,
         request: Request,
@@ -186,9 +202,7 @@ impl LedgerSchema {
             let loaders = RequestLoaders::new(&self.0.ledger, &who, false);
             request = request.data(loaders).data(who);
         }
-        let response = self.run(request, &run, span).await;
-        let text = Bytes::from(write(&response));
-        Written { response, text }
+        Written::new(self.run(request, &run, span).await, write)
     }
 
     /// Executes a checked request in `span` and answers it.
@@ -209,7 +223,7 @@ impl LedgerSchema {
     /// data (its principal).
     pub fn stream(&self, request: Request, session: Option<Arc<Data>>) -> BoxStream<'static, Response> {
         let session = session.unwrap_or_default();
-        let (request, run) = match self.prepare(request, Some(&session)) {
+        let (request, run, _) = match self.prepare(request, Some(&session)) {
             Ok(prepared) => prepared,
             Err(err) => return stream::once(async move { Response::from_errors(vec![err]) }).boxed(),
         };
@@ -228,13 +242,15 @@ impl LedgerSchema {
     }
 
     /// The request checked ([`LedgerSchema::check`]) and given its data,
-    /// with what its answer needs; `session` is a WebSocket connection's.
-    fn prepare(&self, mut request: Request, session: Option<&Data>) -> Result<(Request, Run), ServerError> {
+    /// with what its answer needs and, for a query over HTTP, the key it
+    /// may share an execution under (with its caller); `session` is a
+    /// WebSocket connection's.
+    fn prepare(&self, mut request: Request, session: Option<&Data>) -> Result<(Request, Run, Shareable), ServerError> {
         let over_http = data_of::<OverHttp>(&request.data).is_some();
         let who = data_of::<Principal>(&request.data).or_else(|| session.and_then(data_of::<Principal>)).cloned();
         let (root, shared) = self.check(&mut request, over_http, who.as_ref())?;
-        let run = Run { root, who, notes: Arc::default(), shared };
-        Ok((self.with_data(request, &run), run))
+        let run = Run { root, who, notes: Arc::default() };
+        Ok((self.with_data(request, &run), run, shared))
     }
 
     /// An executed query's or mutation's answer ([`LedgerSchema::answer`]),
@@ -256,7 +272,7 @@ impl LedgerSchema {
         request: &mut Request,
         over_http: bool,
         who: Option<&Principal>,
-    ) -> Result<(Root, Option<Key>), ServerError> {
+    ) -> Result<(Root, Shareable), ServerError> {
         let document = async_graphql::parser::parse_query(&request.query)
             .map_err(|err| with_code(ServerError::from(err), PARSE_FAILED))?;
         read_budget::check(&document)?;
@@ -268,7 +284,7 @@ impl LedgerSchema {
         // after a name only the client knows.
         root.field = root.field.filter(|field| self.is_root_field(root.ty, field));
         let shareable = over_http && root.ty == OperationType::Query && root.field.is_some();
-        let shared = who.filter(|_| shareable).and_then(|who| Key::of(who, &document, request));
+        let shared = who.filter(|_| shareable).and_then(|who| Some((Key::of(who, &document, request)?, who.clone())));
         request.set_parsed_query(document);
         Ok((root, shared))
     }

@@ -12,7 +12,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use async_graphql::parser::types::{DocumentOperations, ExecutableDocument, Selection, SelectionSet};
+use async_graphql::parser::types::{ExecutableDocument, Selection, SelectionSet};
 use async_graphql::{Pos, ServerError, ServerResult};
 
 use super::request_errors::VALIDATION_FAILED;
@@ -38,12 +38,8 @@ pub const MAX_ALIASES: usize = 10;
 
 /// Every operation of `document` within both limits.
 pub(super) fn check(document: &ExecutableDocument) -> ServerResult<()> {
-    let operations: Vec<_> = match &document.operations {
-        DocumentOperations::Single(operation) => vec![operation],
-        DocumentOperations::Multiple(operations) => operations.values().collect(),
-    };
     let mut walk = Walk { document, fragments: HashMap::new(), entered: HashSet::new() };
-    for operation in operations {
+    for (_, operation) in document.operations.iter() {
         let reads = walk.selection(&operation.node.selection_set.node)?;
         if reads > MAX_FLEET_READS {
             return Err(refusal(

@@ -78,7 +78,7 @@ fn subscription_over_http(pos: async_graphql::Pos) -> ServerError {
 
 /// The operation a request runs (async-graphql reports an unknown or
 /// missing name itself).
-pub(super) fn selected<'a>(
+pub fn selected<'a>(
     document: &'a ExecutableDocument,
     name: Option<&str>,
 ) -> Option<&'a Positioned<OperationDefinition>> {

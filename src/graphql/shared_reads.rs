@@ -31,13 +31,13 @@
 //! of them with an internal error. Every request is still authenticated,
 //! checked, counted and traced as itself.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 
 use async_graphql::Request;
-use async_graphql::parser::types::{DocumentOperations, ExecutableDocument, Selection, SelectionSet};
+use async_graphql::parser::types::{ExecutableDocument, Selection, SelectionSet};
 use futures::future::{BoxFuture, FutureExt, Shared, WeakShared};
 use tokio_util::sync::CancellationToken;
 
@@ -72,12 +72,13 @@ impl Key {
     /// The key of `who`'s query `request`, whose document is `document`;
     /// `None` for a document that selects one of [`OWN_FIELDS`].
     pub fn of(who: &Principal, document: &ExecutableDocument, request: &Request) -> Option<Self> {
-        if selects(document, OWN_FIELDS) {
+        let fields = selected_fields(document);
+        if OWN_FIELDS.iter().any(|field| fields.contains(field)) {
             return None;
         }
         let by_name = CALLER_FIELDS
             .iter()
-            .any(|(field, needs)| needs.is_none_or(|permission| who.has(permission)) && selects(document, &[field]));
+            .any(|(field, needs)| needs.is_none_or(|permission| who.has(permission)) && fields.contains(field));
         let mut permissions: Vec<&'static str> = who.permissions.iter().map(|p| p.as_str()).collect();
         permissions.sort_unstable();
         permissions.dedup();
@@ -92,24 +93,29 @@ impl Key {
     }
 }
 
-/// Whether `document` selects one of `fields` anywhere (in any of its
+/// The names of the fields `document` selects anywhere (in any of its
 /// operations and fragments, spread or not).
-fn selects(document: &ExecutableDocument, fields: &[&str]) -> bool {
-    fn within(set: &SelectionSet, fields: &[&str]) -> bool {
-        set.items.iter().any(|item| match &item.node {
-            Selection::Field(field) => {
-                fields.contains(&field.node.name.node.as_str()) || within(&field.node.selection_set.node, fields)
+fn selected_fields(document: &ExecutableDocument) -> HashSet<&str> {
+    fn within<'d>(set: &'d SelectionSet, fields: &mut HashSet<&'d str>) {
+        for item in &set.items {
+            match &item.node {
+                Selection::Field(field) => {
+                    fields.insert(field.node.name.node.as_str());
+                    within(&field.node.selection_set.node, fields);
+                }
+                Selection::InlineFragment(inline) => within(&inline.node.selection_set.node, fields),
+                Selection::FragmentSpread(_) => {}
             }
-            Selection::InlineFragment(inline) => within(&inline.node.selection_set.node, fields),
-            Selection::FragmentSpread(_) => false,
-        })
+        }
     }
-    let operations: Vec<_> = match &document.operations {
-        DocumentOperations::Single(operation) => vec![operation],
-        DocumentOperations::Multiple(operations) => operations.values().collect(),
-    };
-    operations.iter().any(|op| within(&op.node.selection_set.node, fields))
-        || document.fragments.values().any(|fragment| within(&fragment.node.selection_set.node, fields))
+    let mut fields = HashSet::new();
+    for (_, operation) in document.operations.iter() {
+        within(&operation.node.selection_set.node, &mut fields);
+    }
+    for fragment in document.fragments.values() {
+        within(&fragment.node.selection_set.node, &mut fields);
+    }
+    fields
 }
 
 /// The answer of one execution, as every request that waits for it gets
@@ -455,17 +461,15 @@ mod tests {
 
     #[test]
     fn a_document_selects_a_field_through_fragments_and_other_operations() {
-        let names = |query: &str| selects(&async_graphql::parser::parse_query(query).unwrap(), &["me", "legalActions"]);
-        assert!(!names("{ throughput(bucket: DAY) { day verified } units { nodes { id } } }"));
-        assert!(names("{ me { name } }"));
-        assert!(names("{ units { nodes { legalActions } } }"));
-        assert!(names("{ units { nodes { ...F } } } fragment F on WorkUnit { legalActions }"));
-        assert!(names("{ units { nodes { ... on WorkUnit { legalActions } } } }"));
-        assert!(names("query A { units { totalCount } } query B { me { name } }"));
-        assert!(!selects(&async_graphql::parser::parse_query("{ me { name } }").unwrap(), OWN_FIELDS));
-        assert!(selects(
-            &async_graphql::parser::parse_query("{ waitForAnswer(unitId: \"u\") { id } }").unwrap(),
-            OWN_FIELDS
-        ));
+        let selects = |query: &str, field: &str| {
+            selected_fields(&async_graphql::parser::parse_query(query).expect("a document")).contains(field)
+        };
+        assert!(!selects("{ throughput(bucket: DAY) { day verified } units { nodes { id } } }", "me"));
+        assert!(selects("{ me { name } }", "me"));
+        assert!(selects("{ units { nodes { legalActions } } }", "legalActions"));
+        assert!(selects("{ units { nodes { ...F } } } fragment F on WorkUnit { legalActions }", "legalActions"));
+        assert!(selects("{ units { nodes { ... on WorkUnit { legalActions } } } }", "legalActions"));
+        assert!(selects("query A { units { totalCount } } query B { me { name } }", "me"));
+        assert!(selects("{ waitForAnswer(unitId: \"u\") { id } }", "waitForAnswer"));
     }
 }

@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 
 use super::{AppState, MAX_BATCH, authenticate, error_response, read_body};
 use crate::auth::Principal;
-use crate::graphql::request_errors::{OverHttp, executed};
+use crate::graphql::request_errors::{self, OverHttp, executed};
 use crate::ledger::LedgerError;
 
 /// The two response media types of the specification.
@@ -279,17 +279,9 @@ fn parse_query_string(query: &str) -> Result<Request, LedgerError> {
 /// The kind of operation a request would run; `None` when the document does
 /// not parse or names no runnable operation (execution reports that).
 fn operation_kind(request: &mut Request) -> Option<async_graphql::parser::types::OperationType> {
-    use async_graphql::parser::types::DocumentOperations;
     let name = request.operation_name.clone();
     let document = request.parsed_query().ok()?;
-    match (&document.operations, name) {
-        (DocumentOperations::Single(op), _) => Some(op.node.ty),
-        (DocumentOperations::Multiple(ops), Some(name)) => {
-            ops.iter().find(|(n, _)| n.as_str() == name).map(|(_, op)| op.node.ty)
-        }
-        (DocumentOperations::Multiple(ops), None) if ops.len() == 1 => ops.values().next().map(|op| op.node.ty),
-        _ => None,
-    }
+    request_errors::selected(document, name.as_deref()).map(|operation| operation.node.ty)
 }
 
 /// Runs the batch as `principal` and answers in `media`.
