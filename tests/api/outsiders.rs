@@ -241,10 +241,13 @@ async fn one_token_runs_a_bounded_number_of_fleet_wide_reads_at_once() {
     // Every scan of work_units waits behind this lock, so reads pile up.
     let lock = app.owner.begin().await.expect("begin");
     lock.execute_unprepared("LOCK TABLE work_units IN ACCESS EXCLUSIVE MODE").await.expect("lock");
+    // Four different reads: identical ones would share one execution
+    // (`graphql::shared_reads`), and the limit would go untested.
     let reads: Vec<_> = (0..4)
-        .map(|_| {
+        .map(|i| {
             let (app, token) = (&app, greedy.clone());
-            async move { app.gql(&token, "{ queueDepth { ready } }", json!({})).await }
+            let query = format!("{{ queueDepth(domain: \"d{i}\") {{ ready }} }}");
+            async move { app.gql(&token, &query, json!({})).await }
         })
         .collect();
     let reads = futures::future::join_all(reads);
