@@ -472,14 +472,15 @@ impl TestApp {
         rows.iter().map(|r| r.try_get::<Value>("", "j").expect("json")).collect()
     }
 
-    /// The index scans of `table` that `sql` made, run as the application
-    /// role in `fleet`: the database's own count of the probes a statement
-    /// took (`pg_stat_xact_user_tables`, this transaction's).
-    pub async fn app_role_index_scans(&self, fleet: &str, table: &str, sql: &str) -> i64 {
+    /// The scans of `table` that `sql` made, index and sequential, run as
+    /// the application role in `fleet`: the database's own count of the
+    /// probes a statement took (`pg_stat_xact_user_tables`, this
+    /// transaction's), whatever plan it chose.
+    pub async fn app_role_scans(&self, fleet: &str, table: &str, sql: &str) -> i64 {
         let tx = self.app_role_tx(Some(fleet)).await;
         let scans = Statement::from_sql_and_values(
             sea_orm::DbBackend::Postgres,
-            "SELECT coalesce((SELECT idx_scan FROM pg_stat_xact_user_tables WHERE relname = $1), 0) AS n",
+            "SELECT coalesce((SELECT coalesce(idx_scan, 0) + seq_scan FROM pg_stat_xact_user_tables WHERE relname = $1), 0) AS n",
             [table.into()],
         );
         let count = |row: Option<sea_orm::QueryResult>| row.expect("a row").try_get::<i64>("", "n").expect("n");

@@ -417,8 +417,56 @@ async fn a_roster_page_probes_only_its_own_names() {
 
     // The statement of the second page (one more row tells hasNextPage).
     let paged = "SELECT v.name FROM roster('f', 'agent-02', 4) v WHERE v.fleet = 'f' ORDER BY v.name LIMIT 4";
-    let page_scans = app.app_role_index_scans("f", "work_unit_attempts", paged).await;
-    let whole_scans = app.app_role_index_scans("f", "work_unit_attempts", "SELECT count(*) FROM v_agents").await;
+    let page_scans = app.app_role_scans("f", "work_unit_attempts", paged).await;
+    let whole_scans = app.app_role_scans("f", "work_unit_attempts", "SELECT count(*) FROM v_agents").await;
     assert!(page_scans <= 20, "four names, three probes each and the walk's first: {page_scans}");
     assert!(whole_scans >= 90, "thirty names, three probes each: {whole_scans}");
+}
+
+/// A name's last heartbeat is read from the events only when the name holds
+/// nothing (issue 27): a holder's is its unit's, and the roster showed it
+/// from the unit while it also probed the events of every name. Counted by
+/// the database: the scans of the events the whole roster makes are those
+/// of the names that hold nothing (the operator, who never claimed, needs
+/// none), and the times are still the right ones.
+#[tokio::test]
+async fn only_the_names_that_hold_nothing_have_their_heartbeats_looked_up() {
+    let app = spawn_app().await;
+    let op = Agent::new(&app, "f", "op", Role::Operator).await;
+    let refs: Vec<String> = (0..12).map(|i| format!("u{i}")).collect();
+    app.register(&op.token, &refs.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let mut released = Vec::new();
+    for i in 0..12 {
+        let name = format!("agent-{i:02}");
+        let agent = Agent::new(&app, "f", &name, Role::Agent).await;
+        let claimed = agent.claim_next(json!({})).await;
+        let (unit, attempt) = (claimed.str("id"), claimed.str("currentAttemptId"));
+        agent.heartbeat(&attempt, json!({})).await.data();
+        if i < 2 {
+            agent.release(&unit, json!({ "reason": "done for now" })).await.data();
+            released.push(name);
+        }
+    }
+    let scans = app.app_role_scans("f", "work_unit_events", "SELECT count(*) FROM v_agents").await;
+    assert_eq!(scans, 2, "one look at the events for each of the two names that hold nothing");
+
+    // The two still show their last heartbeat, the ten their unit's.
+    let rows = app
+        .app_role_query(
+            Some("f"),
+            "SELECT name, last_heartbeat_at FROM v_agents WHERE name LIKE 'agent-%' ORDER BY name",
+        )
+        .await;
+    assert_eq!(rows.len(), 12);
+    for row in &rows {
+        let name = row["name"].as_str().expect("name");
+        let expected = if released.iter().any(|n| n == name) {
+            format!(
+                "SELECT max(created_at) FROM work_unit_events WHERE agent_id = '{name}' AND event_type = 'heartbeat'"
+            )
+        } else {
+            format!("SELECT last_heartbeat_at FROM work_units WHERE claimed_by = '{name}'")
+        };
+        assert_eq!(time(&row["last_heartbeat_at"]), db_time(&app, &expected).await, "{name}");
+    }
 }
