@@ -179,6 +179,28 @@ const RULES: &[(&str, &str)] = &[
           WHERE a.units IS DISTINCT FROM t.units OR a.cost IS DISTINCT FROM t.cost",
     ),
     (
+        "agent_latest",
+        // Each name's latest attempt by (start, id), which the roster reads
+        // (migration 0041), is the attempts' latest, and no name has one
+        // without attempts.
+        "SELECT coalesce(a.fleet, t.fleet) AS fleet, NULL::uuid AS unit_id,
+                format('%s: %s', coalesce(a.agent_id, t.agent_id),
+                       CASE WHEN a.id IS NULL THEN 'no attempt'
+                            ELSE format('attempt %s of unit %s at %s', a.id, a.unit_id, a.started_at) END)
+                  AS expected,
+                CASE WHEN t.attempt_id IS NULL THEN 'nothing'
+                     ELSE format('attempt %s of unit %s at %s', t.attempt_id, t.unit_id, t.started_at) END
+                  || ' in agent_latest' AS found
+           FROM (SELECT DISTINCT ON (fleet, agent_id) fleet, agent_id, id, unit_id, started_at
+                   FROM work_unit_attempts
+                  WHERE $1::text IS NULL OR fleet = $1
+                  ORDER BY fleet, agent_id, started_at DESC, id DESC) a
+           FULL JOIN (SELECT fleet, agent_id, attempt_id, unit_id, started_at FROM agent_latest
+                       WHERE $1::text IS NULL OR fleet = $1) t
+             ON t.fleet = a.fleet AND t.agent_id = a.agent_id
+          WHERE (a.id, a.unit_id, a.started_at) IS DISTINCT FROM (t.attempt_id, t.unit_id, t.started_at)",
+    ),
+    (
         "cost_days",
         // The cost per UTC day (migration 0029), under each unit's group now
         // and per agent of the attempt it was recorded on, with the unit's

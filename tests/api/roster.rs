@@ -394,10 +394,12 @@ async fn a_name_whose_tokens_all_expired_is_revoked() {
 
 /// A page of the roster looks at its own names, not at every name the fleet
 /// ever had (issue 27): names accumulate over the life of a ledger, and a
-/// page of 100 read every one of them with its probes. Counted by the
-/// database: the index scans of the attempts a page makes stay those of its
-/// own names (the name walk, each name's latest claim and claims today),
-/// while the whole roster makes them for every name.
+/// page of 100 read every one of them with its probes. And neither finds
+/// its names and their latest claims in the attempts: each name's latest
+/// attempt is kept in `agent_latest` (migration 0041), where the roster
+/// walked the attempts' index name by name and probed each name's latest.
+/// Counted by the database: a page scans the attempts once per name of its
+/// own (claims today), and the whole roster once per name.
 #[tokio::test]
 async fn a_roster_page_probes_only_its_own_names() {
     let app = spawn_app().await;
@@ -419,8 +421,10 @@ async fn a_roster_page_probes_only_its_own_names() {
     let paged = "SELECT v.name FROM roster('f', 'agent-02', 4) v WHERE v.fleet = 'f' ORDER BY v.name LIMIT 4";
     let page_scans = app.app_role_scans("f", "work_unit_attempts", paged).await;
     let whole_scans = app.app_role_scans("f", "work_unit_attempts", "SELECT count(*) FROM v_agents").await;
-    assert!(page_scans <= 20, "four names, three probes each and the walk's first: {page_scans}");
-    assert!(whole_scans >= 90, "thirty names, three probes each: {whole_scans}");
+    assert_eq!(page_scans, 4, "four names, one look at today's claims each");
+    assert_eq!(whole_scans, 31, "thirty agents and the operator, one look each");
+    let kept = app.app_role_scans("f", "agent_latest", paged).await;
+    assert_eq!(kept, 1, "the page's names and their latest claims in one scan");
 }
 
 /// A name's last heartbeat is read from the events only when the name holds

@@ -289,6 +289,17 @@ async fn a_corrupted_total_is_found_by_the_audit_and_a_rebuild_repairs_it() {
         ),
         ("claim_days", "UPDATE claim_days SET stale = stale + 1 WHERE fleet = 'f'", "stale"),
         ("agent_totals", "INSERT INTO agent_totals VALUES ('f', 'agent-a', 'default', 0, 7)", "agent-a"),
+        // Each name's latest attempt (migration 0041): moved back by a day, and a name without attempts.
+        (
+            "agent_latest",
+            "UPDATE agent_latest SET started_at = started_at - interval '1 day' WHERE fleet = 'f'",
+            "in agent_latest",
+        ),
+        (
+            "agent_latest",
+            "INSERT INTO agent_latest VALUES ('f', 'agent-nobody', now(), gen_random_uuid(), gen_random_uuid())",
+            "agent-nobody: no attempt",
+        ),
         // The cost days (migration 0029): a day's cost under a group, and an agent's units.
         (
             "cost_days",
@@ -411,6 +422,7 @@ async fn the_totals_are_read_only_and_per_fleet_for_the_service_and_readers() {
         "claim_agents",
         "never_started",
         "agent_totals",
+        "agent_latest",
         "cycle_weeks",
         "cycle_weeks_until",
         "cost_days",
@@ -428,6 +440,10 @@ async fn the_totals_are_read_only_and_per_fleet_for_the_service_and_readers() {
     assert_eq!(app.sql_i64("SELECT count(DISTINCT fleet) FROM claim_days").await, 2);
     let claims = app.app_role_query(Some("f"), "SELECT DISTINCT fleet FROM claim_days").await;
     assert_eq!(claims, vec![json!({ "fleet": "f" })], "fleet f sees its own claims only");
+    let latest = app.app_role_query(Some("f"), "SELECT DISTINCT fleet FROM agent_latest").await;
+    assert_eq!(latest, vec![json!({ "fleet": "f" })], "and the latest attempts of its own names only");
+    let recount = app.app_role_exec(Some("f"), "SELECT ledger_recount_agent_latest()").await;
+    assert!(recount.is_err_and(|e| e.contains("permission denied")), "a recount is the owner's");
     let noted = app.app_role_exec(Some("f"), "SELECT disposal_agents_noted('{}')").await;
     assert!(noted.is_err_and(|e| e.contains("permission denied")), "the trigger's helper is not the service's");
     let rebuild = app.app_role_exec(Some("f"), "SELECT ledger_rebuild_totals()").await;
