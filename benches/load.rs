@@ -15,6 +15,9 @@
 //! `WL_BENCH_IDS=random` gives units, attempts, events and questions random
 //! (version 4) ids again instead of migration 0026's time-ordered ones, to
 //! measure the WAL and time that random index pages cost.
+//! `WL_BENCH_AGENT_LATEST=off` leaves each name's latest attempt unkept
+//! (migration 0041's trigger disabled), to measure what keeping it costs a
+//! claim; the roster is wrong in that run.
 //!
 //! Uses DATABASE_URL when set (a scratch database is created next to it),
 //! otherwise an embedded PostgreSQL in a temporary folder. Prints a Markdown
@@ -236,6 +239,12 @@ async fn main() -> Result<(), AnyError> {
                 .execute_unprepared(&format!("ALTER TABLE {table} ALTER COLUMN id SET DEFAULT gen_random_uuid()"))
                 .await?;
         }
+    }
+    if std::env::var("WL_BENCH_AGENT_LATEST").is_ok_and(|kept| kept == "off") {
+        owner
+            .execute_unprepared("ALTER TABLE work_unit_attempts DISABLE TRIGGER work_unit_attempts_agent_latest")
+            .await?;
+        eprintln!("agent_latest variant: off");
     }
 
     let per_agent = args.per_agent;
