@@ -337,6 +337,53 @@ async fn a_corrupted_total_is_found_by_the_audit_and_a_rebuild_repairs_it() {
     }
 }
 
+/// Each name's latest attempt (migration 0041) is the latest by start, then
+/// id, whatever one statement inserts: several attempts of one name, two of
+/// them started at the same instant; a later statement with an older
+/// attempt moves nothing. The audit's rule agrees with what was kept.
+#[tokio::test]
+async fn each_names_latest_attempt_is_kept_whatever_a_statement_inserts() {
+    let app = spawn_app().await;
+    let op = Agent::new(&app, "f", "op", Role::Operator).await;
+    app.register(&op.token, &["u1", "u2", "u3", "u4", "u5"]).await;
+    let agent = Agent::new(&app, "f", "agent-a", Role::Agent).await;
+    let first = agent.claim_next(json!({})).await.str("currentAttemptId");
+    let kept = "SELECT attempt_id::text AS id FROM agent_latest WHERE fleet = 'f' AND agent_id = 'agent-a'";
+    assert_eq!(app.sql_id(kept).await, first, "the claim's attempt");
+
+    // A hand (the owner's) writes three attempts of agent-a in one
+    // statement: two an hour from now at one instant, one a day ago.
+    app.sql(
+        "INSERT INTO work_unit_attempts (fleet, unit_id, attempt_no, agent_id, started_at)
+         SELECT u.fleet, u.id, 1, 'agent-a', t.at
+           FROM (SELECT fleet, id, row_number() OVER (ORDER BY external_ref) AS i
+                   FROM work_units WHERE fleet = 'f' AND attempt_count = 0 AND external_ref <> 'u5') u
+           JOIN (VALUES (1, now() + interval '1 hour'), (2, now() + interval '1 hour'),
+                        (3, now() - interval '1 day')) t (i, at) ON t.i = u.i",
+    )
+    .await;
+    let latest = "SELECT id::text AS id FROM work_unit_attempts WHERE fleet = 'f' AND agent_id = 'agent-a'
+                  ORDER BY started_at DESC, id DESC LIMIT 1";
+    let expected = app.sql_id(latest).await;
+    let tied = "SELECT count(*) FROM work_unit_attempts WHERE fleet = 'f' AND agent_id = 'agent-a'
+                AND started_at = (SELECT max(started_at) FROM work_unit_attempts WHERE agent_id = 'agent-a')";
+    assert_eq!(app.sql_i64(tied).await, 2, "two attempts started at the latest instant");
+    assert_ne!(expected, first);
+    assert_eq!(app.sql_id(kept).await, expected, "the greater id of the two started at the latest instant");
+
+    app.sql(
+        "INSERT INTO work_unit_attempts (fleet, unit_id, attempt_no, agent_id, started_at)
+         SELECT fleet, id, 1, 'agent-a', now() - interval '2 days' FROM work_units WHERE external_ref = 'u5'",
+    )
+    .await;
+    assert_eq!(app.sql_id(kept).await, expected, "an older attempt moves nothing");
+
+    let audit = work_ledger(&app, &["audit", "--fleet", "f"], None);
+    let out = text(&audit.stdout);
+    assert!(!out.contains("\tagent_latest\t"), "the audit agrees with what was kept: {out}");
+    assert!(out.contains("\tattempts_dense\t"), "the hand's attempts break other rules, which the audit ran: {out}");
+}
+
 /// The day totals' rows as stored, each with the transaction that wrote it.
 async fn stored_disposal_days(app: &TestApp) -> Vec<Value> {
     app.sql_json(

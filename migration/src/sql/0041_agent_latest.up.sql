@@ -8,12 +8,19 @@
 --
 -- agent_latest has one row per (fleet, name) that made an attempt: its
 -- latest attempt by (started_at, id), so that two attempts started at the
--- same instant have one answer. Every insert of attempts (a claim, an
--- import) keeps it in the same statement, through a statement trigger
--- that moves a row forward only; nothing else writes it (the service's
--- roles may read it, under the fleet policies of the other totals). The
--- audit's rule `agent_latest` compares it with the attempts, and
--- ledger_rebuild_totals() recounts it.
+-- same instant have one answer. Every insert of attempts (ledger_claim's,
+-- the only one the service makes, and any other) keeps it in the same
+-- statement, through a statement trigger that moves a row forward only;
+-- nothing else writes it (the service's roles may read it, under the fleet
+-- policies of the other totals). The audit's rule `agent_latest` compares
+-- it with the attempts, and ledger_rebuild_totals() recounts it.
+--
+-- Unlike the delta totals, this is one row per name, so a claim holds its
+-- name's row until it commits. Two claims by one name wait for each other
+-- already (the second waits on the first's entry in
+-- work_units_one_live_claim_per_agent, then is refused), so no claim waits
+-- longer. No other write locks these rows (a recount locks the attempts
+-- before this table), so the lock joins no cycle.
 CREATE TABLE agent_latest (
     fleet      text        NOT NULL,
     agent_id   text        NOT NULL,
