@@ -116,7 +116,7 @@ attempted AS (
       ORDER BY g.fleet, g.agent_id LIMIT p_limit)
 ),
 t AS (SELECT * FROM agent_tokens()),
--- The page's names: the walk's and the claim tokens' after p_after.
+-- The page's names: those with attempts and the claim tokens' after p_after.
 n AS (
     SELECT k.fleet, k.name FROM t k
      WHERE k.claim_tokens > 0 AND (p_fleet IS NULL OR k.fleet = p_fleet AND k.name > coalesce(p_after, ''))
