@@ -61,19 +61,24 @@ pub struct Answer(Arc<Written>);
 
 struct Written {
     response: Response,
+    /// Whether it comes from an execution ([`request_errors::executed`]).
+    executed: bool,
     text: Bytes,
 }
 
 impl Written {
     fn new(response: Response, write: Write) -> Self {
-        let text = Bytes::from(write(&response));
-        Self { response, text }
+        let executed = request_errors::executed(&response);
+        let text = Bytes::from(write(&response, executed));
+        Self { response, executed, text }
     }
 }
 
 impl Answer {
-    pub fn response(&self) -> &Response {
-        &self.0.response
+    /// Whether the response comes from an execution, not from a request
+    /// refused before it ([`request_errors::executed`]).
+    pub fn executed(&self) -> bool {
+        self.0.executed
     }
 
     pub fn text(&self) -> Bytes {
@@ -85,8 +90,9 @@ impl Answer {
 /// ([`shared_reads`](super::shared_reads)).
 type Shareable = Option<(Key, Principal)>;
 
-/// How the HTTP layer writes a response as text.
-pub type Write = fn(&Response) -> String;
+/// How the HTTP layer writes a response as text, given whether it comes
+/// from an execution.
+pub type Write = fn(&Response, bool) -> String;
 
 /// The schema and what runs around each of its executions.
 #[derive(Clone)]

@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 
 use super::{AppState, MAX_BATCH, authenticate, error_response, read_body};
 use crate::auth::Principal;
-use crate::graphql::request_errors::{self, OverHttp, executed};
+use crate::graphql::request_errors::{self, OverHttp};
 use crate::ledger::LedgerError;
 
 /// The two response media types of the specification.
@@ -289,15 +289,15 @@ async fn execute(state: &AppState, principal: Principal, batch: BatchRequest, me
     let with_context = |request: Request| request.data(principal.clone()).data(OverHttp);
     let (body, status) = match batch {
         BatchRequest::Single(request) => {
-            let answer = state.schema.execute_shared(with_context(request), written).await;
-            let failed = !executed(answer.response());
+            let answer = state.schema.execute_shared(with_context(request), response_body).await;
+            let failed = !answer.executed();
             let status =
                 if failed && media == MediaType::GraphQlResponse { StatusCode::BAD_REQUEST } else { StatusCode::OK };
             (answer.text(), status)
         }
         BatchRequest::Batch(requests) => {
             let answers =
-                requests.into_iter().map(|request| state.schema.execute_shared(with_context(request), written));
+                requests.into_iter().map(|request| state.schema.execute_shared(with_context(request), response_body));
             let answers = futures::future::join_all(answers).await;
             let mut body = Vec::from(b"[".as_slice());
             for (i, answer) in answers.into_iter().enumerate() {
@@ -313,18 +313,13 @@ async fn execute(state: &AppState, principal: Principal, batch: BatchRequest, me
     (status, [(header::CONTENT_TYPE, media.content_type())], body).into_response()
 }
 
-/// A response as its JSON text.
-fn written(response: &GqlResponse) -> String {
-    response_body(response, !executed(response))
-}
-
 /// A response as JSON text, written straight from the response's values (a
 /// 2,920-row `throughput` is not built a second time as a JSON tree). A
-/// request error (nothing executed) has no `data` entry (its errors have
+/// request error (not `executed`) has no `data` entry (its errors have
 /// their codes from `graphql::executor`).
-fn response_body(response: &GqlResponse, request_error: bool) -> String {
+fn response_body(response: &GqlResponse, executed: bool) -> String {
     const NO_DATA: &str = r#"{"data":null}"#;
-    if !request_error {
+    if executed {
         return serde_json::to_string(response).unwrap_or_else(|_| NO_DATA.to_owned());
     }
     let mut body = serde_json::to_value(response).unwrap_or_else(|_| serde_json::json!({ "data": null }));
