@@ -16,7 +16,7 @@
 //! (version 4) ids again instead of migration 0026's time-ordered ones, to
 //! measure the WAL and time that random index pages cost.
 //! `WL_BENCH_AGENT_LATEST=off` leaves each name's latest attempt unkept
-//! (migration 0041's trigger disabled), to measure what keeping it costs a
+//! (migration 0040's trigger disabled), to measure what keeping it costs a
 //! claim; the roster is wrong in that run.
 //!
 //! Uses DATABASE_URL when set (a scratch database is created next to it),

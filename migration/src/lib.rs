@@ -124,10 +124,9 @@ impl MigratorTrait for Migrator {
             sql_migration!("m20261211_000038_events_by_agent", "0038_events_by_agent"),
             // A page of the roster computes its own names only: roster(fleet, after, limit) under v_agents.
             sql_migration!("m20261212_000039_roster_pages", "0039_roster_pages"),
-            // The roster planned once per session, without a heartbeat probe for the names that hold a unit.
-            sql_migration!("m20261213_000040_roster_planned_once", "0040_roster_planned_once"),
-            // Each agent name's latest attempt kept as attempts are written; the roster reads its names from it.
-            sql_migration!("m20261213_000041_agent_latest", "0041_agent_latest"),
+            // Each agent name's latest attempt kept as attempts are written; the roster reads its names from
+            // it, planned once per session, without a heartbeat probe for the names that hold a unit.
+            sql_migration!("m20261213_000040_agent_latest", "0040_agent_latest"),
         ]
     }
 }

@@ -181,7 +181,7 @@ const RULES: &[(&str, &str)] = &[
     (
         "agent_latest",
         // Each name's latest attempt by (start, id), which the roster reads
-        // (migration 0041), is the attempts' latest, and no name has one
+        // (migration 0040), is the attempts' latest, and no name has one
         // without attempts.
         "SELECT coalesce(a.fleet, t.fleet) AS fleet, NULL::uuid AS unit_id,
                 format('%s: %s', coalesce(a.agent_id, t.agent_id),

@@ -396,7 +396,7 @@ async fn a_name_whose_tokens_all_expired_is_revoked() {
 /// ever had (issue 27): names accumulate over the life of a ledger, and a
 /// page of 100 read every one of them with its probes. And neither finds
 /// its names and their latest claims in the attempts: each name's latest
-/// attempt is kept in `agent_latest` (migration 0041), where the roster
+/// attempt is kept in `agent_latest` (migration 0040), where the roster
 /// walked the attempts' index name by name and probed each name's latest.
 /// Counted by the database: a page scans the attempts once per name of its
 /// own (claims today), and the whole roster once per name.

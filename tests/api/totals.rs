@@ -289,7 +289,7 @@ async fn a_corrupted_total_is_found_by_the_audit_and_a_rebuild_repairs_it() {
         ),
         ("claim_days", "UPDATE claim_days SET stale = stale + 1 WHERE fleet = 'f'", "stale"),
         ("agent_totals", "INSERT INTO agent_totals VALUES ('f', 'agent-a', 'default', 0, 7)", "agent-a"),
-        // Each name's latest attempt (migration 0041): moved back by a day, and a name without attempts.
+        // Each name's latest attempt (migration 0040): moved back by a day, and a name without attempts.
         (
             "agent_latest",
             "UPDATE agent_latest SET started_at = started_at - interval '1 day' WHERE fleet = 'f'",
@@ -337,7 +337,7 @@ async fn a_corrupted_total_is_found_by_the_audit_and_a_rebuild_repairs_it() {
     }
 }
 
-/// Each name's latest attempt (migration 0041) is the latest by start, then
+/// Each name's latest attempt (migration 0040) is the latest by start, then
 /// id, whatever one statement inserts: several attempts of one name, two of
 /// them started at the same instant; a later statement with an older
 /// attempt moves nothing. The audit's rule agrees with what was kept.

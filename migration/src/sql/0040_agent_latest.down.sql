@@ -1,35 +1,9 @@
--- The roster's plan made once per session, and no heartbeat probe for a name
--- that holds a unit (issue 27).
---
--- roster() was a SQL function: a function that pins its search_path is
--- never inlined, and PostgreSQL plans a SQL function's statement on every
--- call. Planning its walk and five probes was about a third of a call: the
--- whole roster of the 200-name bench fleet took 6.1-7.1 ms as a reader
--- login, a page of 100 3.7 ms. A PL/pgSQL function keeps the plan of its
--- statement for the session. Its plan is generic, made once for every
--- call shape: left to choose, PostgreSQL first plans the first five calls
--- for their values, and the plan it made for a page of one fleet took
--- 35 ms (against 2.3 for the generic one).
---
--- The heartbeat probe (the last heartbeat of the name's last attempt) is
--- only read for a name that holds nothing; a holder's comes from its unit.
--- It now runs for those names alone (and not for a name without attempts),
--- and reads the unit's events newest first along work_unit_events_unit_idx.
---
--- Measured on the bench fleet as a reader login: the whole roster 4.4 ms,
--- a page of 100 2.3 ms; the same rows as before (docs/BENCHMARKS.md,
--- round 3, session 22). The columns, their meaning and the security are
--- 0039's: security invoker, so row-level security applies as in v_agents.
+-- Back to the roster of 0039 (a SQL function walking the attempts), without agent_latest.
 CREATE OR REPLACE FUNCTION roster(p_fleet text, p_after text, p_limit bigint)
 RETURNS TABLE (fleet text, name text, status text, held_unit_id uuid, held_external_ref text, held_state work_state,
                lease_expires_at timestamptz, last_claim_at timestamptz, last_heartbeat_at timestamptz,
                claims_today bigint, cost_cents_today bigint, token_last_used_at timestamptz)
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, public, pg_temp
-SET plan_cache_mode = force_generic_plan AS $$
-#variable_conflict use_column
-BEGIN
-RETURN QUERY
+LANGUAGE sql STABLE SET search_path = pg_catalog, public, pg_temp AS $$
 WITH RECURSIVE
 -- The distinct names of the attempts, one index probe per name (a loose
 -- index scan of work_unit_attempts_agent_started_idx), p_limit of them: of
@@ -102,20 +76,31 @@ SELECT n.fleet, n.name,
        ORDER BY a.started_at DESC
        LIMIT 1
   ) l ON true
-  -- The last heartbeat of the last attempt, wanted only when the name holds
-  -- nothing (a holder's is its unit's) and has made an attempt: newest first
-  -- along the unit's index.
   LEFT JOIN LATERAL (
       SELECT e.created_at AS at
         FROM work_unit_events e
-       WHERE h.id IS NULL AND l.id IS NOT NULL AND e.unit_id = l.unit_id AND e.attempt_id = l.id AND e.event_type = 'heartbeat'
-       ORDER BY e.created_at DESC, e.id DESC
+       WHERE e.unit_id = l.unit_id AND e.attempt_id = l.id AND e.event_type = 'heartbeat'
+       ORDER BY e.created_at DESC
        LIMIT 1
   ) b ON true
   LEFT JOIN LATERAL (
       SELECT count(*) AS claims, sum(a.cost_cents) AS cost_cents
         FROM work_unit_attempts a
        WHERE a.fleet = n.fleet AND a.agent_id = n.name AND a.started_at >= date_trunc('day', now(), 'UTC')
-  ) d ON true;
+  ) d ON true
+$$;
+
+CREATE OR REPLACE FUNCTION ledger_rebuild_totals() RETURNS void LANGUAGE plpgsql
+SET search_path = pg_catalog, public, pg_temp AS $$
+BEGIN
+    PERFORM ledger_recount_totals();
+    PERFORM ledger_recount_cost_days();
+    PERFORM ledger_recount_event_days();
+    PERFORM ledger_recount_disposal_weeks();
+    PERFORM ledger_fold_totals();
 END
 $$;
+DROP FUNCTION ledger_recount_agent_latest();
+DROP TRIGGER work_unit_attempts_agent_latest ON work_unit_attempts;
+DROP FUNCTION agent_latest_added();
+DROP TABLE agent_latest;

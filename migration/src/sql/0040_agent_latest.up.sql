@@ -1,10 +1,30 @@
--- Each agent name's latest attempt, kept as attempts are written; the
--- roster reads its names and their last claims from it (issue 27).
+-- The roster's names and their last claims kept as attempts are written,
+-- its plan made once per session, and no heartbeat probe for a name that
+-- holds a unit (issue 27).
 --
--- The roster found its names by a walk of the attempts' index (one probe
--- per name) and then each name's latest attempt (another): 2.4 of the
--- 4.4 ms the 200-name bench fleet's whole roster took after 0040, and the
--- "Fleet roster" panel stayed over 50 ms p99 with 16 readers.
+-- The "Fleet roster" panel was the slowest in every run of the reads bench
+-- (docs/BENCHMARKS.md, round 3, session 22): the whole roster of the
+-- 200-name bench fleet took 6.1-7.1 ms as a reader login, a page of 100
+-- 3.7 ms, and 16 readers queued for it past 50 ms.
+--
+-- Plan. roster() was a SQL function: a function that pins its search_path
+-- is never inlined, and PostgreSQL plans a SQL function's statement on
+-- every call. Planning its walk and five probes was about a third of a
+-- call. A PL/pgSQL function keeps the plan of its statement for the
+-- session. Its plan is generic, made once for every call shape: left to
+-- choose, PostgreSQL first plans the first five calls for their values,
+-- and the plan it made for a page of one fleet took 35 ms (against 2.3 for
+-- the generic one).
+--
+-- Heartbeats. The last heartbeat of a name's last attempt is only read for
+-- a name that holds nothing (a holder's comes from its unit); its probe
+-- now runs for those names alone (and not for a name without attempts).
+--
+-- Names. The roster found its names by a walk of the attempts' index (one
+-- probe per name) and then each name's latest attempt (another): 2.4 of
+-- the 4.4 ms a call took with the two changes above. It now reads them
+-- from agent_latest. With all three, the whole roster takes 2.4-2.6 ms, a
+-- page of 100 1.4 ms, with the same rows.
 --
 -- agent_latest has one row per (fleet, name) that made an attempt: its
 -- latest attempt by (started_at, id), so that two attempts started at the
@@ -84,8 +104,10 @@ BEGIN
 END
 $$;
 
--- The roster of 0040, its names and their last claims read from
--- agent_latest: no walk of the attempts, no probe for the latest.
+-- The roster (0039's columns, meaning and security: security invoker, so
+-- row-level security applies as in v_agents), its names and their last
+-- claims read from agent_latest: no walk of the attempts, no probe for the
+-- latest.
 CREATE OR REPLACE FUNCTION roster(p_fleet text, p_after text, p_limit bigint)
 RETURNS TABLE (fleet text, name text, status text, held_unit_id uuid, held_external_ref text, held_state work_state,
                lease_expires_at timestamptz, last_claim_at timestamptz, last_heartbeat_at timestamptz,
