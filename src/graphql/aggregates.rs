@@ -5,6 +5,7 @@ use async_graphql::{Context, Enum, Object, SimpleObject};
 use chrono::{DateTime, Utc};
 
 use super::reads::disposition_of;
+use super::rows::{Plain, Rows};
 use super::{Result, ledger, principal};
 use crate::db::aggregates::{CostSummaryRow, DayRow, ThroughputRow, WeekRow};
 use crate::db::entities::Disposition;
@@ -36,6 +37,7 @@ impl From<CostGroupBy> for CostGroup {
 
 /// Units and cost of one group of `costSummary`.
 #[derive(SimpleObject)]
+#[graphql(serial)]
 pub struct CostGroupSummary {
     /// The group: a domain, a disposition (OPEN: not yet disposed), a state or an agent id.
     pub key: String,
@@ -62,6 +64,7 @@ pub enum ThroughputBucket {
 
 /// The whole of one `throughput` bucket, every disposition together.
 #[derive(SimpleObject)]
+#[graphql(serial)]
 pub struct ThroughputTotal {
     /// Units disposed in the bucket: the sum of `count` over the bucket's rows.
     pub count: i64,
@@ -71,6 +74,7 @@ pub struct ThroughputTotal {
 
 /// Units disposed in one bucket with one disposition.
 #[derive(SimpleObject)]
+#[graphql(serial)]
 pub struct Throughput {
     /// The bucket's first instant (UTC midnight; a Monday for weeks).
     pub start: DateTime<Utc>,
@@ -88,6 +92,13 @@ pub struct Throughput {
     pub total: ThroughputTotal,
 }
 
+// Every row of the aggregates holds its values: listed as `Rows`, each resolved in turn.
+impl Plain for ThroughputTotal {}
+impl Plain for Throughput {}
+impl Plain for CostGroupSummary {}
+impl Plain for WeekMetrics {}
+impl Plain for ClaimingAgents {}
+
 impl From<ThroughputRow> for Throughput {
     fn from(r: ThroughputRow) -> Self {
         Self {
@@ -104,6 +115,7 @@ impl From<ThroughputRow> for Throughput {
 /// The North Star metrics of one week (UTC, from Monday): claims made that
 /// week and what became of them, units disposed that week, and their cycle time.
 #[derive(SimpleObject)]
+#[graphql(serial)]
 pub struct WeekMetrics {
     /// The week's Monday, 00:00 UTC.
     pub week: DateTime<Utc>,
@@ -155,6 +167,7 @@ impl From<WeekRow> for WeekMetrics {
 /// Agents that claimed on one UTC day and, on the current day, which of
 /// them are still alive.
 #[derive(SimpleObject)]
+#[graphql(serial)]
 pub struct ClaimingAgents {
     pub day: DateTime<Utc>,
     /// Distinct agents that claimed.
@@ -195,10 +208,10 @@ impl MetricsQuery {
         from: Option<DateTime<Utc>>,
         to: Option<DateTime<Utc>>,
         domain: Option<String>,
-    ) -> Result<Vec<CostGroupSummary>> {
+    ) -> Result<Rows<CostGroupSummary>> {
         let range = Range { from, until: to };
         let rows = ledger(ctx).cost_summary(principal(ctx)?, group_by.into(), range, domain).await?;
-        Ok(rows.into_iter().map(CostGroupSummary::from).collect())
+        Ok(rows.into_iter().collect())
     }
 
     /// Units, cost and average of the whole fleet as one group, key `TOTAL`,
@@ -230,13 +243,13 @@ impl MetricsQuery {
         from: Option<DateTime<Utc>>,
         until: Option<DateTime<Utc>>,
         domain: Option<String>,
-    ) -> Result<Vec<Throughput>> {
+    ) -> Result<Rows<Throughput>> {
         let bucket = match bucket {
             ThroughputBucket::Day => Bucket::Day,
             ThroughputBucket::Week => Bucket::Week,
         };
         let rows = ledger(ctx).throughput(principal(ctx)?, bucket, Range { from, until }, domain).await?;
-        Ok(rows.into_iter().map(Throughput::from).collect())
+        Ok(rows.into_iter().collect())
     }
 
     /// The North Star metrics per week (`v_claims_weekly`, `v_rework_rate_weekly`,
@@ -247,9 +260,9 @@ impl MetricsQuery {
         ctx: &Context<'_>,
         from: Option<DateTime<Utc>>,
         until: Option<DateTime<Utc>>,
-    ) -> Result<Vec<WeekMetrics>> {
+    ) -> Result<Rows<WeekMetrics>> {
         let rows = ledger(ctx).weekly_metrics(principal(ctx)?, Range { from, until }).await?;
-        Ok(rows.into_iter().map(WeekMetrics::from).collect())
+        Ok(rows.into_iter().collect())
     }
 
     /// Distinct claiming agents per UTC day in `[from, until)` (`v_claiming_agents_daily`), oldest first;
@@ -259,8 +272,8 @@ impl MetricsQuery {
         ctx: &Context<'_>,
         from: Option<DateTime<Utc>>,
         until: Option<DateTime<Utc>>,
-    ) -> Result<Vec<ClaimingAgents>> {
+    ) -> Result<Rows<ClaimingAgents>> {
         let rows = ledger(ctx).claiming_agents(principal(ctx)?, Range { from, until }).await?;
-        Ok(rows.into_iter().map(ClaimingAgents::from).collect())
+        Ok(rows.into_iter().collect())
     }
 }

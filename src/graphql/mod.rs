@@ -14,6 +14,7 @@ mod read_budget;
 mod reads;
 pub mod request_errors;
 mod roster;
+mod rows;
 mod shared_reads;
 mod stalls;
 mod subscription;
