@@ -127,6 +127,9 @@ impl MigratorTrait for Migrator {
             // Each agent name's latest attempt kept as attempts are written; the roster reads its names from
             // it, planned once per session, without a heartbeat probe for the names that hold a unit.
             sql_migration!("m20261213_000040_agent_latest", "0040_agent_latest"),
+            // Disposals per day of every domain together, for a fleet-wide throughput by day; the day totals
+            // read by index only.
+            sql_migration!("m20261214_000041_disposal_fleet_days", "0041_disposal_fleet_days"),
         ]
     }
 }

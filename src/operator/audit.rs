@@ -233,17 +233,19 @@ const RULES: &[(&str, &str)] = &[
     ),
     (
         "disposal_days",
-        // The disposals per UTC day (migration 0020) and per UTC week (its
-        // sum by week, 0032) equal the disposed units.
+        // The disposals per UTC day (migration 0020), per UTC week (its
+        // sum by week, 0032) and per UTC day of every domain together (its
+        // sum over the domains, '' in a finding; 0041) equal the disposed units.
         "SELECT coalesce(u.fleet, t.fleet) AS fleet, NULL::uuid AS unit_id,
                 format('%s: %s', concat_ws('/', coalesce(u.start, t.start), coalesce(u.domain, t.domain),
                                            coalesce(u.disposition, t.disposition)),
                        coalesce(u.counts, 'nothing')) AS expected,
                 coalesce(t.counts, 'nothing') || ' in ' || coalesce(t.tab, u.tab) AS found
            FROM (SELECT k.tab, fleet,
-                        CASE WHEN k.tab = 'disposal_days' THEN d.day
-                             ELSE date_trunc('week', (d.day)::timestamp)::date END::text AS start,
-                        domain, disposition::text AS disposition,
+                        CASE WHEN k.tab = 'disposal_weeks' THEN date_trunc('week', (d.day)::timestamp)::date
+                             ELSE d.day END::text AS start,
+                        CASE WHEN k.tab = 'disposal_fleet_days' THEN '' ELSE domain END AS domain,
+                        disposition::text AS disposition,
                         format('%s units, %s cents, %s reworked, %s verified for %s cents', count(*), sum(cost_cents),
                                count(*) FILTER (WHERE attempt_count > 1),
                                count(*) FILTER (WHERE cost_cents > 0 AND cardinality(evidence_urls) > 0),
@@ -251,7 +253,7 @@ const RULES: &[(&str, &str)] = &[
                                                                   AND cardinality(evidence_urls) > 0), 0)) AS counts
                    FROM work_units
                   CROSS JOIN LATERAL (SELECT ((disposed_at) AT TIME ZONE 'UTC')::date AS day) d
-                  CROSS JOIN (VALUES ('disposal_days'), ('disposal_weeks')) AS k(tab)
+                  CROSS JOIN (VALUES ('disposal_days'), ('disposal_weeks'), ('disposal_fleet_days')) AS k(tab)
                   WHERE ($1::text IS NULL OR fleet = $1) AND disposition IS NOT NULL
                   GROUP BY 1, 2, 3, 4, 5) u
            FULL JOIN (SELECT tab, fleet, start, domain, disposition::text AS disposition,
@@ -264,7 +266,11 @@ const RULES: &[(&str, &str)] = &[
                               UNION ALL
                               SELECT 'disposal_weeks', fleet, week::text, domain, disposition, units, cost_cents,
                                      reworked, verified_units, verified_cost_cents
-                                FROM disposal_weeks WHERE $1::text IS NULL OR fleet = $1) r
+                                FROM disposal_weeks WHERE $1::text IS NULL OR fleet = $1
+                              UNION ALL
+                              SELECT 'disposal_fleet_days', fleet, day::text, '', disposition, units, cost_cents,
+                                     reworked, verified_units, verified_cost_cents
+                                FROM disposal_fleet_days WHERE $1::text IS NULL OR fleet = $1) r
                        GROUP BY 1, 2, 3, 4, 5
                       HAVING sum(units) <> 0 OR sum(cost_cents) <> 0 OR sum(reworked) <> 0 OR sum(verified_units) <> 0
                           OR sum(verified_cost_cents) <> 0) t

@@ -477,12 +477,33 @@ impl TestApp {
     /// probes a statement took (`pg_stat_xact_user_tables`, this
     /// transaction's), whatever plan it chose.
     pub async fn app_role_scans(&self, fleet: &str, table: &str, sql: &str) -> i64 {
+        let scans = "SELECT coalesce((SELECT coalesce(idx_scan, 0) + seq_scan FROM pg_stat_xact_user_tables
+                                       WHERE relname = $1), 0) AS n";
+        self.app_role_counted(fleet, table, sql, scans, None).await
+    }
+
+    /// The rows of `table` that `sql` read, as entries of its indexes and
+    /// by sequential scans, run as the application role in `fleet` (this
+    /// transaction's `idx_tup_read` and `seq_tup_read`). Planned as on a
+    /// ledger of any size, where the totals are read through their indexes
+    /// (sequential scans off): the few rows of a test would otherwise be
+    /// read whole by any statement that touches them.
+    pub async fn app_role_rows_read(&self, fleet: &str, table: &str, sql: &str) -> i64 {
+        let rows = "SELECT (pg_stat_get_xact_tuples_returned($1::text::regclass)
+                           + coalesce((SELECT sum(pg_stat_get_xact_tuples_returned(i.indexrelid)) FROM pg_index i
+                                        WHERE i.indrelid = $1::text::regclass), 0))::bigint AS n";
+        self.app_role_counted(fleet, table, sql, rows, Some("SET LOCAL enable_seqscan = off")).await
+    }
+
+    /// `count` (a statement of one bigint `n` about the table `$1`) after
+    /// `sql`, less before it, in one transaction of the application role
+    /// (after `setting`).
+    async fn app_role_counted(&self, fleet: &str, table: &str, sql: &str, count: &str, setting: Option<&str>) -> i64 {
         let tx = self.app_role_tx(Some(fleet)).await;
-        let scans = Statement::from_sql_and_values(
-            sea_orm::DbBackend::Postgres,
-            "SELECT coalesce((SELECT coalesce(idx_scan, 0) + seq_scan FROM pg_stat_xact_user_tables WHERE relname = $1), 0) AS n",
-            [table.into()],
-        );
+        if let Some(setting) = setting {
+            tx.execute_unprepared(setting).await.unwrap_or_else(|e| panic!("{setting}: {e}"));
+        }
+        let scans = Statement::from_sql_and_values(sea_orm::DbBackend::Postgres, count, [table.into()]);
         let count = |row: Option<sea_orm::QueryResult>| row.expect("a row").try_get::<i64>("", "n").expect("n");
         let before = count(tx.query_one_raw(scans.clone()).await.expect("scans"));
         tx.query_all_raw(Statement::from_string(sea_orm::DbBackend::Postgres, sql))

@@ -282,6 +282,14 @@ async fn a_corrupted_total_is_found_by_the_audit_and_a_rebuild_repairs_it() {
              VALUES ('f', date_trunc('week', now())::date, 'default', 'MIGRATED', 0, 0, 1, 0, 0)",
             "in disposal_weeks",
         ),
+        // The days of every domain together (migration 0041), under the same rule: a day's cost.
+        (
+            "disposal_days",
+            "INSERT INTO disposal_fleet_days (fleet, day, disposition, units, cost_cents, reworked, verified_units,
+                                              verified_cost_cents)
+             VALUES ('f', current_date, 'MIGRATED', 0, 5, 0, 0, 0)",
+            "in disposal_fleet_days",
+        ),
         (
             "disposal_agents",
             "INSERT INTO disposal_agent_counts VALUES ('f', true, date_trunc('week', now())::date, '', 'DROPPED', 2)",
@@ -432,10 +440,60 @@ async fn a_fold_rewrites_only_the_totals_that_moved() {
     app.sql("SELECT ledger_rebuild_totals()").await;
     assert_eq!(app.sql_i64("SELECT count(*) FROM disposal_days WHERE NOT folded").await, 0);
     assert_eq!(app.sql_i64("SELECT count(*) FROM disposal_weeks WHERE NOT folded").await, 0);
+    assert_eq!(app.sql_i64("SELECT count(*) FROM disposal_fleet_days WHERE NOT folded").await, 0);
     assert_eq!(app.sql_i64("SELECT ledger_compact_totals()").await, 0, "a fold after a recount rewrote totals");
     assert_eq!(app.sql_i64("SELECT ledger_fold_disposal_weeks()").await, 0, "nor the weeks");
+    assert_eq!(app.sql_i64("SELECT ledger_fold_disposal_fleet_days()").await, 0, "nor the fleet's days");
     let (totals, units) = totals_and_units(&app).await;
     assert_eq!(totals, units, "the recount's totals equal the units");
+}
+
+/// A fleet-wide `throughput` by day reads its whole days from the fleet's
+/// days of every domain together (migration 0041), not from the days of each
+/// domain, and answers as the rows say; by one domain it reads that
+/// domain's days. The disposals are made across domains and days by hand,
+/// as an import would write them.
+#[tokio::test]
+async fn a_fleet_wide_throughput_by_day_reads_the_days_of_every_domain_together() {
+    let app = spawn_app().await;
+    app.allow_history_rewrites().await;
+    let op = Agent::new(&app, "f", "op", Role::Operator).await;
+    let refs: Vec<String> = (0..24).map(|i| format!("u{i:02}")).collect();
+    let refs: Vec<&str> = refs.iter().map(String::as_str).collect();
+    app.register(&op.token, &refs).await;
+    // Three days of four domains (two of them dropped, two dead): 24 units
+    // in 12 groups of the day totals, 6 of the fleet's days.
+    app.sql(
+        "UPDATE work_units SET domain = 'd' || (substr(external_ref, 2)::int % 4),
+                state = 'abandoned', disposition = CASE WHEN substr(external_ref, 2)::int % 2 = 0
+                                                        THEN 'DROPPED' ELSE 'DEAD' END::disposition,
+                disposed_at = '2026-01-01T12:00:00Z'::timestamptz + (substr(external_ref, 2)::int / 8 * interval '1 day'),
+                evidence_urls = ARRAY['https://wiki.example/' || external_ref]
+          WHERE fleet = 'f';
+         INSERT INTO work_unit_events (fleet, unit_id, event_type, from_state, to_state, agent_id, created_at)
+         SELECT fleet, id, 'disposed', 'ready', 'abandoned', 'op', disposed_at FROM work_units WHERE fleet = 'f'",
+    )
+    .await;
+    app.sql("SELECT ledger_fold_totals()").await;
+    assert_eq!(app.sql_i64("SELECT count(*) FROM disposal_days WHERE fleet = 'f'").await, 12);
+    assert_eq!(app.sql_i64("SELECT count(*) FROM disposal_fleet_days WHERE fleet = 'f'").await, 6);
+
+    let fleet_wide = "SELECT * FROM throughput('day', NULL, NULL, NULL)";
+    assert_eq!(app.app_role_rows_read("f", "disposal_days", fleet_wide).await, 0, "no day of one domain is read");
+    assert_eq!(app.app_role_rows_read("f", "disposal_fleet_days", fleet_wide).await, 6, "the fleet's six days are");
+    let one_domain = "SELECT * FROM throughput('day', NULL, NULL, 'd1')";
+    assert_eq!(app.app_role_rows_read("f", "disposal_fleet_days", one_domain).await, 0);
+    // One domain reads the fleet's days once (their index holds the domain
+    // as a value), and none again for the days a bucket's range cuts: an
+    // open range cuts none, whatever the plan (0032's condition on whole
+    // buckets read every day of the fleet a second time in a generic plan).
+    assert_eq!(app.app_role_rows_read("f", "disposal_days", one_domain).await, 12, "one domain reads its days");
+
+    let read =
+        op.run("{ throughput(bucket: DAY) { start disposition count costCents distinctAgents } }", json!({})).await;
+    assert_eq!(read.data()["throughput"], json!(throughput_by_rows(&app, "DAY", None).await));
+    let audit = work_ledger(&app, &["audit"], None);
+    assert!(audit.status.success(), "{}\n{}", text(&audit.stdout), text(&audit.stderr));
 }
 
 #[tokio::test]
@@ -463,6 +521,7 @@ async fn the_totals_are_read_only_and_per_fleet_for_the_service_and_readers() {
     for table in [
         "disposal_days",
         "disposal_weeks",
+        "disposal_fleet_days",
         "disposal_agents",
         "disposal_agent_counts",
         "claim_days",
