@@ -210,13 +210,20 @@ async fn readyz_is_503_while_the_listener_is_down() {
     let allow = |yes: bool| format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS {yes}");
     admin.execute_unprepared(&allow(false)).await.expect("forbid connections");
     let mut status = app.live.listener_status();
-    let killed = app
-        .sql_json(
-            "SELECT pg_terminate_backend(pid) AS killed FROM pg_stat_activity
-              WHERE datname = current_database() AND application_name = 'work-ledger-listener'",
-        )
-        .await;
-    assert_eq!(killed, vec![json!({ "killed": true })]);
+    // Cut off from the other database too: the owner's pool may have to open
+    // a connection, which is now refused (a flake under CI's load).
+    let killed = admin
+        .query_all_raw(sea_orm::Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            format!(
+                "SELECT pg_terminate_backend(pid) AS killed FROM pg_stat_activity
+                  WHERE datname = '{name}' AND application_name = 'work-ledger-listener'"
+            ),
+        ))
+        .await
+        .expect("terminate the listener");
+    let killed: Vec<bool> = killed.iter().map(|r| r.try_get::<bool>("", "killed").expect("killed")).collect();
+    assert_eq!(killed, [true]);
     status.wait_for(|up| !*up).await.expect("listener status");
     assert_eq!(ready().await, 503);
 
