@@ -237,7 +237,7 @@ const RULES: &[(&str, &str)] = &[
         // sum by week, 0032) and per UTC day of every domain together (its
         // sum over the domains, '' in a finding; 0041) equal the disposed units.
         "SELECT coalesce(u.fleet, t.fleet) AS fleet, NULL::uuid AS unit_id,
-                format('%s: %s', concat_ws('/', coalesce(u.start, t.start), coalesce(u.domain, t.domain),
+                format('%s: %s', concat_ws('/', coalesce(u.start, t.start), nullif(coalesce(u.domain, t.domain), ''),
                                            coalesce(u.disposition, t.disposition)),
                        coalesce(u.counts, 'nothing')) AS expected,
                 coalesce(t.counts, 'nothing') || ' in ' || coalesce(t.tab, u.tab) AS found
