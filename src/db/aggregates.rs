@@ -185,7 +185,7 @@ pub async fn throughput(
     domain: Option<&str>,
 ) -> Result<Vec<ThroughputRow>, DbErr> {
     let rows: Vec<Disposed> = throughput_query(fleet, bucket, range, domain).rows(tx).await?;
-    Ok(with_bucket_totals(&rows))
+    Ok(with_bucket_totals(rows))
 }
 
 /// Each row with the sums of its bucket's rows, which the statement returns
@@ -193,22 +193,26 @@ pub async fn throughput(
 /// added up, so they equal the sum of the bucket's rows exactly. (Summed here
 /// rather than by a window in the statement, which sorted the rows once more
 /// inside PostgreSQL: docs/BENCHMARKS.md, round 3, session 23.)
-fn with_bucket_totals(rows: &[Disposed]) -> Vec<ThroughputRow> {
-    let mut out = Vec::with_capacity(rows.len());
-    for bucket in rows.chunk_by(|a, b| a.start == b.start) {
-        let bucket_units = bucket.iter().map(|r| r.units).sum();
-        let bucket_cost_cents = bucket.iter().map(|r| r.cost_cents).sum();
-        out.extend(bucket.iter().map(|r| ThroughputRow {
+fn with_bucket_totals(rows: Vec<Disposed>) -> Vec<ThroughputRow> {
+    let totals: Vec<(i64, i64)> = rows
+        .chunk_by(|a, b| a.start == b.start)
+        .flat_map(|bucket| {
+            let sum = bucket.iter().fold((0, 0), |(u, c), r| (u + r.units, c + r.cost_cents));
+            std::iter::repeat_n(sum, bucket.len())
+        })
+        .collect();
+    rows.into_iter()
+        .zip(totals)
+        .map(|(r, (bucket_units, bucket_cost_cents))| ThroughputRow {
             start: r.start,
-            disposition: r.disposition.clone(),
+            disposition: r.disposition,
             units: r.units,
             cost_cents: r.cost_cents,
             distinct_agents: r.distinct_agents,
             bucket_units,
             bucket_cost_cents,
-        }));
-    }
-    out
+        })
+        .collect()
 }
 
 /// The statement of [`throughput`] (the reads bench explains it): the rows
@@ -323,9 +327,15 @@ mod tests {
             disposed(4, "DROPPED", 2, 0),
             disposed(4, "DEAD", 4, 44),
         ];
-        let totals: Vec<(i64, i64)> =
-            with_bucket_totals(&rows).iter().map(|r| (r.bucket_units, r.bucket_cost_cents)).collect();
+        let out = with_bucket_totals(rows.into());
+        let totals: Vec<(i64, i64)> = out.iter().map(|r| (r.bucket_units, r.bucket_cost_cents)).collect();
         assert_eq!(totals, [(4, 305), (4, 305), (7, 70), (6, 44), (6, 44)]);
-        assert!(with_bucket_totals(&[]).is_empty());
+        let own: Vec<(&str, i64)> = out.iter().map(|r| (r.disposition.as_str(), r.units)).collect();
+        assert_eq!(
+            own,
+            [("MIGRATED", 3), ("DEAD", 1), ("MIGRATED", 7), ("DROPPED", 2), ("DEAD", 4)],
+            "each row its own"
+        );
+        assert!(with_bucket_totals(Vec::new()).is_empty());
     }
 }

@@ -495,15 +495,15 @@ impl TestApp {
         self.app_role_counted(fleet, table, sql, rows, Some("SET LOCAL enable_seqscan = off")).await
     }
 
-    /// `count` (a statement of one bigint `n` about the table `$1`) after
+    /// `counter` (a statement of one bigint `n` about the table `$1`) after
     /// `sql`, less before it, in one transaction of the application role
     /// (after `setting`).
-    async fn app_role_counted(&self, fleet: &str, table: &str, sql: &str, count: &str, setting: Option<&str>) -> i64 {
+    async fn app_role_counted(&self, fleet: &str, table: &str, sql: &str, counter: &str, setting: Option<&str>) -> i64 {
         let tx = self.app_role_tx(Some(fleet)).await;
         if let Some(setting) = setting {
             tx.execute_unprepared(setting).await.unwrap_or_else(|e| panic!("{setting}: {e}"));
         }
-        let scans = Statement::from_sql_and_values(sea_orm::DbBackend::Postgres, count, [table.into()]);
+        let scans = Statement::from_sql_and_values(sea_orm::DbBackend::Postgres, counter, [table.into()]);
         let count = |row: Option<sea_orm::QueryResult>| row.expect("a row").try_get::<i64>("", "n").expect("n");
         let before = count(tx.query_one_raw(scans.clone()).await.expect("scans"));
         tx.query_all_raw(Statement::from_string(sea_orm::DbBackend::Postgres, sql))

@@ -401,22 +401,36 @@ async fn stored_disposal_days(app: &TestApp) -> Vec<Value> {
     .await
 }
 
+/// `n` units of fleet `f` (`d00`, `d01`, ...), registered by its operator
+/// (returned) and then disposed by the owner's hand, as an import writes
+/// history: abandoned with evidence and a `disposed` event, with `set` (SQL
+/// assignments over the unit's `external_ref`) choosing their disposition,
+/// day and anything else. Needs `allow_history_rewrites`.
+async fn disposed_by_hand<'a>(app: &'a TestApp, n: usize, set: &str) -> Agent<'a> {
+    let op = Agent::new(app, "f", "op", Role::Operator).await;
+    let refs: Vec<String> = (0..n).map(|i| format!("d{i:02}")).collect();
+    app.register(&op.token, &refs.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    app.sql(&format!(
+        "UPDATE work_units SET state = 'abandoned', {set},
+                evidence_urls = ARRAY['https://wiki.example/' || external_ref]
+          WHERE fleet = 'f';
+         INSERT INTO work_unit_events (fleet, unit_id, event_type, from_state, to_state, agent_id, created_at)
+         SELECT fleet, id, 'disposed', 'ready', 'abandoned', 'op', disposed_at FROM work_units WHERE fleet = 'f'"
+    ))
+    .await;
+    op
+}
+
 #[tokio::test]
 async fn a_fold_rewrites_only_the_totals_that_moved() {
     let app = spawn_app().await;
     app.allow_history_rewrites().await;
-    let op = Agent::new(&app, "f", "op", Role::Operator).await;
-    let refs: Vec<String> = (0..40).map(|i| format!("d{i:02}")).collect();
-    let refs: Vec<&str> = refs.iter().map(String::as_str).collect();
-    app.register(&op.token, &refs).await;
     // Forty disposals on forty days: forty groups of the day totals.
-    app.sql(
-        "UPDATE work_units SET state = 'abandoned', disposition = 'DROPPED',
-                disposed_at = '2026-01-01T12:00:00Z'::timestamptz + (substr(external_ref, 2)::int * interval '1 day'),
-                evidence_urls = ARRAY['https://wiki.example/' || external_ref]
-          WHERE fleet = 'f';
-         INSERT INTO work_unit_events (fleet, unit_id, event_type, from_state, to_state, agent_id, created_at)
-         SELECT fleet, id, 'disposed', 'ready', 'abandoned', 'op', disposed_at FROM work_units WHERE fleet = 'f'",
+    let op = disposed_by_hand(
+        &app,
+        40,
+        "disposition = 'DROPPED',
+         disposed_at = '2026-01-01T12:00:00Z'::timestamptz + (substr(external_ref, 2)::int * interval '1 day')",
     )
     .await;
     app.sql_json("SELECT ledger_compact_totals() AS folded").await;
@@ -457,21 +471,14 @@ async fn a_fold_rewrites_only_the_totals_that_moved() {
 async fn a_fleet_wide_throughput_by_day_reads_the_days_of_every_domain_together() {
     let app = spawn_app().await;
     app.allow_history_rewrites().await;
-    let op = Agent::new(&app, "f", "op", Role::Operator).await;
-    let refs: Vec<String> = (0..24).map(|i| format!("u{i:02}")).collect();
-    let refs: Vec<&str> = refs.iter().map(String::as_str).collect();
-    app.register(&op.token, &refs).await;
     // Three days of four domains (two of them dropped, two dead): 24 units
     // in 12 groups of the day totals, 6 of the fleet's days.
-    app.sql(
-        "UPDATE work_units SET domain = 'd' || (substr(external_ref, 2)::int % 4),
-                state = 'abandoned', disposition = CASE WHEN substr(external_ref, 2)::int % 2 = 0
-                                                        THEN 'DROPPED' ELSE 'DEAD' END::disposition,
-                disposed_at = '2026-01-01T12:00:00Z'::timestamptz + (substr(external_ref, 2)::int / 8 * interval '1 day'),
-                evidence_urls = ARRAY['https://wiki.example/' || external_ref]
-          WHERE fleet = 'f';
-         INSERT INTO work_unit_events (fleet, unit_id, event_type, from_state, to_state, agent_id, created_at)
-         SELECT fleet, id, 'disposed', 'ready', 'abandoned', 'op', disposed_at FROM work_units WHERE fleet = 'f'",
+    let op = disposed_by_hand(
+        &app,
+        24,
+        "domain = 'd' || (substr(external_ref, 2)::int % 4),
+         disposition = CASE WHEN substr(external_ref, 2)::int % 2 = 0 THEN 'DROPPED' ELSE 'DEAD' END::disposition,
+         disposed_at = '2026-01-01T12:00:00Z'::timestamptz + (substr(external_ref, 2)::int / 8 * interval '1 day')",
     )
     .await;
     app.sql("SELECT ledger_fold_totals()").await;
