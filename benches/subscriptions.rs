@@ -142,9 +142,14 @@ fn args() -> Result<Args, AnyError> {
 /// writer's ledger): the writer's operations take about a millisecond each,
 /// so a few connections carry its rate.
 const BENCH_POOL: u32 = 8;
-/// A replica's connections besides its request pool: the live pool's default.
+/// A replica's connections besides its request pool: the live pool's default
+/// and the notifier's (the LISTEN connection is counted apart).
 fn replica_live() -> u32 {
-    work_ledger::live::LiveConfig::default().pool_size
+    work_ledger::live::LiveConfig::default().pool_size + 1
+}
+/// This process's connections: its two pools and the writer's notifier.
+fn bench_connections() -> u32 {
+    2 * BENCH_POOL + 1
 }
 /// The default request pool (`WORK_LEDGER_DB_POOL_SIZE`).
 const REPLICA_POOL: u32 = 32;
@@ -159,7 +164,8 @@ struct Budget {
 /// Everything the run opens must fit PostgreSQL's `max_connections`, or new
 /// connections are refused under load (a replica's LISTEN reconnect among
 /// them, then its subscribers wait for the 1 s re-read): two replicas'
-/// pools (request, live, LISTEN) and this process's two. The replicas keep
+/// pools (request, live, LISTEN, notifier) and this process's
+/// ([`bench_connections`]). The replicas keep
 /// their default request pool when it fits, else the largest that does.
 async fn connection_budget(owner: &DatabaseConnection) -> Result<Budget, AnyError> {
     let row = owner
@@ -167,7 +173,7 @@ async fn connection_budget(owner: &DatabaseConnection) -> Result<Budget, AnyErro
         .await?
         .ok_or("max_connections: no row")?;
     let max_connections: i64 = row.try_get("", "n")?;
-    let per_replica = (max_connections - SPARE - 2 * i64::from(BENCH_POOL)) / 2 - i64::from(replica_live()) - 1;
+    let per_replica = (max_connections - SPARE - i64::from(bench_connections())) / 2 - i64::from(replica_live()) - 1;
     if per_replica < 4 {
         return Err(format!("PostgreSQL's max_connections ({max_connections}) leaves no room for two replicas").into());
     }
@@ -494,7 +500,7 @@ async fn main() -> Result<(), AnyError> {
         "{} subscribers over {} fleets and 2 replicas (a third each on ledgerEvents, blockingQuestionOpened, \
          unitStalled), {} events/s ({} committed in the {} s steady phase: {:.0}/s), churn at {} s, writer on for \
          {} s after it; servers: release build, defaults but a sweep every {}; open-files soft limit {}; \
-         PostgreSQL max_connections {}: request pools of {} per replica (+ {} live, 1 LISTEN), {} for this process",
+         PostgreSQL max_connections {}: request pools of {} per replica (+ {} live and notifier, 1 LISTEN), {} for this process",
         args.subscribers,
         args.fleets,
         args.rate,
@@ -508,7 +514,7 @@ async fn main() -> Result<(), AnyError> {
         pools.max_connections,
         pools.replica_pool,
         replica_live(),
-        2 * BENCH_POOL
+        bench_connections()
     );
     println!();
     println!("| measure | value |");

@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use sea_orm::{
     ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, RuntimeErr,
-    Statement, TransactionTrait, Value,
+    SqlxPostgresConnector, Statement, TransactionTrait, Value,
 };
 
 /// The non-superuser role every request transaction runs as (created by the
@@ -120,6 +120,26 @@ async fn open(url: &str, max_connections: u32, limits: Option<SessionLimits>) ->
     let db = Database::connect(options).await?;
     primary.adopt(db.get_postgres_connection_pool());
     Ok(db)
+}
+
+/// A pool of up to `max_connections` beside `leader`, for one part of the
+/// process that must not wait for the leader's connections (the live pool,
+/// the notifier): the same server, session limits and checks (a read-write
+/// server only), connected on first use, named `application_name` in
+/// `pg_stat_activity`, and moved with the leader's pool when its server
+/// moves ([`primary::follow`]).
+pub fn follower(leader: &DatabaseConnection, max_connections: u32, application_name: &str) -> DatabaseConnection {
+    let leader = leader.get_postgres_connection_pool();
+    let options = (*leader.connect_options()).clone().application_name(application_name);
+    let pool = leader
+        .options()
+        .clone()
+        .max_connections(max_connections.max(1))
+        .min_connections(0)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_lazy_with(options);
+    primary::follow(leader, &pool);
+    SqlxPostgresConnector::from_sqlx_postgres_pool(pool)
 }
 
 /// A URL for libpq tools (pg_dump, pg_restore): `url` itself when it names

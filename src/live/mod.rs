@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_graphql::dataloader::{DataLoader, Loader};
-use sea_orm::{DatabaseConnection, DbErr, SqlxPostgresConnector};
+use sea_orm::{DatabaseConnection, DbErr};
 use tokio::sync::{Notify, broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -192,19 +192,7 @@ impl Live {
     /// a pool of its own); nothing runs until [`Live::run_listener`] and
     /// [`Live::run_sweeper`] (`Application::run_until` runs both).
     pub fn new(ledger: &Ledger, config: LiveConfig) -> Self {
-        let requests = ledger.db().get_postgres_connection_pool();
-        let options = (*requests.connect_options()).clone();
-        // The request pool's pool options carry its checks (a read-write
-        // server only); it follows the request pool's server when that moves.
-        let pool = requests
-            .options()
-            .clone()
-            .max_connections(config.pool_size.max(1))
-            .min_connections(0)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect_lazy_with(options.application_name("work-ledger-live"));
-        db::primary::follow(requests, &pool);
-        let db = SqlxPostgresConnector::from_sqlx_postgres_pool(pool);
+        let db = db::follower(ledger.db(), config.pool_size, "work-ledger-live");
         let stop = CancellationToken::new();
         let waiting = Arc::new(AtomicI64::new(0));
         let known = Arc::new(watermark::Known::default());

@@ -723,3 +723,24 @@ async fn feeds_woken_by_one_commit_share_the_watermark_they_read_below() {
     // A feed's idle re-read (every second) may take one of its own meanwhile.
     assert!(taken < FLEETS as i64 / 2, "{FLEETS} feeds woken by one commit took {taken} watermarks");
 }
+
+#[tokio::test]
+async fn a_writes_notification_goes_out_on_the_notifiers_own_session_not_a_request_connection() {
+    let app = spawn_app().await;
+    let mut listener = PgListener::connect(app.db_url.as_str()).await.expect("the owner connects");
+    listener.listen("work_ledger_events").await.expect("LISTEN");
+    let op = app.token("acme", "op", Role::Operator).await;
+    app.register(&op, &["announced"]).await;
+    let heard =
+        tokio::time::timeout(PROMPT, listener.recv()).await.expect("a notification in time").expect("notification");
+    // The sender's backend, as PostgreSQL tells every listener.
+    let sender = app
+        .sql_json(&format!("SELECT application_name AS name FROM pg_stat_activity WHERE pid = {}", heard.process_id()))
+        .await;
+    assert_eq!(
+        sender.first().and_then(|row| row["name"].as_str()),
+        Some(work_ledger::ledger::notifier::APPLICATION_NAME),
+        "the notification was sent by {sender:?}, not the notifier's session (sharing the request pool, it \
+         waits for a connection behind the requests)"
+    );
+}
