@@ -62,6 +62,13 @@ impl Default for SessionLimits {
     }
 }
 
+/// A pooled connection idle this long is pinged before it is handed out (a
+/// server restart or a proxy may have dropped it); a busier one is not: the
+/// ping was a round trip of its own on every use of the pool, and a lost
+/// connection still fails its next statement as UNAVAILABLE, which clients
+/// retry with the same idempotency key.
+pub const IDLE_PING: Duration = Duration::from_secs(1);
+
 /// Role settings of `work_ledger_app` (migration 0004) say the same, but
 /// `SET ROLE` does not apply role settings.
 pub const SERVICE_IDLE_IN_TRANSACTION_TIMEOUT: &str = "30s";
@@ -158,6 +165,7 @@ fn pool_options(url: &str, max_connections: u32) -> ConnectOptions {
         .max_connections(max_connections)
         .min_connections(1)
         .acquire_timeout(Duration::from_secs(10))
+        .test_before_acquire_if_idle_for(IDLE_PING)
         .sqlx_logging(false);
     options
 }

@@ -110,8 +110,8 @@ impl Primary {
         self.target.libpq_url(lock(&self.state).current)
     }
 
-    /// Pool options that refuse read-only servers and close connections
-    /// opened before the last move.
+    /// Pool options that refuse read-only servers, close connections opened
+    /// before the last move, and ping one idle for [`super::IDLE_PING`].
     pub fn pool_options(self: &Arc<Self>, options: PgPoolOptions) -> PgPoolOptions {
         let me = Arc::downgrade(self);
         options
@@ -124,9 +124,15 @@ impl Primary {
                     Err(sqlx::Error::Configuration("the server is read-only (a standby, or being demoted)".into()))
                 })
             })
-            .before_acquire(move |_, meta| {
+            .before_acquire(move |conn, meta| {
                 let fresh = me.upgrade().is_none_or(|p| !p.moved_since(meta.age));
-                Box::pin(async move { Ok(fresh) })
+                Box::pin(async move {
+                    // In place of the pool's own idle ping, which this hook replaces.
+                    if fresh && meta.idle_for >= super::IDLE_PING {
+                        conn.ping().await?;
+                    }
+                    Ok(fresh)
+                })
             })
     }
 
