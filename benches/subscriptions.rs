@@ -6,7 +6,7 @@
 //!
 //!   cargo bench --bench subscriptions -- [--subscribers 1000] [--fleets 10]
 //!       [--rate 50] [--seconds 30] [--after 30] [--stalls 40] [--sweep 5s]
-//!       [--connecting 256]
+//!       [--connecting 256] [--dump FILE]
 //!
 //! With `--subscribers 10000` and more, `--fleets` defaults to 100 and
 //! `--rate` to 500 (issue 27's goal). Phases:
@@ -29,6 +29,10 @@
 //!    received is checked against the event log in the database
 //!    (`subscriptions/check.rs`): missing and duplicated items over both
 //!    phases.
+//!
+//! `--dump FILE` writes every item's first arrival at every subscriber as
+//! CSV (subscriber, fleet, kind, replica, item, committed, arrived; times in
+//! seconds on the run's clock), to see which items were late and when.
 //!
 //! Uses DATABASE_URL when set (a scratch database is created next to it and
 //! dropped at the end), otherwise an embedded PostgreSQL in a temporary
@@ -81,6 +85,8 @@ struct Args {
     sweep: String,
     /// Handshakes in flight at once from this process.
     connecting: usize,
+    /// Where to write every delivery (`--dump`).
+    dump: Option<String>,
 }
 
 /// The goal's size (issue 27): from this many subscribers on, the defaults
@@ -122,6 +128,7 @@ fn args() -> Result<Args, AnyError> {
         stalls: parsed("--stalls", flag("--stalls"), 40)?,
         sweep: flag("--sweep").unwrap_or_else(|| "5s".to_owned()),
         connecting: parsed("--connecting", flag("--connecting"), 256)?,
+        dump: flag("--dump"),
     };
     if args.fleets == 0 || args.rate <= 0.0 || args.connecting == 0 {
         return Err("--fleets, --rate and --connecting must be positive".into());
@@ -432,6 +439,17 @@ async fn main() -> Result<(), AnyError> {
         lag: CAUGHT_UP_LAG,
     };
     let empty = Vec::new();
+    if let Some(path) = &args.dump {
+        let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+        check::dump_header(&mut out)?;
+        for (i, o) in outcomes.iter().enumerate() {
+            let (fleet, kind, replica) = placement(i, args.fleets);
+            let items = log.get(&(format!("fleet{fleet}"), kind)).unwrap_or(&empty);
+            check::dump(&mut out, (i, fleet, kind, replica), items, &o.receipts, &clock)?;
+        }
+        std::io::Write::flush(&mut out)?;
+        eprintln!("every delivery written to {path}");
+    }
     let verdicts: Vec<Verdict> = outcomes
         .iter()
         .enumerate()

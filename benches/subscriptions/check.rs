@@ -186,3 +186,28 @@ pub fn judge(kind: Kind, items: &[Item], receipts: &[Receipt], clock: &Clock, ph
     verdict.catch_up = (verdict.missing == 0).then_some(late_until - phases.cut);
     verdict
 }
+
+pub fn dump_header(out: &mut impl std::io::Write) -> std::io::Result<()> {
+    writeln!(out, "subscriber,fleet,kind,replica,item,committed_s,arrived_s")
+}
+
+/// One subscriber's items that arrived, each with its commit and its first
+/// arrival on the [`Clock`] (`--dump`).
+pub fn dump(
+    out: &mut impl std::io::Write,
+    (subscriber, fleet, kind, replica): (usize, usize, Kind, usize),
+    items: &[Item],
+    receipts: &[Receipt],
+    clock: &Clock,
+) -> std::io::Result<()> {
+    let mut first: HashMap<Uuid, f64> = HashMap::new();
+    for r in receipts {
+        first.entry(r.key).or_insert_with(|| clock.at(r.at));
+    }
+    for item in items {
+        if let Some(at) = first.get(&item.key) {
+            writeln!(out, "{subscriber},{fleet},{kind:?},{replica},{},{:.4},{at:.4}", item.key, item.committed)?;
+        }
+    }
+    Ok(())
+}
