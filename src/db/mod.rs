@@ -137,7 +137,8 @@ async fn open(url: &str, max_connections: u32, limits: Option<SessionLimits>) ->
 /// moves ([`primary::follow`]).
 pub fn follower(leader: &DatabaseConnection, max_connections: u32, application_name: &str) -> DatabaseConnection {
     let leader = leader.get_postgres_connection_pool();
-    let options = (*leader.connect_options()).clone().application_name(application_name);
+    let options = primary::base_options(leader).unwrap_or_else(|| (*leader.connect_options()).clone());
+    let options = options.application_name(application_name);
     let pool = leader
         .options()
         .clone()

@@ -249,6 +249,19 @@ impl Primary {
     }
 }
 
+/// The options `leader` was opened with when a [`Primary`] owns it: what a
+/// pool beside it starts from. Not its current ones, which while no server
+/// is read-write point at the parked socket, and a pool opened from those
+/// would keep that socket after the next move ([`with_server`] sets host
+/// and port only). `None` for a single plain server.
+pub fn base_options(leader: &PgPool) -> Option<PgConnectOptions> {
+    let primaries: Vec<_> = lock(&PRIMARIES).iter().filter_map(Weak::upgrade).collect();
+    primaries.iter().find_map(|p| {
+        let state = lock(&p.state);
+        state.pools.iter().find(|(pool, _)| std::ptr::eq(pool.options(), leader.options())).map(|(_, o)| o.clone())
+    })
+}
+
 /// Makes `follower` (a pool opened from `leader`'s options) follow
 /// `leader`'s read-write server; nothing when `leader` has a single plain
 /// server.
@@ -300,4 +313,48 @@ async fn is_read_write(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use sea_orm::SqlxPostgresConnector;
+
+    use super::*;
+
+    /// A pool opened beside the request pool while no server is read-write
+    /// (the notifier's, on its first write after a failover began) moves to
+    /// the next read-write server with the others, instead of keeping the
+    /// parked socket it would copy from the request pool's current options.
+    #[tokio::test]
+    async fn a_pool_opened_beside_a_parked_pool_moves_with_it_to_the_next_server() {
+        let target = Target::parse("postgres://u@127.0.0.1:1,127.0.0.1:2/db").expect("a multi-host URL");
+        let primary = Arc::new(Primary {
+            created: Instant::now(),
+            moved_at: AtomicU64::new(0),
+            state: Mutex::new(State { current: 0, parked: false, pools: Vec::new() }),
+            target,
+        });
+        lock(&PRIMARIES).push(Arc::downgrade(&primary));
+        // The request pool, adopted without starting the watcher (these
+        // servers do not exist): the test moves the pools itself.
+        let opened = primary.target.options(0);
+        let requests = PgPoolOptions::new().max_connections(1).connect_lazy_with(opened.clone());
+        lock(&primary.state).pools.push((requests.clone(), opened));
+        primary.move_to(None, "none answers");
+        assert_eq!(
+            requests.connect_options().get_socket().map(|p| p.to_string_lossy().into_owned()),
+            Some(PARKED.into())
+        );
+
+        let beside =
+            crate::db::follower(&SqlxPostgresConnector::from_sqlx_postgres_pool(requests.clone()), 1, "beside");
+        primary.move_to(Some(1), "");
+
+        let options = beside.get_postgres_connection_pool().connect_options();
+        assert_eq!(options.get_socket(), None, "the parked socket stayed");
+        assert_eq!((options.get_host(), options.get_port()), ("127.0.0.1", 2));
+        assert_eq!(options.get_application_name(), Some("beside"));
+        let requests_now = requests.connect_options();
+        assert_eq!((requests_now.get_socket(), requests_now.get_port()), (None, 2));
+    }
 }
