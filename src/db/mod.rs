@@ -134,19 +134,24 @@ async fn open(url: &str, max_connections: u32, limits: Option<SessionLimits>) ->
 /// the notifier): the same server, session limits and checks (a read-write
 /// server only), connected on first use, named `application_name` in
 /// `pg_stat_activity`, and moved with the leader's pool when its server
-/// moves ([`primary::follow`]).
+/// moves ([`primary::owner`]).
 pub fn follower(leader: &DatabaseConnection, max_connections: u32, application_name: &str) -> DatabaseConnection {
     let leader = leader.get_postgres_connection_pool();
-    let options = primary::base_options(leader).unwrap_or_else(|| (*leader.connect_options()).clone());
-    let options = options.application_name(application_name);
+    let owner = primary::owner(leader);
+    let options = match &owner {
+        Some((_, opened)) => opened.clone(),
+        None => (*leader.connect_options()).clone(),
+    };
     let pool = leader
         .options()
         .clone()
         .max_connections(max_connections.max(1))
         .min_connections(0)
         .acquire_timeout(Duration::from_secs(10))
-        .connect_lazy_with(options);
-    primary::follow(leader, &pool);
+        .connect_lazy_with(options.application_name(application_name));
+    if let Some((primary, _)) = owner {
+        primary.adopt(&pool);
+    }
     SqlxPostgresConnector::from_sqlx_postgres_pool(pool)
 }
 

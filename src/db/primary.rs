@@ -3,7 +3,8 @@
 //!
 //! A [`Primary`] owns the pools opened on one multi-host (or
 //! `target_session_attrs=read-write`) URL: the request pool and the pools
-//! that follow it (the live pool, and through it the LISTEN connection).
+//! opened beside it (the live pool and the notifier's, `db::follower`;
+//! through the live pool, the LISTEN connection).
 //! It points them at the first listed server whose
 //! `SHOW transaction_read_only` is `off` (the test libpq makes for
 //! `read-write`; `pg_is_in_recovery()` is not enough: a promoted node stays
@@ -46,7 +47,7 @@ const PROBE_APPLICATION_NAME: &str = "work-ledger-probe";
 
 /// Bumped by [`suspect`]; every watcher checks its server on a change.
 static SUSPICIONS: LazyLock<watch::Sender<u64>> = LazyLock::new(|| watch::channel(0).0);
-/// The live watchers, to find the one a pool belongs to ([`follow`]).
+/// The live watchers, to find the one a pool belongs to ([`owner`]).
 static PRIMARIES: Mutex<Vec<Weak<Primary>>> = Mutex::new(Vec::new());
 
 /// Something met a lost connection, a server shutting down or a read-only
@@ -154,10 +155,6 @@ impl Primary {
         if state.parked { options.clone().socket(PARKED) } else { with_server(options, &self.target, state.current) }
     }
 
-    fn owns(&self, pool: &PgPool) -> bool {
-        lock(&self.state).pools.iter().any(|(p, _)| std::ptr::eq(p.options(), pool.options()))
-    }
-
     fn moved_since(&self, age: Duration) -> bool {
         let moved = Duration::from_nanos(self.moved_at.load(Ordering::Acquire));
         age > self.created.elapsed().saturating_sub(moved)
@@ -249,27 +246,23 @@ impl Primary {
     }
 }
 
-/// The options `leader` was opened with when a [`Primary`] owns it: what a
-/// pool beside it starts from. Not its current ones, which while no server
-/// is read-write point at the parked socket, and a pool opened from those
-/// would keep that socket after the next move ([`with_server`] sets host
-/// and port only). `None` for a single plain server.
-pub fn base_options(leader: &PgPool) -> Option<PgConnectOptions> {
-    let primaries: Vec<_> = lock(&PRIMARIES).iter().filter_map(Weak::upgrade).collect();
-    primaries.iter().find_map(|p| {
-        let state = lock(&p.state);
-        state.pools.iter().find(|(pool, _)| std::ptr::eq(pool.options(), leader.options())).map(|(_, o)| o.clone())
-    })
-}
-
-/// Makes `follower` (a pool opened from `leader`'s options) follow
-/// `leader`'s read-write server; nothing when `leader` has a single plain
+/// The [`Primary`] that keeps `leader` pointed at the read-write server,
+/// with the options it opened `leader` with: what a pool opened beside it
+/// starts from, and is then [`Primary::adopt`]ed by. Not `leader`'s current
+/// options, which while no server is read-write point at the parked socket;
+/// a pool opened from those would keep that socket after the next move
+/// ([`with_server`] sets host and port only). `None` for a single plain
 /// server.
-pub fn follow(leader: &PgPool, follower: &PgPool) {
+pub fn owner(leader: &PgPool) -> Option<(Arc<Primary>, PgConnectOptions)> {
     let primaries: Vec<_> = lock(&PRIMARIES).iter().filter_map(Weak::upgrade).collect();
-    if let Some(primary) = primaries.into_iter().find(|p| p.owns(leader)) {
-        primary.adopt(follower);
-    }
+    primaries.into_iter().find_map(|p| {
+        let opened = lock(&p.state)
+            .pools
+            .iter()
+            .find(|(pool, _)| std::ptr::eq(pool.options(), leader.options()))
+            .map(|(_, opened)| opened.clone());
+        opened.map(|opened| (p, opened))
+    })
 }
 
 /// The first listed server that is read-write, asking all at once; else

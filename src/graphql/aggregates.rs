@@ -93,7 +93,6 @@ pub struct Throughput {
 }
 
 // Every row of the aggregates holds its values: listed as `Rows`, each resolved in turn.
-impl Plain for ThroughputTotal {}
 impl Plain for Throughput {}
 impl Plain for CostGroupSummary {}
 impl Plain for WeekMetrics {}
