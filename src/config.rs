@@ -214,6 +214,12 @@ pub struct LiveArgs {
     /// Expired attempts reported per sweep statement.
     #[arg(long, env = "WORK_LEDGER_SWEEP_BATCH", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
     pub sweep_batch: u32,
+    /// How long a sweep may take to report what it found: its reports go
+    /// out evenly over this time (within 80% of the interval) instead of at
+    /// once, so that live subscribers get them as a stream, not a burst
+    /// (`50ms` or less: at once).
+    #[arg(long, env = "WORK_LEDGER_SWEEP_SPREAD", default_value = "4s", value_parser = crate::duration::parse)]
+    pub sweep_spread: Duration,
     /// Time between the reader warden's passes, which end reader logins'
     /// transactions open longer than 60 s (SPEC §8).
     #[arg(long, env = "WORK_LEDGER_READER_CHECK_INTERVAL", default_value = "5s", value_parser = crate::duration::parse)]
@@ -261,7 +267,11 @@ impl LiveArgs {
     pub fn config(&self) -> ServerConfig {
         ServerConfig {
             live: LiveConfig {
-                sweeper: SweeperConfig { interval: self.sweep_interval, batch_size: self.sweep_batch },
+                sweeper: SweeperConfig {
+                    interval: self.sweep_interval,
+                    batch_size: self.sweep_batch,
+                    spread: self.sweep_spread,
+                },
                 warden: WardenConfig { interval: self.reader_check_interval, ..WardenConfig::default() },
                 listener: ListenerConfig {
                     health_interval: self.listener_health_interval,
@@ -384,6 +394,7 @@ mod tests {
         let (flags, defaults) = (args.live.config(), ServerConfig::default());
         assert_eq!(flags.live.sweeper.interval, defaults.live.sweeper.interval);
         assert_eq!(flags.live.sweeper.batch_size, defaults.live.sweeper.batch_size);
+        assert_eq!(flags.live.sweeper.spread, defaults.live.sweeper.spread);
         assert_eq!(flags.live.warden.interval, defaults.live.warden.interval);
         assert_eq!(flags.live.warden.max_transaction, std::time::Duration::from_secs(60));
         assert_eq!(flags.live.listener.health_interval, defaults.live.listener.health_interval);

@@ -62,22 +62,30 @@ pub async fn call(db: &impl ConnectionTrait, function: &str, values: Vec<Value>)
         .collect()
 }
 
+/// What one call of `ledger_report_stalls` saw and did.
+#[derive(Debug, Clone, Copy)]
+pub struct StallReport {
+    /// Expired attempts with no `stalled` event before the call.
+    pub due: u64,
+    /// The ones it took (at most its batch; a unit a write holds is left).
+    pub found: u64,
+    /// The events it appended (another replica may have taken the rest).
+    pub reported: u64,
+}
+
 /// Appends one `stalled` event per expired CLAIMED/IN_PROGRESS attempt that
-/// has none yet, at most `batch_size`, for every fleet
-/// (`ledger_report_stalls`). Returns (found, reported): the expired
-/// attempts it saw and the events it appended (another replica may have
-/// taken the rest).
-pub async fn report_stalls(db: &impl ConnectionTrait, batch_size: u32) -> Result<(u64, u64), DbErr> {
+/// has none yet, at most `batch_size` (0 only counts), for every fleet
+/// (`ledger_report_stalls`).
+pub async fn report_stalls(db: &impl ConnectionTrait, batch_size: u64) -> Result<StallReport, DbErr> {
     let row = db
         .query_one_raw(stmt(
-            "SELECT found, reported FROM ledger_report_stalls($1)",
+            "SELECT due, found, reported FROM ledger_report_stalls($1)",
             [i32::try_from(batch_size).unwrap_or(i32::MAX).into()],
         ))
         .await?
         .ok_or_else(|| DbErr::RecordNotFound("ledger_report_stalls".into()))?;
-    let found: i64 = row.try_get("", "found")?;
-    let reported: i64 = row.try_get("", "reported")?;
-    Ok((found.max(0) as u64, reported.max(0) as u64))
+    let count = |name: &str| row.try_get::<i64>("", name).map(|n| n.max(0) as u64);
+    Ok(StallReport { due: count("due")?, found: count("found")?, reported: count("reported")? })
 }
 
 /// Folds the deltas of the totals into one row per group and keeps the

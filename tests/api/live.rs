@@ -163,6 +163,66 @@ async fn a_stall_is_reported_once_although_three_sweepers_run() {
     assert_eq!(parse(sent), parse(stored));
 }
 
+/// A pass that finds many expired leases reports them in small statements
+/// spread over `WORK_LEDGER_SWEEP_SPREAD`, not in one burst of events that
+/// every subscriber of their fleets gets at once; each is still reported
+/// once, and the most overdue first.
+#[tokio::test]
+async fn a_sweep_spreads_what_it_found_over_its_spread_in_small_statements() {
+    let mut config = test_config();
+    config.live.sweeper.interval = Duration::from_secs(2);
+    config.live.sweeper.spread = Duration::from_secs(1);
+    let app = spawn_app_with(config).await;
+    let op = app.token("f", "op", Role::Operator).await;
+    let refs: Vec<String> = (0..24).map(|i| format!("spread-{i:02}")).collect();
+    let registered = app.register(&op, &refs.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    for (i, unit) in registered.iter().enumerate() {
+        app.raw_claim(unit["id"].as_str().expect("id"), &format!("agent-{i:02}")).await;
+    }
+    let reader = app.token("f", "monitor", Role::Reader).await;
+    let mut ws = Ws::subscription(&app, &reader, STALLS, json!({ "includeCurrent": false })).await;
+
+    // Expired at once, in one statement, the first unit longest ago: one
+    // pass finds all 24 (a pass running during the update finds none).
+    app.sql(
+        "UPDATE work_units SET lease_expires_at = now() - interval '1 minute' + substr(external_ref, 8)::int * interval '1 second'
+          WHERE external_ref LIKE 'spread-%'",
+    )
+    .await;
+    let mut passes = app.live.sweeper_passes();
+    let from = *passes.borrow();
+    tokio::time::timeout(GUARD, passes.wait_for(|n| *n >= from + 2)).await.expect("two passes").expect("sweeper");
+
+    // 24 due over 1 s: at least 8 a statement (SPREAD_MIN_BATCH), so three
+    // transactions of 8, a third of the spread apart.
+    let statements = app
+        .sql_json(
+            "SELECT count(*) AS n, min(e.created_at) AS at, min(u.external_ref) AS first
+               FROM work_unit_events e JOIN work_units u ON u.id = e.unit_id
+              WHERE e.event_type = 'stalled' GROUP BY e.tx_id ORDER BY min(e.created_at)",
+        )
+        .await;
+    let sizes: Vec<&Value> = statements.iter().map(|s| &s["n"]).collect();
+    assert_eq!(sizes, [8, 8, 8], "{statements:#?}");
+    let firsts: Vec<&str> = statements.iter().map(|s| s["first"].as_str().expect("ref")).collect();
+    assert_eq!(firsts, ["spread-00", "spread-08", "spread-16"], "the most overdue first");
+    let at =
+        |i: usize| chrono::DateTime::parse_from_rfc3339(statements[i]["at"].as_str().expect("at")).expect("timestamp");
+    for i in 1..3 {
+        let gap = at(i) - at(i - 1);
+        assert!(gap >= chrono::Duration::milliseconds(300), "statements {gap} apart: {statements:#?}");
+    }
+    let recorded =
+        app.sql_i64("SELECT count(DISTINCT attempt_id) FROM work_unit_events WHERE event_type = 'stalled'").await;
+    assert_eq!(recorded, 24);
+
+    let mut delivered = HashSet::new();
+    for _ in 0..24 {
+        let stall = ws.next_data().await["unitStalled"].clone();
+        assert!(delivered.insert(stall["attempt"]["id"].as_str().expect("attempt").to_owned()), "twice: {stall:#}");
+    }
+}
+
 #[tokio::test]
 async fn every_subscriber_gets_every_event_once_although_the_listen_connection_is_killed() {
     let a = spawn_app().await;

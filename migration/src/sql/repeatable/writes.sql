@@ -36,6 +36,8 @@
 DROP FUNCTION IF EXISTS ledger_unblock(text, text, text, text, text, uuid, text, integer);
 DROP FUNCTION IF EXISTS ledger_unblock(text, text, text, text, text, uuid, uuid, text, integer);
 DROP FUNCTION IF EXISTS ledger_token_create(text, text, text[], bytea);
+-- Its result gained `due` (the count a pass spreads its reports by).
+DROP FUNCTION IF EXISTS ledger_report_stalls(integer);
 
 -- ---------------------------------------------------------------------------
 -- Helpers (run inside the write functions; no EXECUTE for anyone else).
@@ -738,24 +740,31 @@ $$;
 -- ---------------------------------------------------------------------------
 
 -- The sweeper: one `stalled` event per expired CLAIMED/IN_PROGRESS attempt
--- that has none yet, at most p_batch, for every fleet. The unit is locked
--- (FOR SHARE SKIP LOCKED) and re-checked in this statement, so a report can
--- never follow a disposition, a release or a reclaim that commits first;
--- a unit some write holds right now is left for the next pass. The partial
--- unique index work_unit_events_one_stall_per_attempt de-duplicates across
--- replicas.
+-- that has none yet, at most p_batch, for every fleet; `due` counts all of
+-- them (what this call reported included), so that a pass can spread its
+-- reports (p_batch 0 only counts). The unit is locked (FOR SHARE SKIP
+-- LOCKED) and its state and lease re-checked on the row it locked, so a
+-- report can never follow a disposition, a release or a reclaim that
+-- commits first; a unit some write holds right now is left for the next
+-- pass. The partial unique index work_unit_events_one_stall_per_attempt
+-- de-duplicates across replicas.
 CREATE OR REPLACE FUNCTION ledger_report_stalls(p_batch integer)
-RETURNS TABLE (found bigint, reported bigint)
+RETURNS TABLE (due bigint, found bigint, reported bigint)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
-    WITH expired AS (
-         SELECT u.id, u.fleet, u.domain, u.state, u.claimed_by, u.current_attempt_id, u.lease_expires_at,
-                u.last_heartbeat_at
+    WITH due AS MATERIALIZED (
+         SELECT u.id, u.lease_expires_at
            FROM work_units u
           WHERE u.state IN ('claimed', 'in_progress') AND u.lease_expires_at < now()
             AND NOT EXISTS (SELECT 1 FROM work_unit_events e
                              WHERE e.attempt_id = u.current_attempt_id AND e.event_type = 'stalled')
+     ), expired AS (
+         SELECT u.id, u.fleet, u.domain, u.state, u.claimed_by, u.current_attempt_id, u.lease_expires_at,
+                u.last_heartbeat_at
+           FROM work_units u
+          WHERE u.id IN (SELECT id FROM due ORDER BY lease_expires_at LIMIT p_batch)
+            -- The row as locked: still holding an expired lease.
+            AND u.state IN ('claimed', 'in_progress') AND u.lease_expires_at < now()
           ORDER BY u.lease_expires_at
-          LIMIT p_batch
           FOR SHARE OF u SKIP LOCKED
      ), reported AS (
          INSERT INTO work_unit_events (fleet, unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail)
@@ -766,7 +775,7 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_
          ON CONFLICT (attempt_id) WHERE event_type = 'stalled' DO NOTHING
          RETURNING 1
      )
-    SELECT (SELECT count(*) FROM expired), (SELECT count(*) FROM reported);
+    SELECT (SELECT count(*) FROM due), (SELECT count(*) FROM expired), (SELECT count(*) FROM reported);
 $$;
 
 -- Tokens: created with their hash (never the secret) and an optional expiry,
