@@ -5,6 +5,7 @@
 //! functions and decodes their answer rows.
 
 use sea_orm::{ConnectionTrait, DbErr, FromQueryResult, Value};
+use uuid::Uuid;
 
 use super::entities::work_unit;
 use super::stmt;
@@ -62,30 +63,30 @@ pub async fn call(db: &impl ConnectionTrait, function: &str, values: Vec<Value>)
         .collect()
 }
 
-/// What one call of `ledger_report_stalls` saw and did.
-#[derive(Debug, Clone, Copy)]
-pub struct StallReport {
-    /// Expired attempts with no `stalled` event before the call.
-    pub due: u64,
-    /// The ones it took (at most its batch; a unit a write holds is left).
-    pub found: u64,
-    /// The events it appended (another replica may have taken the rest).
-    pub reported: u64,
+/// The units of every fleet whose attempt's lease expired with no
+/// `stalled` event yet, most overdue first, at most `limit`
+/// (`ledger_stalls_due`).
+pub async fn stalls_due(db: &impl ConnectionTrait, limit: u32) -> Result<Vec<Uuid>, DbErr> {
+    let rows = db
+        .query_all_raw(stmt(
+            "SELECT unit_id FROM ledger_stalls_due($1)",
+            [i32::try_from(limit).unwrap_or(i32::MAX).into()],
+        ))
+        .await?;
+    rows.iter().map(|row| row.try_get("", "unit_id")).collect()
 }
 
-/// Appends one `stalled` event per expired CLAIMED/IN_PROGRESS attempt that
-/// has none yet, at most `batch_size` (0 only counts), for every fleet
-/// (`ledger_report_stalls`).
-pub async fn report_stalls(db: &impl ConnectionTrait, batch_size: u64) -> Result<StallReport, DbErr> {
+/// Appends one `stalled` event per unit of `units` whose attempt's lease
+/// has expired and has none yet (`ledger_report_stalls`); returns how many
+/// it appended (another replica may have taken some, a write may hold
+/// some).
+pub async fn report_stalls(db: &impl ConnectionTrait, units: &[Uuid]) -> Result<u64, DbErr> {
     let row = db
-        .query_one_raw(stmt(
-            "SELECT due, found, reported FROM ledger_report_stalls($1)",
-            [i32::try_from(batch_size).unwrap_or(i32::MAX).into()],
-        ))
+        .query_one_raw(stmt("SELECT found, reported FROM ledger_report_stalls($1)", [units.to_vec().into()]))
         .await?
         .ok_or_else(|| DbErr::RecordNotFound("ledger_report_stalls".into()))?;
-    let count = |name: &str| row.try_get::<i64>("", name).map(|n| n.max(0) as u64);
-    Ok(StallReport { due: count("due")?, found: count("found")?, reported: count("reported")? })
+    let reported: i64 = row.try_get("", "reported")?;
+    Ok(reported.max(0) as u64)
 }
 
 /// Folds the deltas of the totals into one row per group and keeps the

@@ -14,10 +14,11 @@
 //! Every server process runs one; the database reports each attempt once
 //! (see `db::writes::report_stalls`), so replicas need no coordination.
 //!
-//! A background pass spreads what it found over `spread`: it counts what is
-//! due, then reports it in statements of about `due / (spread / STEP)`
-//! attempts (at least [`SPREAD_MIN_BATCH`], at most `batch_size`), evenly
-//! apart. Every stall goes to its fleet's subscribers; 250 in one
+//! A pass reads what is due once (`ledger_stalls_due`: the walk over every
+//! expired lease, reported ones too, is the costly part), then reports it by
+//! unit (`ledger_report_stalls`). A background pass spreads the reports over
+//! `spread`: statements of about `due / (spread / STEP)` units (at least
+//! [`SPREAD_MIN_BATCH`], at most `batch_size`), evenly apart. Every stall goes to its fleet's subscribers; 250 in one
 //! transaction became about 8,500 WebSocket frames per process at once, and
 //! every delivery queued behind them (docs/BENCHMARKS.md, round 3 session
 //! 24: the steady p99 at 250 events/s was 0.6-0.8 s with one statement and
@@ -36,8 +37,7 @@ use crate::db::writes;
 pub struct SweeperConfig {
     /// Time between passes (`WORK_LEDGER_SWEEP_INTERVAL`).
     pub interval: Duration,
-    /// Attempts reported per statement at most; a pass repeats until one is
-    /// not full.
+    /// Units reported per statement at most.
     pub batch_size: u32,
     /// How long a background pass may take to report what it found
     /// (`WORK_LEDGER_SWEEP_SPREAD`); at most 80% of `interval`. Up to
@@ -51,6 +51,8 @@ impl Default for SweeperConfig {
     }
 }
 
+/// Units a pass reads as due at a time (it reads again while one is full).
+const DUE_PER_READ: u32 = 20_000;
 /// Statements of a spread pass are at least this far apart.
 const STEP: Duration = Duration::from_millis(50);
 /// A spread pass reports at least this many attempts per statement: so
@@ -101,38 +103,36 @@ impl Sweeper {
     }
 
     /// A pass whose reports are spread over `spread` (see the module), cut
-    /// short between two statements by `stop`.
+    /// short between two statements by `stop`. It reads what is due once
+    /// ([`DUE_PER_READ`] at a time), then reports it by unit.
     async fn pass(&self, spread: Duration, stop: &CancellationToken) -> Result<u64, DbErr> {
-        let (batch, pause) = if spread.is_zero() {
-            (u64::from(self.config.batch_size), Duration::ZERO)
-        } else {
-            match writes::report_stalls(&self.db, 0).await?.due {
-                0 => return self.fold(0).await,
-                due => pace(due, self.config.batch_size, spread),
-            }
-        };
         let mut reported = 0;
         loop {
-            let report = writes::report_stalls(&self.db, batch).await?;
-            reported += report.reported;
-            self.stalls.inc_by(report.reported);
-            // Not full: nothing more is due, or the rest is locked by
-            // writes right now (the next pass looks again).
-            if report.found < batch || report.due <= report.found {
-                break;
+            let due = writes::stalls_due(&self.db, DUE_PER_READ).await?;
+            let (batch, pause) = if spread.is_zero() {
+                (u64::from(self.config.batch_size).max(1), Duration::ZERO)
+            } else {
+                pace(due.len() as u64, self.config.batch_size, spread)
+            };
+            let before = reported;
+            for (i, units) in due.chunks(usize::try_from(batch).unwrap_or(usize::MAX)).enumerate() {
+                if i > 0 {
+                    tokio::select! {
+                        _ = stop.cancelled() => return Ok(reported),
+                        _ = tokio::time::sleep(pause) => {}
+                    }
+                }
+                let now = writes::report_stalls(&self.db, units).await?;
+                reported += now;
+                self.stalls.inc_by(now);
             }
-            tokio::select! {
-                _ = stop.cancelled() => return Ok(reported),
-                _ = tokio::time::sleep(pause) => {}
+            // A full read is followed by another, unless nothing of it
+            // could be reported (writes hold those units right now).
+            if due.len() < DUE_PER_READ as usize || reported == before {
+                writes::compact_totals(&self.db).await?;
+                return Ok(reported);
             }
         }
-        self.fold(reported).await
-    }
-
-    /// A pass's end: the deltas of the totals folded.
-    async fn fold(&self, reported: u64) -> Result<u64, DbErr> {
-        writes::compact_totals(&self.db).await?;
-        Ok(reported)
     }
 
     /// Passes every `interval`, each spread, until `stop`. A failed pass is logged and

@@ -36,7 +36,8 @@
 DROP FUNCTION IF EXISTS ledger_unblock(text, text, text, text, text, uuid, text, integer);
 DROP FUNCTION IF EXISTS ledger_unblock(text, text, text, text, text, uuid, uuid, text, integer);
 DROP FUNCTION IF EXISTS ledger_token_create(text, text, text[], bytea);
--- Its result gained `due` (the count a pass spreads its reports by).
+-- The sweeper now reads its candidates once (ledger_stalls_due) and
+-- reports them by unit.
 DROP FUNCTION IF EXISTS ledger_report_stalls(integer);
 
 -- ---------------------------------------------------------------------------
@@ -739,30 +740,39 @@ $$;
 -- the sweeper and the token commands run as the service's own login).
 -- ---------------------------------------------------------------------------
 
--- The sweeper: one `stalled` event per expired CLAIMED/IN_PROGRESS attempt
--- that has none yet, at most p_batch, for every fleet; `due` counts all of
--- them (what this call reported included), so that a pass can spread its
--- reports (p_batch 0 only counts). The unit is locked (FOR SHARE SKIP
--- LOCKED) and its state and lease re-checked on the row it locked, so a
--- report can never follow a disposition, a release or a reclaim that
--- commits first; a unit some write holds right now is left for the next
--- pass. The partial unique index work_unit_events_one_stall_per_attempt
--- de-duplicates across replicas.
-CREATE OR REPLACE FUNCTION ledger_report_stalls(p_batch integer)
-RETURNS TABLE (due bigint, found bigint, reported bigint)
+-- The sweeper's candidates: the units of every fleet whose CLAIMED or
+-- IN_PROGRESS attempt's lease expired with no `stalled` event yet, most
+-- overdue first, at most p_limit. A read, once per pass: it walks every
+-- expired lease (those reported too), so the pass's reports name their
+-- units instead of walking them again.
+CREATE OR REPLACE FUNCTION ledger_stalls_due(p_limit integer)
+RETURNS TABLE (unit_id uuid)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+    SELECT u.id
+      FROM work_units u
+     WHERE u.state IN ('claimed', 'in_progress') AND u.lease_expires_at < now()
+       AND NOT EXISTS (SELECT 1 FROM work_unit_events e
+                        WHERE e.attempt_id = u.current_attempt_id AND e.event_type = 'stalled')
+     ORDER BY u.lease_expires_at
+     LIMIT p_limit;
+$$;
+
+-- The sweeper's write: one `stalled` event per unit of p_units whose
+-- attempt's lease has expired, for every fleet. Each unit is locked (FOR
+-- SHARE SKIP LOCKED) and its state and lease re-checked on the row it
+-- locked, so a report can never follow a disposition, a release or a
+-- reclaim that commits first; a unit some write holds right now is left
+-- for the next pass. The partial unique index
+-- work_unit_events_one_stall_per_attempt reports each attempt once,
+-- across replicas. Returns the units it took and the events it appended.
+CREATE OR REPLACE FUNCTION ledger_report_stalls(p_units uuid[])
+RETURNS TABLE (found bigint, reported bigint)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
-    WITH due AS MATERIALIZED (
-         SELECT u.id, u.lease_expires_at
-           FROM work_units u
-          WHERE u.state IN ('claimed', 'in_progress') AND u.lease_expires_at < now()
-            AND NOT EXISTS (SELECT 1 FROM work_unit_events e
-                             WHERE e.attempt_id = u.current_attempt_id AND e.event_type = 'stalled')
-     ), expired AS (
+    WITH expired AS (
          SELECT u.id, u.fleet, u.domain, u.state, u.claimed_by, u.current_attempt_id, u.lease_expires_at,
                 u.last_heartbeat_at
            FROM work_units u
-          WHERE u.id IN (SELECT id FROM due ORDER BY lease_expires_at LIMIT p_batch)
-            -- The row as locked: still holding an expired lease.
+          WHERE u.id = ANY (p_units)
             AND u.state IN ('claimed', 'in_progress') AND u.lease_expires_at < now()
           ORDER BY u.lease_expires_at
           FOR SHARE OF u SKIP LOCKED
@@ -775,7 +785,7 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_
          ON CONFLICT (attempt_id) WHERE event_type = 'stalled' DO NOTHING
          RETURNING 1
      )
-    SELECT (SELECT count(*) FROM due), (SELECT count(*) FROM expired), (SELECT count(*) FROM reported);
+    SELECT (SELECT count(*) FROM expired), (SELECT count(*) FROM reported);
 $$;
 
 -- Tokens: created with their hash (never the secret) and an optional expiry,
@@ -879,7 +889,8 @@ BEGIN
         'ledger_record_cost(text, text, text, text, text, uuid, uuid, bigint, boolean)',
         'ledger_dispose(text, text, text, text, text, uuid, uuid, text, text, text, text, text[], text[])',
         'ledger_register(text, text, text, text[], text[], text[])',
-        'ledger_report_stalls(integer)'
+        'ledger_report_stalls(uuid[])',
+        'ledger_stalls_due(integer)'
     ] LOOP
         EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO work_ledger_app', f);
     END LOOP;
@@ -890,6 +901,7 @@ BEGIN
     REVOKE ALL ON FUNCTION ledger_token_revoke_unused(interval) FROM PUBLIC;
     REVOKE ALL ON FUNCTION ledger_token_touch(uuid) FROM PUBLIC;
     GRANT EXECUTE ON FUNCTION ledger_token_touch(uuid) TO work_ledger_app;
-    REVOKE ALL ON FUNCTION ledger_report_stalls(integer) FROM PUBLIC;
+    REVOKE ALL ON FUNCTION ledger_report_stalls(uuid[]) FROM PUBLIC;
+    REVOKE ALL ON FUNCTION ledger_stalls_due(integer) FROM PUBLIC;
 END
 $$;
