@@ -18,7 +18,8 @@
 //! expired lease, reported ones too, is the costly part), then reports it by
 //! unit (`ledger_report_stalls`). A background pass spreads the reports over
 //! `spread`: statements of about `due / (spread / STEP)` units (at least
-//! [`SPREAD_MIN_BATCH`], at most `batch_size`), evenly apart. Every stall goes to its fleet's subscribers; 250 in one
+//! [`SPREAD_MIN_BATCH`], at most `batch_size`), evenly apart. A backlog over
+//! [`DUE_PER_READ`] is read and spread one such read at a time. Every stall goes to its fleet's subscribers; 250 in one
 //! transaction became about 8,500 WebSocket frames per process at once, and
 //! every delivery queued behind them (docs/BENCHMARKS.md, round 3 session
 //! 24: the steady p99 at 250 events/s was 0.6-0.8 s with one statement and
@@ -180,8 +181,10 @@ mod tests {
         assert_eq!(pace(250, 500, spread), (8, Duration::from_millis(125)));
         // 5,000 (a mass expiry): one statement per 50 ms step.
         assert_eq!(pace(5000, 500, spread), (63, Duration::from_millis(50)));
-        // More than the batch allows in the spread: full batches, the pass runs longer.
-        assert_eq!(pace(100_000, 500, spread), (500, Duration::from_millis(20)));
+        // A full read: 250 a statement, one per 50 ms step.
+        assert_eq!(pace(u64::from(DUE_PER_READ), 500, spread), (250, Duration::from_millis(50)));
+        // More than the batch allows per step: full batches, closer together.
+        assert_eq!(pace(u64::from(DUE_PER_READ), 100, spread), (100, Duration::from_millis(20)));
         // A batch under the minimum is the batch.
         assert_eq!(pace(40, 4, spread), (4, Duration::from_millis(400)));
     }

@@ -96,6 +96,22 @@ async fn a_triage_on_one_replica_receives_every_question_raised_through_two_othe
     assert_eq!(recorded, raised.iter().cloned().chain([sentinel]).collect());
 }
 
+/// Waits until the app's background sweeper has completed two more passes.
+async fn two_passes(app: &TestApp) {
+    let mut rx = app.live.sweeper_passes();
+    let from = *rx.borrow();
+    tokio::time::timeout(GUARD, rx.wait_for(|n| *n >= from + 2)).await.expect("two passes").expect("sweeper");
+}
+
+/// The `stalled` events recorded per attempt: `{attempt, n}` rows.
+async fn stalls_per_attempt(app: &TestApp) -> Vec<Value> {
+    app.sql_json(
+        "SELECT attempt_id::text AS attempt, count(*) AS n FROM work_unit_events
+          WHERE event_type = 'stalled' GROUP BY attempt_id",
+    )
+    .await
+}
+
 #[tokio::test]
 async fn a_stall_is_reported_once_although_three_sweepers_run() {
     let mut config = test_config();
@@ -122,23 +138,11 @@ async fn a_stall_is_reported_once_although_three_sweepers_run() {
     }
     // Every background sweeper completes two passes after the expiry, and
     // each replica sweeps once more by hand, all at the same time.
-    let passes = |app: &TestApp| {
-        let mut rx = app.live.sweeper_passes();
-        async move {
-            let from = *rx.borrow();
-            tokio::time::timeout(GUARD, rx.wait_for(|n| *n >= from + 2)).await.expect("two passes").expect("sweeper");
-        }
-    };
-    tokio::join!(passes(&a), passes(&b), passes(&c));
+    tokio::join!(two_passes(&a), two_passes(&b), two_passes(&c));
     let (ra, rb, rc) = tokio::join!(a.live.sweep_now(), b.live.sweep_now(), c.live.sweep_now());
     assert_eq!((ra.expect("sweep"), rb.expect("sweep"), rc.expect("sweep")), (0, 0, 0), "already reported");
 
-    let recorded = a
-        .sql_json(
-            "SELECT attempt_id::text AS attempt, count(*) AS n FROM work_unit_events
-              WHERE event_type = 'stalled' GROUP BY attempt_id",
-        )
-        .await;
+    let recorded = stalls_per_attempt(&a).await;
     assert_eq!(recorded.len(), 3, "{recorded:?}");
     assert!(recorded.iter().all(|r| r["n"] == 1), "{recorded:?}");
 
@@ -221,6 +225,47 @@ async fn a_sweep_spreads_what_it_found_over_its_spread_in_small_statements() {
         let stall = ws.next_data().await["unitStalled"].clone();
         assert!(delivered.insert(stall["attempt"]["id"].as_str().expect("attempt").to_owned()), "twice: {stall:#}");
     }
+}
+
+/// Three replicas spread their passes over the same due units at once (the
+/// leases expired at the same instant, so only the unit id orders them):
+/// every attempt is still reported once, in several statements.
+#[tokio::test]
+async fn three_sweepers_spreading_over_the_same_stalls_report_each_once() {
+    let mut config = test_config();
+    config.live.sweeper.interval = Duration::from_secs(1);
+    config.live.sweeper.spread = Duration::from_millis(800);
+    let a = spawn_app_with(config.clone()).await;
+    let b = a.spawn_replica_with(config.clone()).await;
+    let c = a.spawn_replica_with(config).await;
+    let op = a.token("f", "op", Role::Operator).await;
+    let refs: Vec<String> = (0..40).map(|i| format!("tied-{i:02}")).collect();
+    let registered = a.register(&op, &refs.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let mut attempts = HashSet::new();
+    for (i, unit) in registered.iter().enumerate() {
+        attempts.insert(a.raw_claim(unit["id"].as_str().expect("id"), &format!("agent-{i:02}")).await);
+    }
+    let reader = a.token("f", "monitor", Role::Reader).await;
+    let mut ws = Ws::subscription(&b, &reader, STALLS, json!({ "includeCurrent": false })).await;
+
+    a.sql("UPDATE work_units SET lease_expires_at = date_trunc('second', now()) - interval '1 minute' WHERE external_ref LIKE 'tied-%'")
+        .await;
+    tokio::join!(two_passes(&a), two_passes(&b), two_passes(&c));
+
+    let recorded = stalls_per_attempt(&a).await;
+    assert_eq!(recorded.len(), 40, "{recorded:?}");
+    assert!(recorded.iter().all(|r| r["n"] == 1), "{recorded:?}");
+    let reported: HashSet<String> = recorded.iter().map(|r| r["attempt"].as_str().expect("id").to_owned()).collect();
+    assert_eq!(reported, attempts);
+    let statements = a.sql_i64("SELECT count(DISTINCT tx_id) FROM work_unit_events WHERE event_type = 'stalled'").await;
+    assert!(statements >= 5, "40 stalls at most 8 a statement came in {statements} transactions");
+
+    let mut delivered = HashSet::new();
+    for _ in 0..40 {
+        let stall = ws.next_data().await["unitStalled"].clone();
+        assert!(delivered.insert(stall["attempt"]["id"].as_str().expect("attempt").to_owned()), "twice: {stall:#}");
+    }
+    assert_eq!(delivered, attempts);
 }
 
 #[tokio::test]

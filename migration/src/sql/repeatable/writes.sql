@@ -753,7 +753,7 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_te
      WHERE u.state IN ('claimed', 'in_progress') AND u.lease_expires_at < now()
        AND NOT EXISTS (SELECT 1 FROM work_unit_events e
                         WHERE e.attempt_id = u.current_attempt_id AND e.event_type = 'stalled')
-     ORDER BY u.lease_expires_at
+     ORDER BY u.lease_expires_at, u.id
      LIMIT p_limit;
 $$;
 
@@ -762,7 +762,8 @@ $$;
 -- SHARE SKIP LOCKED) and its state and lease re-checked on the row it
 -- locked, so a report can never follow a disposition, a release or a
 -- reclaim that commits first; a unit some write holds right now is left
--- for the next pass. The partial unique index
+-- for the next pass. Units are locked in the order of claimNext's stale
+-- reclaim (lease, id). The partial unique index
 -- work_unit_events_one_stall_per_attempt reports each attempt once,
 -- across replicas. Returns the units it took and the events it appended.
 CREATE OR REPLACE FUNCTION ledger_report_stalls(p_units uuid[])
@@ -774,7 +775,11 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_
            FROM work_units u
           WHERE u.id = ANY (p_units)
             AND u.state IN ('claimed', 'in_progress') AND u.lease_expires_at < now()
-          ORDER BY u.lease_expires_at
+            -- Not one another replica reported since the pass read it (no
+            -- lock taken, no insert tried).
+            AND NOT EXISTS (SELECT 1 FROM work_unit_events e
+                             WHERE e.attempt_id = u.current_attempt_id AND e.event_type = 'stalled')
+          ORDER BY u.lease_expires_at, u.id
           FOR SHARE OF u SKIP LOCKED
      ), reported AS (
          INSERT INTO work_unit_events (fleet, unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail)
