@@ -30,6 +30,7 @@ pub mod writes;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
@@ -122,8 +123,13 @@ async fn open(url: &str, max_connections: u32, limits: Option<SessionLimits>) ->
     let Some(primary) = primary else {
         return Database::connect(options).await;
     };
-    let hooks = primary.clone();
-    options.map_sqlx_postgres_pool_opts(move |pool| hooks.pool_options(pool));
+    options.map_sqlx_postgres_pool_opts(primary::Primary::pool_options);
+    // Composed by sea-orm after the idle ping of `pool_options`.
+    let me = Arc::downgrade(&primary);
+    options.map_sqlx_postgres_before_acquire(move |_, meta| {
+        let fresh = primary::Primary::opened_since_move(&me, meta.age);
+        Box::pin(async move { Ok(fresh) })
+    });
     let db = Database::connect(options).await?;
     primary.adopt(db.get_postgres_connection_pool());
     Ok(db)

@@ -111,30 +111,24 @@ impl Primary {
         self.target.libpq_url(lock(&self.state).current)
     }
 
-    /// Pool options that refuse read-only servers, close connections opened
-    /// before the last move, and ping one idle for [`super::IDLE_PING`].
-    pub fn pool_options(self: &Arc<Self>, options: PgPoolOptions) -> PgPoolOptions {
-        let me = Arc::downgrade(self);
-        options
-            .after_connect(|conn, _| {
-                Box::pin(async move {
-                    if is_read_write(conn).await? {
-                        return Ok(());
-                    }
-                    suspect();
-                    Err(sqlx::Error::Configuration("the server is read-only (a standby, or being demoted)".into()))
-                })
+    /// Pool options that refuse read-only servers.
+    pub fn pool_options(options: PgPoolOptions) -> PgPoolOptions {
+        options.after_connect(|conn, _| {
+            Box::pin(async move {
+                if is_read_write(conn).await? {
+                    return Ok(());
+                }
+                suspect();
+                Err(sqlx::Error::Configuration("the server is read-only (a standby, or being demoted)".into()))
             })
-            .before_acquire(move |conn, meta| {
-                let fresh = me.upgrade().is_none_or(|p| !p.moved_since(meta.age));
-                Box::pin(async move {
-                    // In place of the pool's own idle ping, which this hook replaces.
-                    if fresh && meta.idle_for >= super::IDLE_PING {
-                        conn.ping().await?;
-                    }
-                    Ok(fresh)
-                })
-            })
+        })
+    }
+
+    /// Whether a pooled connection `age` old was opened since the last move
+    /// (else the pool closes it and opens another): the pool's
+    /// `before_acquire` check, after its idle ping ([`super::IDLE_PING`]).
+    pub fn opened_since_move(me: &Weak<Self>, age: Duration) -> bool {
+        me.upgrade().is_none_or(|p| !p.moved_since(age))
     }
 
     /// Keeps `pool` pointed at the read-write server from now on; the first
