@@ -82,7 +82,7 @@ pub async fn stalls_due(db: &impl ConnectionTrait, limit: u32) -> Result<Vec<Uui
 /// some).
 pub async fn report_stalls(db: &impl ConnectionTrait, units: &[Uuid]) -> Result<u64, DbErr> {
     let row = db
-        .query_one_raw(stmt("SELECT found, reported FROM ledger_report_stalls($1)", [units.to_vec().into()]))
+        .query_one_raw(stmt("SELECT ledger_report_stalls($1) AS reported", [units.to_vec().into()]))
         .await?
         .ok_or_else(|| DbErr::RecordNotFound("ledger_report_stalls".into()))?;
     let reported: i64 = row.try_get("", "reported")?;

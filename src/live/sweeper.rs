@@ -3,9 +3,9 @@
 //! reclaimable by `claimNext`; the event is what `unitStalled` delivers.
 //! Each pass also folds the unit totals' deltas (`ledger_compact_totals`).
 //!
-//! It runs as the pool's own role over every fleet in one statement rather
-//! than once per fleet under row-level security: the sweep is system work
-//! with no principal, one statement per pass is cheaper than one per fleet
+//! It runs as the pool's own role over every fleet rather than once per
+//! fleet under row-level security: the sweep is system work with no
+//! principal, a statement over every fleet is cheaper than one per fleet
 //! (and needs no list of fleets), each event takes its fleet from its unit
 //! row (the (fleet, unit_id) foreign key refuses any other), and it writes
 //! only: subscribers still read every event through `db::in_fleet`, so what
@@ -18,12 +18,12 @@
 //! expired lease, reported ones too, is the costly part), then reports it by
 //! unit (`ledger_report_stalls`). A background pass spreads the reports over
 //! `spread`: statements of about `due / (spread / STEP)` units (at least
-//! [`SPREAD_MIN_BATCH`], at most `batch_size`), evenly apart. A backlog over
-//! [`DUE_PER_READ`] is read and spread one such read at a time. Every stall goes to its fleet's subscribers; 250 in one
-//! transaction became about 8,500 WebSocket frames per process at once, and
-//! every delivery queued behind them (docs/BENCHMARKS.md, round 3 session
-//! 24: the steady p99 at 250 events/s was 0.6-0.8 s with one statement and
-//! 0.11 s spread). A few due go out at once.
+//! [`SPREAD_MIN_BATCH`], at most `batch_size`), evenly apart; a backlog over
+//! [`DUE_PER_READ`] is read and spread one such read at a time. Every stall
+//! goes to its fleet's subscribers: 250 in one transaction became about
+//! 8,500 WebSocket frames per process at once, and every delivery queued
+//! behind them (docs/BENCHMARKS.md, round 3 sessions 24 and 25: the steady
+//! p99 at the goal size halved). A few due go out at once.
 
 use std::time::Duration;
 
@@ -56,8 +56,8 @@ impl Default for SweeperConfig {
 const DUE_PER_READ: u32 = 20_000;
 /// Statements of a spread pass are at least this far apart.
 const STEP: Duration = Duration::from_millis(50);
-/// A spread pass reports at least this many attempts per statement: so
-/// many go to subscribers at once without a burst.
+/// A spread pass reports at least this many units per statement: so many
+/// go to subscribers at once without a burst.
 const SPREAD_MIN_BATCH: u64 = 8;
 
 impl SweeperConfig {
@@ -70,8 +70,8 @@ impl SweeperConfig {
     }
 }
 
-/// How a pass with `due` attempts to report takes them: attempts per
-/// statement and the pause after each full one.
+/// How a pass with `due` units to report takes them: units per statement
+/// and the pause between two statements.
 fn pace(due: u64, batch_size: u32, spread: Duration) -> (u64, Duration) {
     let most = u64::from(batch_size).max(1);
     let slots = (spread.as_millis() / STEP.as_millis()).max(1) as u64;

@@ -765,9 +765,9 @@ $$;
 -- for the next pass. Units are locked in the order of claimNext's stale
 -- reclaim (lease, id). The partial unique index
 -- work_unit_events_one_stall_per_attempt reports each attempt once,
--- across replicas. Returns the units it took and the events it appended.
+-- across replicas. Returns the events it appended.
 CREATE OR REPLACE FUNCTION ledger_report_stalls(p_units uuid[])
-RETURNS TABLE (found bigint, reported bigint)
+RETURNS bigint
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
     WITH expired AS (
          SELECT u.id, u.fleet, u.domain, u.state, u.claimed_by, u.current_attempt_id, u.lease_expires_at,
@@ -790,7 +790,7 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_
          ON CONFLICT (attempt_id) WHERE event_type = 'stalled' DO NOTHING
          RETURNING 1
      )
-    SELECT (SELECT count(*) FROM expired), (SELECT count(*) FROM reported);
+    SELECT count(*) FROM reported;
 $$;
 
 -- Tokens: created with their hash (never the secret) and an optional expiry,
