@@ -103,6 +103,29 @@ async fn two_passes(app: &TestApp) {
     tokio::time::timeout(GUARD, rx.wait_for(|n| *n >= from + 2)).await.expect("two passes").expect("sweeper");
 }
 
+/// `n` units `{prefix}-00`.. registered, each claimed by an agent of its own
+/// in raw SQL (no agent needed to hold a lease that will expire); their
+/// attempts.
+async fn claimed_by_hand(app: &TestApp, op: &str, prefix: &str, n: usize) -> HashSet<String> {
+    let refs: Vec<String> = (0..n).map(|i| format!("{prefix}-{i:02}")).collect();
+    let registered = app.register(op, &refs.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let mut attempts = HashSet::new();
+    for (i, unit) in registered.iter().enumerate() {
+        attempts.insert(app.raw_claim(unit["id"].as_str().expect("id"), &format!("agent-{i:02}")).await);
+    }
+    attempts
+}
+
+/// The attempts of the next `n` stalls `ws` delivers, each once.
+async fn stalls_delivered(ws: &mut Ws, n: usize) -> HashSet<String> {
+    let mut delivered = HashSet::new();
+    for _ in 0..n {
+        let stall = ws.next_data().await["unitStalled"].clone();
+        assert!(delivered.insert(stall["attempt"]["id"].as_str().expect("attempt").to_owned()), "twice: {stall:#}");
+    }
+    delivered
+}
+
 /// The `stalled` events recorded per attempt: `{attempt, n}` rows.
 async fn stalls_per_attempt(app: &TestApp) -> Vec<Value> {
     app.sql_json(
@@ -178,11 +201,7 @@ async fn a_sweep_spreads_what_it_found_over_its_spread_in_small_statements() {
     config.live.sweeper.spread = Duration::from_secs(1);
     let app = spawn_app_with(config).await;
     let op = app.token("f", "op", Role::Operator).await;
-    let refs: Vec<String> = (0..24).map(|i| format!("spread-{i:02}")).collect();
-    let registered = app.register(&op, &refs.iter().map(String::as_str).collect::<Vec<_>>()).await;
-    for (i, unit) in registered.iter().enumerate() {
-        app.raw_claim(unit["id"].as_str().expect("id"), &format!("agent-{i:02}")).await;
-    }
+    let attempts = claimed_by_hand(&app, &op, "spread", 24).await;
     let reader = app.token("f", "monitor", Role::Reader).await;
     let mut ws = Ws::subscription(&app, &reader, STALLS, json!({ "includeCurrent": false })).await;
 
@@ -193,9 +212,7 @@ async fn a_sweep_spreads_what_it_found_over_its_spread_in_small_statements() {
           WHERE external_ref LIKE 'spread-%'",
     )
     .await;
-    let mut passes = app.live.sweeper_passes();
-    let from = *passes.borrow();
-    tokio::time::timeout(GUARD, passes.wait_for(|n| *n >= from + 2)).await.expect("two passes").expect("sweeper");
+    two_passes(&app).await;
 
     // 24 due over 1 s: at least 8 a statement (SPREAD_MIN_BATCH), so three
     // transactions of 8, a third of the spread apart.
@@ -216,15 +233,12 @@ async fn a_sweep_spreads_what_it_found_over_its_spread_in_small_statements() {
         let gap = at(i) - at(i - 1);
         assert!(gap >= chrono::Duration::milliseconds(300), "statements {gap} apart: {statements:#?}");
     }
-    let recorded =
-        app.sql_i64("SELECT count(DISTINCT attempt_id) FROM work_unit_events WHERE event_type = 'stalled'").await;
-    assert_eq!(recorded, 24);
+    let recorded = stalls_per_attempt(&app).await;
+    assert!(recorded.iter().all(|r| r["n"] == 1), "{recorded:?}");
+    let reported: HashSet<String> = recorded.iter().map(|r| r["attempt"].as_str().expect("id").to_owned()).collect();
+    assert_eq!(reported, attempts);
 
-    let mut delivered = HashSet::new();
-    for _ in 0..24 {
-        let stall = ws.next_data().await["unitStalled"].clone();
-        assert!(delivered.insert(stall["attempt"]["id"].as_str().expect("attempt").to_owned()), "twice: {stall:#}");
-    }
+    assert_eq!(stalls_delivered(&mut ws, 24).await, attempts);
 }
 
 /// Three replicas spread their passes over the same due units at once (the
@@ -239,12 +253,7 @@ async fn three_sweepers_spreading_over_the_same_stalls_report_each_once() {
     let b = a.spawn_replica_with(config.clone()).await;
     let c = a.spawn_replica_with(config).await;
     let op = a.token("f", "op", Role::Operator).await;
-    let refs: Vec<String> = (0..40).map(|i| format!("tied-{i:02}")).collect();
-    let registered = a.register(&op, &refs.iter().map(String::as_str).collect::<Vec<_>>()).await;
-    let mut attempts = HashSet::new();
-    for (i, unit) in registered.iter().enumerate() {
-        attempts.insert(a.raw_claim(unit["id"].as_str().expect("id"), &format!("agent-{i:02}")).await);
-    }
+    let attempts = claimed_by_hand(&a, &op, "tied", 40).await;
     let reader = a.token("f", "monitor", Role::Reader).await;
     let mut ws = Ws::subscription(&b, &reader, STALLS, json!({ "includeCurrent": false })).await;
 
@@ -260,12 +269,7 @@ async fn three_sweepers_spreading_over_the_same_stalls_report_each_once() {
     let statements = a.sql_i64("SELECT count(DISTINCT tx_id) FROM work_unit_events WHERE event_type = 'stalled'").await;
     assert!(statements >= 5, "40 stalls at most 8 a statement came in {statements} transactions");
 
-    let mut delivered = HashSet::new();
-    for _ in 0..40 {
-        let stall = ws.next_data().await["unitStalled"].clone();
-        assert!(delivered.insert(stall["attempt"]["id"].as_str().expect("attempt").to_owned()), "twice: {stall:#}");
-    }
-    assert_eq!(delivered, attempts);
+    assert_eq!(stalls_delivered(&mut ws, 40).await, attempts);
 }
 
 #[tokio::test]
