@@ -34,7 +34,7 @@ use work_ledger::db::entities::Disposition;
 use work_ledger::db::writes::{self, function};
 use work_ledger::db::{self, Notify, stmt};
 use work_ledger::http::Application;
-use work_ledger::ledger::{Ledger, state_machine};
+use work_ledger::ledger::Ledger;
 
 mod peers;
 mod support;
@@ -180,6 +180,26 @@ async fn seed_units(db: &DatabaseConnection, fleet: &str, n: usize) -> Result<()
     Ok(())
 }
 
+/// Mints in one statement a token for every agent the raw-SQL phases of
+/// `fleet` name (`{fleet}-{task}-{n}`, [`raw_claims`]), known by the hash
+/// [`sql_agent`] gives the name: every write acts as a token (SPEC §8).
+async fn seed_sql_agents(db: &DatabaseConnection, fleet: &str, tasks: usize, per_task: usize) -> Result<(), AnyError> {
+    db.execute_raw(stmt(
+        "INSERT INTO api_tokens (fleet, name, permissions, token_hash)
+         SELECT $1, n, ARRAY['ledger:read', 'units:claim'], sha256(convert_to(n, 'UTF8'))
+           FROM generate_series(0, $2 - 1) t, generate_series(0, $3 - 1) k, LATERAL (SELECT $1 || '-' || t || '-' || k) AS x(n)",
+        [fleet.into(), (tasks as i64).into(), (per_task as i64).into()],
+    ))
+    .await?;
+    Ok(())
+}
+
+/// The token hash [`seed_sql_agents`] gave agent `name`.
+fn sql_agent(name: &str) -> Vec<u8> {
+    use sha2::Digest;
+    sha2::Sha256::digest(name.as_bytes()).to_vec()
+}
+
 /// Mints `n` agent tokens for `fleet` in one statement; returns the secrets.
 async fn seed_tokens(db: &DatabaseConnection, fleet: &str, prefix: &str, n: usize) -> Result<Vec<String>, AnyError> {
     let (mut names, mut hashes, mut secrets) = (Vec::new(), Vec::new(), Vec::new());
@@ -255,6 +275,10 @@ async fn main() -> Result<(), AnyError> {
     for fleet in ["warm", "raw", "raw-notify", "rls", "api", "paced", "finish", "finish-keyed", "finish-sql"] {
         seed_units(&owner, fleet, claims_needed).await?;
     }
+    for fleet in ["warm", "raw", "raw-notify", "rls"] {
+        seed_sql_agents(&owner, fleet, args.agents, per_agent).await?;
+    }
+    seed_sql_agents(&owner, "finish-sql", args.agents, 1).await?;
     seed_units(&owner, "race", race_needed).await?;
     seed_units(&owner, "life", claims_needed / 4).await?;
     let api_tokens = Arc::new(seed_tokens(&owner, "api", "agent", claims_needed).await?);
@@ -396,7 +420,7 @@ async fn main() -> Result<(), AnyError> {
                     let claimed = timed(&mut s, async {
                         let agent = agent.clone();
                         db::in_fleet::<_, DbErr, _>(&pool, "rls", move |tx| {
-                            Box::pin(async move { claim_next_sql(tx, "rls", &agent, after_commit()).await })
+                            Box::pin(async move { claim_next_sql(tx, &agent, after_commit()).await })
                         })
                         .await
                         .ok()
@@ -425,7 +449,7 @@ async fn main() -> Result<(), AnyError> {
         let pool = raw_pool.clone();
         drive(args.agents, args.seconds, "claim-and-finish as SQL (3 statements)", move |i, deadline| {
             let pool = pool.clone();
-            async move { claim_and_finish_sql(&pool, &format!("fs-{i}"), deadline).await }
+            async move { claim_and_finish_sql(&pool, &format!("finish-sql-{i}-0"), deadline).await }
         })
         .await
     };
@@ -788,10 +812,9 @@ async fn claim_and_finish_sql(
 ) -> Vec<(&'static str, Samples)> {
     let mut ops: Vec<(&'static str, Samples)> =
         ["job", "claimNext", "transition", "dispose"].into_iter().map(|n| (n, Samples::default())).collect();
-    let rule = state_machine::dispose_rule(Disposition::Dropped);
     while Instant::now() < deadline {
         let start = Instant::now();
-        let claimed = timed(&mut ops[1].1, claim_next_sql(pool, "finish-sql", agent, after_commit())).await;
+        let claimed = timed(&mut ops[1].1, claim_next_sql(pool, agent, after_commit())).await;
         let Ok(Some(unit)) = claimed else {
             if let Err(err) = claimed {
                 eprintln!("claim-and-finish as SQL failed: {err}");
@@ -799,22 +822,18 @@ async fn claim_and_finish_sql(
             break;
         };
         let common = || -> Vec<sea_orm::Value> {
-            vec!["finish-sql".into(), agent.into(), after_commit().into(), None::<String>.into(), None::<String>.into()]
+            vec![sql_agent(agent).into(), after_commit().into(), None::<String>.into(), None::<String>.into()]
         };
         let mut start_args = common();
         start_args.extend([unit.into(), None::<uuid::Uuid>.into(), "in_progress".into(), None::<String>.into()]);
         let started = timed(&mut ops[2].1, writes::call(pool, function::TRANSITION, start_args)).await;
         let mut dispose_args = common();
-        let holder: Vec<String> = rule.holder_states.iter().map(|s| s.as_sql().to_owned()).collect();
         dispose_args.extend([
             unit.into(),
             None::<uuid::Uuid>.into(),
             Disposition::Dropped.as_sql().into(),
-            rule.terminal.as_sql().into(),
             "https://ci.example/noop".into(),
             None::<String>.into(),
-            holder.into(),
-            Vec::<String>::new().into(),
         ]);
         let done = timed(&mut ops[3].1, writes::call(pool, function::DISPOSE, dispose_args)).await;
         let ok = |r: &Result<Vec<writes::Written>, DbErr>| matches!(r, Ok(rows) if rows.first().is_some_and(|w| w.result == "ok"));
@@ -1007,7 +1026,7 @@ async fn raw_claims(
             break;
         }
         let agent = format!("{fleet}-{i}-{n}");
-        if timed(&mut s, async { claim_next_sql(owner, fleet, &agent, notify).await.ok().flatten() }).await.is_none() {
+        if timed(&mut s, async { claim_next_sql(owner, &agent, notify).await.ok().flatten() }).await.is_none() {
             break;
         }
     }
@@ -1169,16 +1188,15 @@ async fn metrics_overhead(args: &Args, url: &str, owner: &DatabaseConnection) ->
 }
 
 /// The service's claim statement as raw SQL: one call of `ledger_claim`
-/// (claimNext without a key or domain); the claimed unit's id.
+/// (claimNext without a key or domain) as `agent`'s token
+/// ([`seed_sql_agents`]); the claimed unit's id.
 async fn claim_next_sql(
     db: &impl ConnectionTrait,
-    fleet: &str,
     agent: &str,
     notify: Option<&str>,
 ) -> Result<Option<uuid::Uuid>, DbErr> {
     let args: Vec<sea_orm::Value> = vec![
-        fleet.into(),
-        agent.into(),
+        sql_agent(agent).into(),
         notify.map(str::to_owned).into(),
         None::<String>.into(),
         None::<String>.into(),

@@ -51,7 +51,7 @@ use serde_json::Value;
 use tokio::sync::{Semaphore, mpsc};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
-use work_ledger::auth::{self, Principal, Role};
+use work_ledger::auth::{self, Permission, Principal, Role};
 use work_ledger::db::{self, stmt};
 use work_ledger::ledger::{Ledger, RegisterUnit};
 
@@ -686,7 +686,15 @@ async fn seed_stalls(
         let unit = RegisterUnit { external_ref: format!("stall-{i}"), domain: None, workflow_id: None };
         let units = ledger.register_units(operator, vec![unit]).await.map_err(|e| format!("stalls: register: {e}"))?;
         let id = units.first().ok_or("register answered no unit")?.id;
-        let agent = Principal { name: format!("agent-stall-{i}"), ..operator.clone() };
+        let agent = auth::mint(
+            owner,
+            &operator.fleet,
+            &format!("agent-stall-{i}"),
+            vec![Permission::UnitsClaim],
+            Duration::from_secs(86_400),
+        )
+        .await
+        .map_err(|e| format!("stalls: token: {e}"))?;
         ledger.claim_unit(&agent, id, Some(30), None).await.map_err(|e| format!("stalls: claim: {e}"))?;
     }
     owner

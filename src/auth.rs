@@ -104,13 +104,28 @@ impl Role {
     }
 }
 
-/// Who is asking: the token's fleet, its name (the agent id) and permissions.
-#[derive(Debug, Clone)]
+/// Who is asking: the token's fleet, its name (the agent id) and permissions,
+/// and the hash it is known by, which every write hands to its SQL function:
+/// the database authenticates the write itself (SPEC §8, who acts is the token).
+#[derive(Clone)]
 pub struct Principal {
     pub token_id: Uuid,
+    pub token_hash: TokenHash,
     pub fleet: String,
     pub name: String,
     pub permissions: Vec<Permission>,
+}
+
+/// Without the hash: a log line is no place for what authenticates a write.
+impl fmt::Debug for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Principal")
+            .field("token_id", &self.token_id)
+            .field("fleet", &self.fleet)
+            .field("name", &self.name)
+            .field("permissions", &self.permissions)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Principal {
@@ -189,20 +204,21 @@ pub async fn authenticate(
         last_use.record(db, token.id);
     }
     let expiry = token.expiry.map(|(at, left)| Expiry { at, deadline: asked + left });
-    Ok((principal(token), Credential { hash, expiry }))
+    Ok((principal(token, hash), Credential { hash, expiry }))
 }
 
 /// The principal of a live token, `None` when it is unknown, revoked or expired.
 pub async fn principal_of(db: &impl ConnectionTrait, hash: &TokenHash) -> Result<Option<Principal>, DbErr> {
     Ok(match db::tokens::authenticate(db, hash).await? {
-        Some(Lookup::Live(token)) => Some(principal(token)),
+        Some(Lookup::Live(token)) => Some(principal(token, *hash)),
         Some(Lookup::Expired { .. }) | None => None,
     })
 }
 
-fn principal(token: LiveToken) -> Principal {
+fn principal(token: LiveToken, token_hash: TokenHash) -> Principal {
     Principal {
         token_id: token.id,
+        token_hash,
         fleet: token.fleet,
         name: token.name,
         // Unknown names (from a newer release) grant nothing.
@@ -311,6 +327,23 @@ pub fn new_token() -> (String, TokenHash) {
     (secret, hash)
 }
 
+/// A principal of the process's own, for writes it makes as the operator
+/// (`work-ledger import`): every write acts as a token (SPEC §8), so this
+/// mints one (the secret is thrown away) that expires after `lifetime`;
+/// revoke it when done ([`db::tokens::revoke`]). Run as the migrating role.
+pub async fn mint(
+    db: &DatabaseConnection,
+    fleet: &str,
+    name: &str,
+    permissions: Vec<Permission>,
+    lifetime: Duration,
+) -> Result<Principal, DbErr> {
+    let (_, token_hash) = new_token();
+    let expiry = Some(db::tokens::Expiry::In(lifetime));
+    let token_id = db::tokens::insert_expiring(db, fleet, name, &permissions, &token_hash, expiry).await?;
+    Ok(Principal { token_id, token_hash, fleet: fleet.to_owned(), name: name.to_owned(), permissions })
+}
+
 pub fn hash_token(secret: &str) -> TokenHash {
     Sha256::digest(secret.as_bytes()).into()
 }
@@ -333,7 +366,7 @@ pub const MISSING_TOKEN: &str = "missing token: send `Authorization: Bearer <tok
     `work-ledger token create`. `GET /` (without a browser) serves a quick start";
 const MALFORMED_TOKEN: &str = "malformed Authorization header: expected `Bearer <token>` with a token minted by \
     `work-ledger token create`. `GET /` (without a browser) serves a quick start";
-const UNKNOWN_TOKEN: &str =
+pub(crate) const UNKNOWN_TOKEN: &str =
     "unknown or revoked token: ask an operator for a valid one. `GET /` (without a browser) serves a quick start";
 
 /// Failed authentications since the process started.

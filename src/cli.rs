@@ -70,8 +70,18 @@ async fn dispatch(command: Command, url: &str) -> Result<(), AnyError> {
             let name = name.unwrap_or_else(|| format!("grafana_{}", fleet.to_lowercase().replace(['.', '-'], "_")));
             let generated = password.is_none();
             let password = password.unwrap_or_else(|| auth::new_token().0);
-            db::reader_logins::create(&db::connect(url, 1).await?, &name, &fleet, &password).await?;
+            let db = db::connect(url, 1).await?;
+            db::reader_logins::create(&db, &name, &fleet, &password).await?;
             eprintln!("created read-only role `{name}` for fleet `{fleet}`");
+            let reachable = db::reader_logins::other_databases(&db, &name).await?;
+            if !reachable.is_empty() {
+                eprintln!(
+                    "warning: `{name}` can also connect to {} of this cluster, where it could fill the lock table and \
+                     the connection slots every write of the ledger needs; run REVOKE CONNECT ON DATABASE <name> \
+                     FROM PUBLIC on each (`work-ledger audit` reports it until then)",
+                    reachable.iter().map(|d| format!("`{d}`")).collect::<Vec<_>>().join(", ")
+                );
+            }
             if generated {
                 println!("{password}");
             }

@@ -17,6 +17,11 @@ use tokio::process::{Child, Command};
 /// The database created for the service inside the embedded cluster.
 pub const DATABASE: &str = "work_ledger";
 
+/// What [`EmbeddedPostgres::wait_ready`] runs in the service's database on
+/// every start, as every deployment the project ships does: every other
+/// database refuses CONNECT to PUBLIC.
+const CONFINE: &str = include_str!("../deploy/postgres/confine.sql");
+
 #[derive(Debug, thiserror::Error)]
 pub enum EmbeddedError {
     #[error(
@@ -199,6 +204,11 @@ impl EmbeddedPostgres {
         Ok(this)
     }
 
+    /// Only the ledger's database admits the logins the ledger hands out
+    /// (SPEC §8): the lock table, the connection slots and the notification
+    /// queue are the cluster's, so every other database of the cluster
+    /// (`postgres`, `template1`) refuses CONNECT to PUBLIC. (`migrate` does
+    /// the same for the ledger's own database, granting its own roles.)
     async fn wait_ready(&mut self, admin_url: &str, log_path: &Path) -> Result<(), EmbeddedError> {
         use sea_orm::{ConnectionTrait, Database};
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -220,6 +230,12 @@ impl EmbeddedPostgres {
                         .map_err(|e| EmbeddedError::Failed { step: "create database", detail: e.to_string() })?;
                 }
                 let _ = db.close().await;
+                let confine = async {
+                    let ledger = Database::connect(&self.url).await?;
+                    ledger.execute_unprepared(CONFINE).await?;
+                    ledger.close().await
+                };
+                confine.await.map_err(|e| EmbeddedError::Failed { step: "confine logins", detail: e.to_string() })?;
                 return Ok(());
             }
             if Instant::now() > deadline {

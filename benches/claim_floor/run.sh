@@ -39,6 +39,9 @@ units=$(( (rounds + 1) * 9 * 4000 * seconds ))
 psql "$url" -q \
   -c "INSERT INTO seed.units (external_ref) SELECT 'unit-' || g FROM generate_series(1, $units) g" \
   -c "INSERT INTO work_units (fleet, external_ref) SELECT 'f', 'unit-' || g FROM generate_series(1, $units) g" \
+  -c "INSERT INTO api_tokens (fleet, name, permissions, token_hash)
+      SELECT 'f', 'agent-' || g, ARRAY['units:claim'], sha256(convert_to('agent-' || g, 'UTF8'))
+        FROM generate_series(1, 2000000) g" \
   -c "VACUUM ANALYZE"
 
 # Triggers of the three write tables that are not a guarantee of their own: the totals

@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use sea_orm::{ConnectionTrait, DatabaseConnection};
+use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 use work_ledger::auth::Principal;
@@ -75,6 +76,7 @@ impl FleetWriter {
         let [a, b, c] = *units;
         Ok(match step % 10 {
             0 => {
+                self.mint_agents(cycle).await?;
                 units[0] = self.register(&format!("c{cycle}-a")).await?;
                 Some((units[0], "registered"))
             }
@@ -118,10 +120,28 @@ impl FleetWriter {
         })
     }
 
-    /// The writer's token acting as agent `name`: an agent holds one unit at
-    /// a time, and each unit here has an agent of its own.
+    /// Agent `name` of the writer's fleet: an agent holds one unit at a time,
+    /// and each unit here has an agent of its own, acting as its own token
+    /// (every write acts as a token, SPEC §8), minted by [`Self::mint_agents`].
     fn agent(&self, name: &str) -> Principal {
-        Principal { name: name.to_owned(), ..self.who.clone() }
+        let token_hash = Sha256::digest(format!("{}:{name}", self.who.fleet)).into();
+        Principal { name: name.to_owned(), token_hash, ..self.who.clone() }
+    }
+
+    /// The tokens of cycle `cycle`'s three agents, in one statement (not an
+    /// event: the rate counts the ledger's).
+    async fn mint_agents(&self, cycle: usize) -> Result<(), AnyError> {
+        self.owner
+            .execute_raw(stmt(
+                "INSERT INTO api_tokens (fleet, name, permissions, token_hash)
+                 SELECT $1, n, ARRAY['ledger:read', 'units:claim'], sha256(convert_to($1 || ':' || n, 'UTF8'))
+                   FROM unnest(ARRAY['a', 'b', 'c']) u, LATERAL (SELECT 'agent-' || $2 || '-' || u) AS x(n)
+                 ON CONFLICT (token_hash) DO NOTHING",
+                [self.who.fleet.as_str().into(), (cycle as i64).into()],
+            ))
+            .await
+            .map_err(|e| format!("minting cycle {cycle}'s agents: {e}"))?;
+        Ok(())
     }
 
     async fn claim(

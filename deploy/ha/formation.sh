@@ -50,6 +50,7 @@ while [ $# -gt 0 ]; do
 done
 case $nodes in 2 | 3) ;; *) echo "--nodes must be 2 or 3" >&2; exit 2 ;; esac
 
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 pgbin=$(dirname "$(ls /usr/lib/postgresql/*/bin/postgres 2> /dev/null | sort -V | tail -n 1)")
 if ! command -v pg_autoctl > /dev/null 2>&1 || [ ! -x "$pgbin/postgres" ]; then
   echo "pg_autoctl or the PostgreSQL server is missing: apt-get install postgresql-15-auto-failover pg-auto-failover-cli" >&2
@@ -211,6 +212,12 @@ start() {
     run_keeper "$name"
     if [ "$k" = 1 ]; then
       wait_for 60 "$name to run as the primary" node_is "$name" single
+      # Every other database closed to the ledger's logins (the standbys
+      # replicate it); the monitor's health checks keep theirs.
+      as_postgres psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p $((base_port + k)) -d ledger \
+        < "$here/../postgres/confine.sql" >> "$dir/$name.log" 2>&1
+      as_postgres psql -X -q -h 127.0.0.1 -p $((base_port + k)) -d ledger \
+        -c "GRANT CONNECT ON DATABASE postgres TO pgautofailover_monitor" >> "$dir/$name.log" 2>&1
     else
       wait_for 90 "$name to join as a standby" node_is "$name" secondary
     fi

@@ -130,6 +130,9 @@ impl MigratorTrait for Migrator {
             // Disposals per day of every domain together, for a fleet-wide throughput by day; the day totals
             // read by index only.
             sql_migration!("m20261214_000041_disposal_fleet_days", "0041_disposal_fleet_days"),
+            // No login forges a write: the writes authenticate the caller's token themselves; a cost
+            // record's bound; the reader warden's function replaced by a repeatable one.
+            sql_migration!("m20261215_000042_token_writes", "0042_token_writes"),
         ]
     }
 }
@@ -158,7 +161,12 @@ pub async fn migrate_locked(db: &DatabaseConnection) -> Result<(), DbErr> {
 /// `CREATE OR REPLACE` definitions (the write functions) and is applied again
 /// whenever its text changed. The schema itself stays in the versioned
 /// migrations above.
-const REPEATABLE: &[(&str, &str)] = &[("writes", include_str!("sql/repeatable/writes.sql"))];
+const REPEATABLE: &[(&str, &str)] = &[
+    ("rules", include_str!("sql/repeatable/rules.sql")),
+    ("state_machine", include_str!("sql/repeatable/state_machine.sql")),
+    ("writes", include_str!("sql/repeatable/writes.sql")),
+    ("warden", include_str!("sql/repeatable/warden.sql")),
+];
 
 /// Applies every repeatable file whose checksum differs from the one
 /// recorded when it was last applied (each in a transaction of its own),

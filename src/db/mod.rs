@@ -100,6 +100,12 @@ pub async fn connect_limited(
 async fn open(url: &str, max_connections: u32, limits: Option<SessionLimits>) -> Result<DatabaseConnection, DbErr> {
     let target = target::Target::parse(url)?;
     let mut options = pool_options(target.sqlx_url(), max_connections);
+    // The service's pool keeps every connection it may need open, once
+    // opened: connection slots are the cluster's, and a pool that must grow
+    // under load would find them taken by whoever came first (SPEC §8).
+    if limits.is_some() {
+        options.min_connections(max_connections);
+    }
     let settings = limits.map(|limits| {
         let ms = |d: Duration| format!("{}ms", d.as_millis().max(1));
         [

@@ -47,5 +47,26 @@ pub async fn create(db: &DatabaseConnection, role: &str, fleet: &str, password: 
     }
     tx.execute_raw(stmt("INSERT INTO fleet_readers (role_name, fleet) VALUES ($1, $2)", [role.into(), fleet.into()]))
         .await?;
+    // CONNECT to this database alone, its connection limit and temporary files (warden.sql).
+    tx.execute_raw(stmt("SELECT ledger_admit_reader($1)", [role.into()])).await?;
     tx.commit().await
+}
+
+/// The databases of the cluster other than the ledger's that `role` may
+/// connect to. Advisory locks, connection slots and the notification queue
+/// are the cluster's: a reader login in another database can fill what
+/// every write of the ledger needs. The deployments the project ships
+/// revoke CONNECT from PUBLIC on every other database; an external
+/// cluster's operator does it by hand.
+pub async fn other_databases(db: &DatabaseConnection, role: &str) -> Result<Vec<String>, DbErr> {
+    let rows = db
+        .query_all_raw(stmt(
+            "SELECT d.datname::text AS datname FROM pg_database d
+              WHERE d.datallowconn AND d.datname <> current_database()
+                AND has_database_privilege($1, d.datname, 'CONNECT')
+              ORDER BY 1",
+            [role.into()],
+        ))
+        .await?;
+    rows.iter().map(|row| row.try_get("", "datname")).collect()
 }

@@ -7,7 +7,7 @@ use uuid::Uuid;
 use super::write::Keyed;
 use super::{Ledger, LedgerError, UnitModel, validate};
 use crate::auth::{Permission, Principal};
-use crate::db::writes::function;
+use crate::db::writes::{Written, function};
 
 /// What a claim did (SPEC §3, "claim outcome").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,28 +18,26 @@ pub enum ClaimOutcome {
     Renewed,
     /// The BLOCKED unit the agent holds; nothing written.
     Held,
-    /// An earlier request with the same idempotency key: the unit as it is now.
-    Replayed,
 }
 
 impl ClaimOutcome {
+    /// The outcome of a claim's answer: what the call did, or for a replay
+    /// of its idempotency key what the first call did.
     fn from_result(result: &str) -> Self {
         match result {
             "claimed" => Self::Claimed { reclaimed: false },
             "reclaimed" => Self::Claimed { reclaimed: true },
             "renewed" => Self::Renewed,
-            "replayed" => Self::Replayed,
             _ => Self::Held,
         }
     }
 
-    /// The outcome's name on every surface: `claimed`, `renewed` or `held`
-    /// (a replay reports what the unit is to the caller now).
+    /// The outcome's name on every surface: `claimed`, `renewed` or `held`.
     pub fn name(self) -> &'static str {
         match self {
             Self::Claimed { .. } => "claimed",
             Self::Renewed => "renewed",
-            Self::Held | Self::Replayed => "held",
+            Self::Held => "held",
         }
     }
 }
@@ -64,8 +62,7 @@ impl Ledger {
         let Some(row) = self.call(who, function::CLAIM, Some(keyed), values).await?.pop() else {
             return Ok(None);
         };
-        let (result, unit) = super::write::answer(row, who, "CLAIMED")?;
-        Ok(Some(self.claimed(&result, unit)))
+        Ok(Some(self.claimed(row, who)?))
     }
 
     pub async fn claim_unit(
@@ -83,21 +80,27 @@ impl Ledger {
         let args = json!({ "id": unit_id, "leaseSeconds": lease });
         let keyed = Keyed { operation: "claimUnit", key, args: &args };
         let values = vec![lease.into(), Option::<String>::None.into(), Some(unit_id).into()];
-        let (result, unit) = self.call_one(who, function::CLAIM, Some(keyed), values, "CLAIMED").await?;
-        Ok(self.claimed(&result, unit))
+        let row = self.call(who, function::CLAIM, Some(keyed), values).await?.pop();
+        let row = row.ok_or_else(|| LedgerError::internal("ledger_claim answered no row"))?;
+        self.claimed(row, who)
     }
 
-    /// Counts a claim that took a unit and names it in the operation's span.
-    fn claimed(&self, result: &str, unit: UnitModel) -> (ClaimOutcome, UnitModel) {
-        let outcome = ClaimOutcome::from_result(result);
-        if let ClaimOutcome::Claimed { reclaimed } = outcome {
+    /// A claim's answer: what it did, or for a replay of its idempotency key
+    /// what the first call did (SPEC §3: the replay answers what the first
+    /// call answered). Counts a claim that took a unit (a replay took none)
+    /// and names the unit in the operation's span.
+    fn claimed(&self, row: Written, who: &Principal) -> Result<(ClaimOutcome, UnitModel), LedgerError> {
+        let first = (row.result == "replayed").then(|| row.info_str("outcome").unwrap_or_default().to_owned());
+        let (result, unit) = super::write::answer(row, who, "CLAIMED")?;
+        let outcome = ClaimOutcome::from_result(first.as_deref().unwrap_or(&result));
+        if let (ClaimOutcome::Claimed { reclaimed }, None) = (outcome, first.as_ref()) {
             self.metrics.claims.inc();
             if reclaimed {
                 self.metrics.stale_reclaims.inc();
             }
         }
         tracing::Span::current().record("unit_id", unit.id.to_string());
-        (outcome, unit)
+        Ok((outcome, unit))
     }
 
     pub async fn heartbeat(

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::write::Keyed;
-use super::{Ledger, LedgerError, UnitModel, state_machine, validate};
+use super::{Ledger, LedgerError, UnitModel, validate};
 use crate::auth::{Permission, Principal};
 use crate::db::entities::{AttemptOutcome, Disposition, WorkState};
 use crate::db::writes::function;
@@ -50,11 +50,6 @@ pub struct Dispose {
     pub disposition: Disposition,
     pub evidence_url: Option<String>,
     pub reason: Option<String>,
-}
-
-/// The states names `dispose` may start from, as the SQL function takes them.
-fn state_names(states: &[WorkState]) -> Vec<String> {
-    states.iter().map(|s| s.as_sql().to_owned()).collect()
 }
 
 /// The arguments a request is fingerprinted with, plus `attemptId` only when
@@ -137,13 +132,7 @@ impl Ledger {
             }
         }
         let keyed = Keyed { operation: "unblock", key, args: &args };
-        let values = vec![
-            unit_id.into(),
-            question_id.into(),
-            answer.into(),
-            validate::DEFAULT_LEASE_SECONDS.into(),
-            also_answer_similar.into(),
-        ];
+        let values = vec![unit_id.into(), question_id.into(), answer.into(), also_answer_similar.into()];
         let row = self.call(who, function::UNBLOCK, Some(keyed), values).await?.pop();
         let row = row.ok_or_else(|| LedgerError::internal("ledger_unblock answered no row"))?;
         let also: Vec<Uuid> =
@@ -184,8 +173,7 @@ impl Ledger {
         cents: i64,
         key: String,
     ) -> Result<UnitModel, LedgerError> {
-        let operator = who.has(Permission::UnitsDisposeAny);
-        if !operator {
+        if !who.has(Permission::UnitsDisposeAny) {
             who.require(Permission::UnitsClaim)?;
         }
         validate::cents(cents)?;
@@ -194,7 +182,7 @@ impl Ledger {
             CostTarget::Unit(id) => (json!({ "unitId": id, "cents": cents }), None, Some(id)),
         };
         let keyed = Keyed { operation: "recordCost", key: Some(key), args: &args };
-        let values = vec![attempt.into(), unit.into(), cents.into(), operator.into()];
+        let values = vec![attempt.into(), unit.into(), cents.into()];
         Ok(self.call_one(who, function::RECORD_COST, Some(keyed), values, "recordCost").await?.1)
     }
 
@@ -204,8 +192,7 @@ impl Ledger {
         input: Dispose,
         key: Option<String>,
     ) -> Result<UnitModel, LedgerError> {
-        let operator = who.has(Permission::UnitsDisposeAny);
-        if !operator {
+        if !who.has(Permission::UnitsDisposeAny) {
             who.require(Permission::UnitsClaim)?;
         }
         let checks = validate::idempotency_key(key.as_deref())
@@ -222,18 +209,9 @@ impl Ledger {
             json!({ "unitId": unit_id, "disposition": disposition.as_sql(), "evidenceUrl": evidence_url, "reason": reason }),
             attempt_id,
         );
-        let rule = state_machine::dispose_rule(disposition);
         let keyed = Keyed { operation: "dispose", key, args: &args };
-        let values = vec![
-            unit_id.into(),
-            attempt_id.into(),
-            disposition.as_sql().into(),
-            rule.terminal.as_sql().into(),
-            evidence_url.into(),
-            reason.into(),
-            state_names(rule.holder_states).into(),
-            state_names(if operator { rule.operator_states } else { &[] }).into(),
-        ];
+        let values =
+            vec![unit_id.into(), attempt_id.into(), disposition.as_sql().into(), evidence_url.into(), reason.into()];
         let (result, unit) = self.call_one(who, function::DISPOSE, Some(keyed), values, &action).await?;
         if result == "ok" {
             self.metrics.disposition(disposition.as_sql());

@@ -1,9 +1,11 @@
 //! The one path every write of SPEC §3 takes: the operation's SQL function
-//! ([`crate::db::writes`]) called once, in autocommit, with the caller's
-//! fleet, name, idempotency key and fingerprint; its answer row either is
-//! the unit or says why not, and [`answer`] turns that into the domain's
-//! result or refusal. Races that a second run resolves (a deadlock, two
-//! uses of one new key, a unit that became claimable mid-call) are run again.
+//! ([`crate::db::writes`]) called once, in autocommit, with the hash of the
+//! caller's token (the function authenticates it and acts as it: SPEC §8),
+//! the idempotency key and fingerprint, and the caller's intent; its answer
+//! row either is the unit or says why not, and [`answer`] turns that into
+//! the domain's result or refusal. Races that a second run resolves (a
+//! deadlock, two uses of one new key, a unit that became claimable mid-call)
+//! are run again.
 
 use std::future::Future;
 
@@ -38,8 +40,8 @@ impl Keyed<'_> {
 
 impl Ledger {
     /// Calls write `function` for `who` with `args` after the common
-    /// arguments (fleet, agent, notification mode, and for a keyed write
-    /// the key and fingerprint) and returns its answer rows. A `RETRY`
+    /// arguments (the token's hash, the notification mode, and for a keyed
+    /// write the key and fingerprint) and returns its answer rows. A `RETRY`
     /// answer, like a deadlock, runs the call again.
     pub(super) async fn call(
         &self,
@@ -48,8 +50,7 @@ impl Ledger {
         keyed: Option<Keyed<'_>>,
         args: Vec<Value>,
     ) -> Result<Vec<Written>, LedgerError> {
-        let mut values: Vec<Value> =
-            vec![who.fleet.as_str().into(), who.name.as_str().into(), self.notifier.mode().setting().into()];
+        let mut values: Vec<Value> = vec![who.token_hash.to_vec().into(), self.notifier.mode().setting().into()];
         if let Some(keyed) = keyed {
             values.extend(keyed.values()?);
         }
@@ -129,11 +130,9 @@ pub fn disposed(unit: &UnitModel, who: &Principal, action: &str, dispose: bool) 
 /// `claimed`, `reclaimed`, `renewed`, `held`, `replayed`) and the unit, or
 /// the refusal the function decided, with the unit's facts for `who`.
 pub fn answer(row: Written, who: &Principal, action: &str) -> Result<(String, UnitModel), LedgerError> {
-    let uuid = |key: &str| row.info_str(key).and_then(|s| s.parse::<Uuid>().ok());
     // A refusal that lacks what its message names is the function's bug:
     // INTERNAL, never a nil id or an empty name in front of the client.
     let missing = |key: &str| LedgerError::internal(format!("{action}: {} answered without {key}", row.result));
-    let need_uuid = |key: &str| uuid(key).ok_or_else(|| missing(key));
     let need_str = |key: &str| row.info_str(key).map(str::to_owned).ok_or_else(|| missing(key));
     let refusal = match row.result.as_str() {
         "ok" | "claimed" | "reclaimed" | "renewed" | "held" | "replayed" => {
@@ -147,13 +146,49 @@ pub fn answer(row: Written, who: &Principal, action: &str) -> Result<(String, Un
         "IDEMPOTENCY_KEY_REUSED" => {
             return Err(LedgerError::IdempotencyKeyReused { key: need_str("key")? });
         }
+        // The token was revoked or expired after the request authenticated,
+        // or lacks what the write needs: the database's word is the last.
+        "UNAUTHENTICATED" => {
+            return Err(LedgerError::Unauthenticated(match row.info.get("expired_at").and_then(|at| at.as_str()) {
+                Some(at) => crate::auth::expired(at.parse().map_err(|_| missing("expired_at"))?).into(),
+                None => crate::auth::UNKNOWN_TOKEN.into(),
+            }));
+        }
+        "FORBIDDEN" => {
+            let permission = need_str("permission")?.parse().map_err(|_| missing("permission"))?;
+            return Err(LedgerError::Forbidden(permission));
+        }
+        "INVALID_INPUT" => LedgerError::invalid(need_str("argument")?, need_str("rule")?),
+        "EVIDENCE_REQUIRED" => LedgerError::EvidenceRequired {
+            action: if row.info_str("action") == Some("verify") { "transition to VERIFIED" } else { "dispose" },
+        },
         "RETRY" => return Err(LedgerError::Retry),
-        code => code.to_owned(),
+        code => {
+            let Some(unit) = &row.unit else {
+                return Err(LedgerError::internal(format!("{action}: refusal {code} without a unit")));
+            };
+            refused(code, unit, &row, who, action)?
+        }
     };
-    let Some(unit) = &row.unit else {
-        return Err(LedgerError::internal(format!("{action}: refusal {refusal} without a unit")));
-    };
-    let reason = match refusal.as_str() {
+    Err(match &row.unit {
+        Some(unit) => refusal.about(facts(unit, who)),
+        None => refusal,
+    })
+}
+
+/// A refusal about `unit` that names what its answer row's `info` says.
+fn refused(
+    code: &str,
+    unit: &UnitModel,
+    row: &Written,
+    who: &Principal,
+    action: &str,
+) -> Result<LedgerError, LedgerError> {
+    let uuid = |key: &str| row.info_str(key).and_then(|s| s.parse::<Uuid>().ok());
+    let missing = |key: &str| LedgerError::internal(format!("{action}: {code} answered without {key}"));
+    let need_uuid = |key: &str| uuid(key).ok_or_else(|| missing(key));
+    let need_str = |key: &str| row.info_str(key).map(str::to_owned).ok_or_else(|| missing(key));
+    Ok(match code {
         "ILLEGAL_TRANSITION" => return Err(illegal(unit, who, action)),
         "DISPOSITION_IMMUTABLE" => {
             return Err(disposed(unit, who, action, true).unwrap_or_else(|| illegal(unit, who, action)));
@@ -174,10 +209,8 @@ pub fn answer(row: Written, who: &Principal, action: &str) -> Result<(String, Un
         },
         "AGENT_BUSY" => LedgerError::AgentBusy { held: need_uuid("held_id")?, held_ref: need_str("held_ref")? },
         other => return Err(LedgerError::internal(format!("{action}: unknown answer {other:?}"))),
-    };
-    Err(reason.about(facts(unit, who)))
+    })
 }
-
 /// Runs `run` again while it ends in a race that a second run resolves
 /// (`LedgerError::Retry`: a deadlock or serialization failure, a key used
 /// twice at once), at most [`RETRIES`] times.

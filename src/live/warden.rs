@@ -1,16 +1,22 @@
 //! The reader warden (SPEC §8): every `interval`, ends the sessions of
-//! reader logins (`work-ledger reader create`) whose transaction has been
-//! open longer than `max_transaction`. Their role settings say 60 s too, but
-//! a login can change its own settings (`SET statement_timeout = 0`); this
-//! task is what keeps the promise. A reader that LISTENs and then sits in a
-//! transaction would otherwise pin PostgreSQL's notification queue, which
-//! is cluster-wide: once it is full, every NOTIFY fails, i.e. every write.
+//! reader logins (`work-ledger reader create`), in any database of the
+//! cluster, that hold what every write needs:
 //!
-//! The SQL is `end_overlong_reader_sessions` (migration 0013), which runs as
-//! the NOLOGIN role `work_ledger_warden`: a member of every reader login,
-//! so it may see and end their sessions (in any database of the cluster)
-//! and nobody else's. Every replica runs one; ending a session twice is
-//! harmless.
+//! - a transaction open longer than `max_transaction`: their role settings
+//!   say 60 s too, but a login can change its own settings (`SET
+//!   statement_timeout = 0`). A reader that LISTENs and then sits in a
+//!   transaction would otherwise pin PostgreSQL's notification queue, which
+//!   is cluster-wide: once it is full, every NOTIFY fails, i.e. every write;
+//! - more than `max_locks` locks: the lock table is the cluster's, and once
+//!   it is full every write fails;
+//! - idle sessions of one login beyond its `max_idle` most recently active:
+//!   connection slots are the cluster's too (each login also has a
+//!   connection limit, `ledger_admit_reader`).
+//!
+//! The SQL is `ledger_warden_pass` (`sql/repeatable/warden.sql`), which runs
+//! as the NOLOGIN role `work_ledger_warden`: a member of every reader login,
+//! so it may see and end their sessions and nobody else's. Every replica
+//! runs one; ending a session twice is harmless.
 
 use std::time::Duration;
 
@@ -27,11 +33,23 @@ pub struct WardenConfig {
     /// The longest transaction a reader login may hold (what `reader create`
     /// promises: [`reader_logins::MAX_TRANSACTION`]).
     pub max_transaction: Duration,
+    /// The most locks one reader session may hold or await: a dashboard's
+    /// query of the widest view takes about 40 (tests/api/shared_pools.rs),
+    /// and a login's four sessions can then take a few hundred of the
+    /// cluster's lock table (64 per connection slot by default).
+    pub max_locks: u32,
+    /// The idle sessions one reader login keeps (its most recently active).
+    pub max_idle: u32,
 }
 
 impl Default for WardenConfig {
     fn default() -> Self {
-        Self { interval: Duration::from_secs(5), max_transaction: reader_logins::MAX_TRANSACTION }
+        Self {
+            interval: Duration::from_secs(5),
+            max_transaction: reader_logins::MAX_TRANSACTION,
+            max_locks: 128,
+            max_idle: 2,
+        }
     }
 }
 
@@ -47,26 +65,33 @@ impl Warden {
         Self { db, config, passes: watch::channel(0).0 }
     }
 
-    /// One pass: ends every overlong reader transaction; returns how many.
+    /// One pass: ends every reader session past a limit; returns how many.
     pub async fn run_once(&self) -> Result<u64, DbErr> {
+        let limits = &self.config;
         let rows = self
             .db
             .query_all_raw(stmt(
-                "SELECT pid, role_name, extract(epoch FROM open_for)::float8 AS open_for
-                   FROM end_overlong_reader_sessions(make_interval(secs => $1))",
-                [self.config.max_transaction.as_secs_f64().into()],
+                "SELECT pid, role_name, why, detail FROM ledger_warden_pass(make_interval(secs => $1), $2, $3)",
+                [
+                    limits.max_transaction.as_secs_f64().into(),
+                    i32::try_from(limits.max_locks).unwrap_or(i32::MAX).into(),
+                    i32::try_from(limits.max_idle).unwrap_or(i32::MAX).into(),
+                ],
             ))
             .await?;
         for row in &rows {
-            let (pid, role, open_for): (i32, String, f64) =
-                (row.try_get("", "pid")?, row.try_get("", "role_name")?, row.try_get("", "open_for")?);
-            tracing::warn!(
-                pid,
-                role,
-                open_for_seconds = open_for,
-                limit_seconds = self.config.max_transaction.as_secs(),
-                "ended a reader session whose transaction outlived the limit"
+            let (pid, role, why, detail): (i32, String, String, String) = (
+                row.try_get("", "pid")?,
+                row.try_get("", "role_name")?,
+                row.try_get("", "why")?,
+                row.try_get("", "detail")?,
             );
+            // Idle sessions beyond the few a login keeps are routine; the rest is a login misbehaving.
+            if why == "idle" {
+                tracing::info!(pid, role, detail, "ended an idle reader session beyond its login's few");
+            } else {
+                tracing::warn!(pid, role, why, detail, "ended a reader session past the warden's limit");
+            }
         }
         Ok(rows.len() as u64)
     }

@@ -390,6 +390,29 @@ const RULES: &[(&str, &str)] = &[
           WHERE ($1::text IS NULL OR u.fleet = $1) AND u.current_attempt_id IS NOT NULL
             AND NOT EXISTS (SELECT 1 FROM work_unit_attempts a WHERE a.id = u.current_attempt_id)",
     ),
+    (
+        "ledger_logins_confined",
+        // What a login the ledger hands out could fill is the cluster's
+        // (SPEC §8): reader logins reach no other database and have a
+        // connection limit, and nobody but the ledger's own roles takes
+        // advisory locks in its database.
+        "SELECT f.fleet, NULL::uuid AS unit_id, 'no other database of the cluster' AS expected,
+                'reader login ' || f.role_name || ' may connect to database ' || d.datname AS found
+           FROM fleet_readers f JOIN pg_roles r ON r.rolname = f.role_name CROSS JOIN pg_database d
+          WHERE ($1::text IS NULL OR f.fleet = $1) AND d.datallowconn AND d.datname <> current_database()
+            AND has_database_privilege(f.role_name, d.datname, 'CONNECT')
+         UNION ALL
+         SELECT f.fleet, NULL, 'a connection limit of at most 4', 'reader login ' || f.role_name || ' has '
+                || CASE WHEN r.rolconnlimit < 0 THEN 'none' ELSE r.rolconnlimit::text END
+           FROM fleet_readers f JOIN pg_roles r ON r.rolname = f.role_name
+          WHERE ($1::text IS NULL OR f.fleet = $1) AND (r.rolconnlimit < 0 OR r.rolconnlimit > 4)
+         UNION ALL
+         SELECT '*', NULL, 'advisory locks for the ledger''s own roles only', 'PUBLIC may call ' || p.oid::regprocedure
+           FROM pg_proc p
+          WHERE $1::text IS NULL AND p.pronamespace = 'pg_catalog'::regnamespace AND p.proname ~ '^pg_(try_)?advisory_'
+            AND (p.proacl IS NULL OR EXISTS (SELECT 1 FROM aclexplode(p.proacl) a
+                                              WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE'))",
+    ),
 ];
 
 /// Runs every rule in one read-only snapshot, for `fleet` or all fleets.

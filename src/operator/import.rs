@@ -17,10 +17,12 @@ use std::collections::HashSet;
 use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::Deserialize;
-use uuid::Uuid;
+use std::time::Duration;
 
-use crate::auth::{Permission, Principal};
+use serde::Deserialize;
+
+use crate::auth::{self, Permission, Principal};
+use crate::db;
 use crate::ledger::{Ledger, LedgerError, RegisterUnit, validate};
 
 /// Units per `register_units` call (its limit, SPEC §9).
@@ -163,13 +165,23 @@ pub async fn run(
     format: Format,
     dry_run: bool,
 ) -> Result<Summary, LedgerError> {
-    let who = Principal {
-        token_id: Uuid::nil(),
-        fleet: fleet.to_owned(),
-        name: "import".to_owned(),
-        permissions: vec![Permission::LedgerRead, Permission::UnitsRegister],
-    };
     let (units, refused) = parse(text, format);
+    // The import registers as a token of its own, like every write (a day
+    // is far more than an import takes; it is revoked when the import ends).
+    let permissions = vec![Permission::LedgerRead, Permission::UnitsRegister];
+    let who = auth::mint(ledger.db(), fleet, "import", permissions, Duration::from_secs(86_400)).await?;
+    let summary = import_all(ledger, &who, units, refused, dry_run).await;
+    db::tokens::revoke(ledger.db(), who.token_id).await?;
+    summary
+}
+
+async fn import_all(
+    ledger: &Ledger,
+    who: &Principal,
+    units: Vec<(usize, RegisterUnit)>,
+    refused: Vec<Refused>,
+    dry_run: bool,
+) -> Result<Summary, LedgerError> {
     let mut summary = Summary { refused, dry_run, ..Summary::default() };
     let progress = if std::io::stderr().is_terminal() {
         let bar = ProgressBar::new(units.len() as u64);
@@ -192,13 +204,13 @@ pub async fn run(
         }
         pending.push(unit);
         if pending.len() == BATCH {
-            import_batch(ledger, &who, std::mem::take(&mut pending), dry_run, &mut summary).await?;
+            import_batch(ledger, who, std::mem::take(&mut pending), dry_run, &mut summary).await?;
             progress.inc(BATCH as u64);
         }
     }
     let rest = pending.len() as u64;
     if !pending.is_empty() {
-        import_batch(ledger, &who, pending, dry_run, &mut summary).await?;
+        import_batch(ledger, who, pending, dry_run, &mut summary).await?;
     }
     progress.inc(rest);
     progress.finish_and_clear();

@@ -6,7 +6,7 @@ use futures::future::join_all;
 use serde_json::json;
 use work_ledger::auth::Role;
 
-use crate::helpers::{Agent, TestApp, spawn_app};
+use crate::helpers::{Agent, TestApp, spawn_app, sql_token};
 
 async fn agents(app: &TestApp, n: usize) -> Vec<Agent<'_>> {
     let mut agents = Vec::with_capacity(n);
@@ -169,14 +169,16 @@ async fn claim_next_by_domain_uses_the_index_under_a_generic_plan() {
     .await;
     app.sql("ANALYZE work_units").await;
 
+    let claims = 8;
+    app.sql_tokens("f", "'units:claim'", &format!("SELECT 'agent-' || g FROM generate_series(0, {claims}) g")).await;
     let tx = app.owner.begin().await.expect("begin");
     tx.execute_unprepared("SET LOCAL plan_cache_mode = force_generic_plan").await.expect("generic plans");
-    let claims = 8;
     for i in 0..claims {
+        let token = sql_token(&format!("'agent-{i}'"));
         let row = tx
             .query_one_raw(Statement::from_string(
                 sea_orm::DbBackend::Postgres,
-                format!("SELECT result, (unit).domain FROM ledger_claim('f', 'agent-{i}', NULL, NULL, NULL, 900, 'jcl', NULL)"),
+                format!("SELECT result, (unit).domain FROM ledger_claim({token}, NULL, NULL, NULL, 900, 'jcl', NULL)"),
             ))
             .await
             .expect("claim")
@@ -220,10 +222,20 @@ async fn claim_next_reads_the_ready_units_alone_after_many_claims() {
     )
     .await;
     app.sql("VACUUM ANALYZE work_units").await;
+    app.sql_tokens(
+        "f",
+        "'units:claim'",
+        "SELECT 'bulk-' || g FROM generate_series(1, 1000) g UNION ALL SELECT 'warm' UNION ALL SELECT 'measured-' || g
+           FROM generate_series(0, 2) g",
+    )
+    .await;
     let claim = |agent: &str| {
         Statement::from_string(
             sea_orm::DbBackend::Postgres,
-            format!("SELECT result FROM ledger_claim('f', '{agent}', NULL, NULL, NULL, 900, NULL, NULL)"),
+            format!(
+                "SELECT result FROM ledger_claim({}, NULL, NULL, NULL, 900, NULL, NULL)",
+                sql_token(&format!("'{agent}'"))
+            ),
         )
     };
     // 1,000 claims, committed; then one more, which finds the READY index's
@@ -232,7 +244,7 @@ async fn claim_next_reads_the_ready_units_alone_after_many_claims() {
     // the best of three measured claims).
     app.sql(
         "SELECT count(*) FROM generate_series(1, 1000) g,
-                LATERAL ledger_claim('f', 'bulk-' || g, NULL, NULL, NULL, 900, NULL, NULL) c
+                LATERAL ledger_claim(sha256(convert_to('bulk-' || g, 'UTF8')), NULL, NULL, NULL, 900, NULL, NULL) c
           WHERE c.result = 'claimed'",
     )
     .await;

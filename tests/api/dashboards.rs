@@ -165,7 +165,7 @@ async fn every_panel_query_runs_as_a_reader_and_every_metric_exists() {
     let op = Agent::new(&app, "f", "op-m", Role::Operator).await;
     op.run("{ units(first: 1) { edges { node { id } } } }", json!({})).await.data();
     let audit = work_ledger(&app, &["audit"], None);
-    assert!(audit.status.success(), "{}", text(&audit.stderr));
+    assert!(audit.status.success(), "{}{}", text(&audit.stdout), text(&audit.stderr));
     let target = app.metrics_addr.expect("metrics");
     let exposed =
         app.http.get(format!("http://{target}/metrics")).send().await.expect("scrape").text().await.expect("text");

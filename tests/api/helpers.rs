@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use work_ledger::auth::{self, Role};
 
 use work_ledger::db;
-use work_ledger::embedded_pg::EmbeddedPostgres;
+use work_ledger::embedded_pg::{self, EmbeddedPostgres};
 use work_ledger::http::{Application, ServerConfig};
 use work_ledger::ledger::Ledger;
 use work_ledger::live::{Live, LiveConfig, SweeperConfig};
@@ -51,6 +51,12 @@ impl Cluster {
                             remove_stopped_clusters();
                             let dir = tempfile::Builder::new().prefix("wl-test-").tempdir().expect("tempdir").keep();
                             let pg = EmbeddedPostgres::start(&dir).await.expect("embedded PostgreSQL");
+                            // The cluster's own service database, which the tests leave unused (and
+                            // unmigrated), closed like every other to the tests' reader logins.
+                            let service = db::connect(pg.url(), 1).await.expect("connect");
+                            let closing = format!("REVOKE CONNECT ON DATABASE {} FROM PUBLIC", embedded_pg::DATABASE);
+                            service.execute_unprepared(&closing).await.expect("close the service database");
+                            service.close().await.expect("close");
                             (pg.url().to_owned(), Some(pg))
                         }
                     };
@@ -159,7 +165,12 @@ pub async fn spawn_app_with(config: ServerConfig) -> TestApp {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
     let cluster = Cluster::get();
     let name = format!("wlt_{}_{}", std::process::id(), NEXT_DB.fetch_add(1, Ordering::SeqCst));
-    admin(cluster, &format!("CREATE DATABASE {name} TEMPLATE {}", cluster.template)).await;
+    // Born closed to PUBLIC (as `migrate` leaves it): a reader login of
+    // another test must never find a database it may connect to (SPEC §8,
+    // the audit reports one), not even while this one is being made.
+    admin(cluster, &format!("CREATE DATABASE {name} TEMPLATE {} ALLOW_CONNECTIONS false", cluster.template)).await;
+    admin(cluster, &format!("REVOKE CONNECT ON DATABASE {name} FROM PUBLIC")).await;
+    admin(cluster, &format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true")).await;
     // As `serve` does at start: a clone is up to date, but database-wide
     // privileges are not copied from the template and are set again.
     db::migrate(&cluster.url(&name)).await.expect("migrate the test database");
@@ -386,6 +397,30 @@ impl TestApp {
         self.sql_i64("SELECT coalesce(pg_sequence_last_value('watermarks_taken'), 0)").await
     }
 
+    /// Mints in SQL, for raw-SQL writes, a token of `fleet` with
+    /// `permissions` for every name the SQL set `names` yields, known by the
+    /// hash [`sql_token`] of the name: every write acts as a token (SPEC §8).
+    pub async fn sql_tokens(&self, fleet: &str, permissions: &str, names: &str) {
+        self.sql(&format!(
+            "SELECT ledger_token_create('{fleet}', n, ARRAY[{permissions}], {}) FROM ({names}) AS t(n)",
+            sql_token("n")
+        ))
+        .await;
+    }
+
+    /// Creates database `name` in the test cluster closed to PUBLIC from its
+    /// first moment, as every database but a ledger's is in the deployments
+    /// the project ships (no reader login of any test may reach it).
+    pub async fn create_closed_database(&self, name: &str) {
+        for sql in [
+            format!("CREATE DATABASE {name} ALLOW_CONNECTIONS false"),
+            format!("REVOKE CONNECT ON DATABASE {name} FROM PUBLIC"),
+            format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true"),
+        ] {
+            self.sql(&sql).await;
+        }
+    }
+
     /// Executes SQL as the owner, panicking on failure.
     pub async fn sql(&self, sql: &str) {
         self.owner.execute_unprepared(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
@@ -547,6 +582,18 @@ impl TestApp {
         tx.rollback().await.expect("rollback");
         result
     }
+}
+
+/// A bearer token's hash as a SQL literal: what a write function takes as
+/// its caller.
+pub fn hash_sql(token: &str) -> String {
+    format!("decode('{}', 'hex')", hex::encode(work_ledger::auth::hash_token(token)))
+}
+
+/// The token hash [`TestApp::sql_tokens`] gave the name the SQL expression
+/// `name` yields, as a SQL expression.
+pub fn sql_token(name: &str) -> String {
+    format!("sha256(convert_to({name}, 'UTF8'))")
 }
 
 /// The fields every write-path test reads back.

@@ -563,6 +563,7 @@ async fn a_stream_without_a_cursor_starts_with_what_commits_after_it_began() {
     app.sql(&insert("Y")).await;
     let principal = work_ledger::auth::Principal {
         token_id: uuid::Uuid::new_v4(),
+        token_hash: [0; 32],
         fleet: "f".into(),
         name: "reader".into(),
         permissions: Role::Reader.permissions(),

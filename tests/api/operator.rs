@@ -147,7 +147,7 @@ async fn audit_is_clean_on_a_worked_ledger_and_catches_each_rule_broken_by_hand(
     let clean = work_ledger(&app, &["audit"], None);
     assert!(clean.status.success(), "{}\n{}", text(&clean.stdout), text(&clean.stderr));
     assert_eq!(text(&clean.stdout), "", "no findings");
-    assert!(text(&clean.stderr).contains("audit clean: 18 rules checked"), "{}", text(&clean.stderr));
+    assert!(text(&clean.stderr).contains("audit clean: 19 rules checked"), "{}", text(&clean.stderr));
 
     // A superuser breaks one rule per unit, triggers and foreign keys off
     // (`session_replication_role = replica`); indexes still hold, so the one
@@ -178,6 +178,11 @@ async fn audit_is_clean_on_a_worked_ledger_and_catches_each_rule_broken_by_hand(
          UPDATE work_units SET claimed_by = 'agent-b' WHERE id = '{released}';"
     );
     app.sql(&corruptions).await;
+    // A reader login of the fleet let into another database of the cluster.
+    let reader = app.reader_login("f").await;
+    let other = format!("wlt_other_{}", uuid::Uuid::new_v4().simple());
+    app.create_closed_database(&other).await;
+    app.sql(&format!("GRANT CONNECT ON DATABASE {other} TO {}", reader.username())).await;
 
     let audit = work_ledger(&app, &["audit", "--fleet", "f"], None);
     assert_eq!(audit.status.code(), Some(1), "{}", text(&audit.stderr));
@@ -218,8 +223,11 @@ async fn audit_is_clean_on_a_worked_ledger_and_catches_each_rule_broken_by_hand(
     expect("-", "agent_latest");
     // And wrote cost days that no cost record has.
     expect("-", "cost_days");
+    // And let a reader login into another database.
+    expect("-", "ledger_logins_confined");
     let rules: BTreeSet<&str> = found.iter().map(|(_, rule)| rule.as_str()).collect();
-    assert_eq!(rules.len(), 18, "every rule caught its breach: {out}");
+    assert_eq!(rules.len(), 19, "every rule caught its breach: {out}");
+    app.sql(&format!("DROP DATABASE {other} WITH (FORCE)")).await;
 
     // Another fleet's audit sees none of it.
     let elsewhere = work_ledger(&app, &["audit", "--fleet", "g"], None);

@@ -44,11 +44,20 @@ async fn alive(conn: &mut sqlx::PgConnection) -> bool {
 #[tokio::test]
 async fn the_reader_warden_ends_reader_transactions_past_the_limit_whatever_their_settings() {
     let mut config = test_config();
-    config.live.warden = WardenConfig { interval: Duration::from_millis(200), max_transaction: Duration::from_secs(2) };
+    config.live.warden = WardenConfig {
+        interval: Duration::from_millis(200),
+        max_transaction: Duration::from_secs(2),
+        ..WardenConfig::default()
+    };
     let app = spawn_app_with(config).await;
     let role = reader_login(&app);
+    // Another database of the cluster the login reaches (an external
+    // cluster's operator who has not closed it).
+    let other = format!("wlt_other_{}", uuid::Uuid::new_v4().simple());
+    app.create_closed_database(&other).await;
+    app.sql(&format!("GRANT CONNECT ON DATABASE {other} TO {role}")).await;
     let mut pinning = Vec::new();
-    for database in [None, Some("postgres")] {
+    for database in [None, Some(other.as_str())] {
         let mut conn = sqlx::PgConnection::connect(&url_as(&app, &role, "s3cret", database)).await.expect("connect");
         for sql in [
             "SET statement_timeout = 0",
@@ -90,6 +99,7 @@ async fn the_reader_warden_ends_reader_transactions_past_the_limit_whatever_thei
         .expect("passes");
     assert!(alive(&mut idle).await, "a reader without a transaction keeps its session");
     app.register(&op, &["after-the-warden"]).await;
+    app.sql(&format!("DROP DATABASE {other} WITH (FORCE)")).await;
 }
 
 /// Item 3: CONNECT on the ledger's database is not PUBLIC's after
@@ -404,7 +414,7 @@ async fn restore_reads_a_file_whose_name_starts_with_a_dash() {
     let backup = run(&app.db_url, &["backup", "--out=-x.dump"]);
     assert!(backup.status.success(), "{}", text(&backup.stderr));
     let target = format!("wlt_dash_{}", uuid::Uuid::new_v4().simple());
-    app.owner.execute_unprepared(&format!("CREATE DATABASE {target}")).await.expect("create");
+    app.create_closed_database(&target).await;
     let mut url = url::Url::parse(&app.db_url).expect("url");
     url.set_path(&format!("/{target}"));
     let restore = run(url.as_str(), &["restore", "--", "-x.dump"]);
