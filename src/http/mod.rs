@@ -169,7 +169,8 @@ impl Application {
             .fallback(surface::not_found);
         let router = surface::guard(router, policy).layer(middleware::from_fn(request_span));
         let metrics = metrics_listener.zip(metrics_policy).map(|(l, policy)| {
-            let router = Router::new().route("/metrics", get(metrics)).with_state(state).fallback(surface::not_found);
+            let router =
+                Router::new().route("/metrics", get(metrics)).with_state(state).fallback(surface::not_found_on_metrics);
             (l, surface::guard(router, policy))
         });
         Ok(Self { listener, router, live, http: config.http, connections, metrics })

@@ -93,6 +93,8 @@ async fn the_metrics_listener_closes_a_connection_that_trickles_headers() {
     assert_eq!(ok.status, 200, "{}", ok.head);
 }
 
+/// The metrics listener's own checks; its 404 names its own paths, not the
+/// API's (which it told a prober of the metrics port about).
 #[tokio::test]
 async fn the_metrics_listener_checks_host_answers_404_and_refuses_two_hosts() {
     let app = spawn_app_with(with_metrics()).await;
@@ -114,6 +116,10 @@ async fn the_metrics_listener_checks_host_answers_404_and_refuses_two_hosts() {
 
     let unknown = exchange(metrics, &get("/nope", "127.0.0.1")).await;
     assert_eq!(unknown.status, 404, "{}", unknown.head);
+    assert!(unknown.body.contains("GET /metrics"), "{}", unknown.body);
+    for api in ["/graphql", "/mcp", "describes them"] {
+        assert!(!unknown.body.contains(api), "the metrics port's 404 names {api}: {}", unknown.body);
+    }
 
     for host in [format!("127.0.0.1:{port}"), format!("localhost:{port}")] {
         let ok = exchange(metrics, &get("/metrics", &host)).await;
