@@ -5,9 +5,9 @@
 //! listener never exposes them.
 //!
 //! Labels are bounded: operation names come from the schema's root fields,
-//! result codes from SPEC §5, dispositions from their enum, pools are the
-//! two of the process, audit scopes are the fleets an operator audits. No
-//! agent or unit label.
+//! result codes from SPEC §5, dispositions from their enum, pools and
+//! listeners are the two of the process, audit scopes are the fleets an
+//! operator audits. No agent or unit label.
 
 use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::sync::{Arc, Mutex};
@@ -53,6 +53,24 @@ pub struct AuditLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SurfaceLabel {
     pub surface: &'static str,
+}
+
+/// `api` or `metrics`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabel {
+    pub listener: &'static str,
+}
+
+/// One listener's connections, counted by its door ([`crate::http::listener`]).
+#[derive(Clone, Debug)]
+pub struct DoorCounts {
+    /// HTTP connections open (an upgraded WebSocket leaves this count for
+    /// `work_ledger_websocket_connections`).
+    pub open: Gauge,
+    /// Connections closed between requests to make room for a newcomer at the cap.
+    pub evicted: Counter,
+    /// Newcomers refused with 503: every place held a request in flight or a WebSocket.
+    pub refused: Counter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -110,6 +128,9 @@ pub struct Metrics {
     queue_usage: FloatGauge,
     oldest_writer_age: FloatGauge,
     websockets: Gauge,
+    connections_open: Family<ListenerLabel, Gauge>,
+    connections_evicted: Family<ListenerLabel, Counter>,
+    connections_refused: Family<ListenerLabel, Counter>,
     audit_findings: Family<AuditLabel, Gauge>,
     audit_last_run: Family<ScopeLabel, FloatGauge>,
 }
@@ -220,6 +241,20 @@ impl Default for Metrics {
         );
         let websockets = Gauge::default();
         r.register("websocket_connections", "Open WebSocket connections", websockets.clone());
+        let connections_open = Family::<ListenerLabel, Gauge>::default();
+        r.register("http_connections_open", "HTTP connections open, per listener", connections_open.clone());
+        let connections_evicted = Family::<ListenerLabel, Counter>::default();
+        r.register(
+            "http_connections_evicted",
+            "Connections closed between requests to make room for a newcomer at the listener's cap",
+            connections_evicted.clone(),
+        );
+        let connections_refused = Family::<ListenerLabel, Counter>::default();
+        r.register(
+            "http_connections_refused",
+            "Connections refused with 503 at the listener's cap: every place held a request in flight or a WebSocket",
+            connections_refused.clone(),
+        );
         let audit_findings = Family::<AuditLabel, Gauge>::default();
         r.register(
             "audit_findings",
@@ -256,6 +291,9 @@ impl Default for Metrics {
             queue_usage,
             oldest_writer_age,
             websockets,
+            connections_open,
+            connections_evicted,
+            connections_refused,
             audit_findings,
             audit_last_run,
         }
@@ -304,6 +342,17 @@ impl Metrics {
             tracing::warn!("cannot encode the metrics");
         }
         text
+    }
+
+    /// The counts of the listener named `listener` (`api`, `metrics`), shown
+    /// at zero from the start.
+    pub fn door(&self, listener: &'static str) -> DoorCounts {
+        let label = ListenerLabel { listener };
+        DoorCounts {
+            open: self.connections_open.get_or_create(&label).clone(),
+            evicted: self.connections_evicted.get_or_create(&label).clone(),
+            refused: self.connections_refused.get_or_create(&label).clone(),
+        }
     }
 
     /// A request refused for want of a valid token on `surface`.

@@ -4,44 +4,60 @@
 //! - a client gets `header_read_timeout` to send a request's headers (also
 //!   between requests on a kept-alive connection), then the connection is
 //!   closed: trickled or withheld headers cannot hold a socket;
+//! - a request's line and headers hold at most [`MAX_HEAD_BYTES`] (431 past
+//!   it), and a connection buffers no more than that of what it has not
+//!   parsed yet: a header that never ends is cut off at 64 KiB (hyper's
+//!   default buffer grows to 400 KB);
 //! - at most `max_connections` connections are open at once (WebSockets
-//!   upgraded from this listener count too). At the cap, a new connection
-//!   takes the place of the oldest one that has not sent a complete request
-//!   yet (a flood of idle sockets evicts itself, while a health check or an
-//!   agent's next request gets through); when every open connection has
-//!   been served a request, the new one is refused at the door with a 503.
-//!   Connections that have been served (an agent's kept-alive connection, a
-//!   request in flight) are never evicted;
+//!   upgraded from this listener count too). At the cap a newcomer takes the
+//!   place of a connection that waits for a request, one never served
+//!   first, then the one idle longest between requests ([`places`]): a flood
+//!   of idle sockets evicts itself, and clients that re-request on
+//!   kept-alive connections cannot hold every place. Connections with a
+//!   request in flight and WebSockets are never closed for it; when every
+//!   place holds one, the newcomer is refused at the door with a 503;
+//! - a connection the server closes while the client still sends is not
+//!   reset, so the client reads its last answer ([`linger`]);
 //! - memory the allocator kept for a flood's connections is handed back to
-//!   the system once the flood is over (`malloc_trim` on glibc; its arenas
-//!   otherwise keep the peak for good).
+//!   the system once the flood is over ([`trim`]).
+//!
+//! Open, evicted and refused connections are counted per listener
+//! ([`DoorCounts`]).
 
-use std::collections::VecDeque;
+mod linger;
+mod places;
+mod trim;
+
+use std::convert::Infallible;
 use std::future::Future;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::ConnectInfo;
+use axum::http::StatusCode;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::Service;
 
+use super::MAX_HEAD_BYTES;
+use crate::metrics::DoorCounts;
+use linger::{Closing, Lingering};
+use places::{InFlight, Places};
+
 /// One listener's limits.
 #[derive(Debug, Clone)]
 pub struct Door {
-    /// What the listener is, for logs (`API`, `metrics`).
+    /// What the listener is, for logs and the metrics' `listener` label (`api`, `metrics`).
     pub name: &'static str,
     pub header_read_timeout: Duration,
     pub max_connections: usize,
     /// Connections upgraded from this listener (WebSockets), which count
     /// towards `max_connections` while they stay open.
     pub upgraded: Option<TaskTracker>,
+    pub counts: DoorCounts,
 }
 
 /// The default cap on one listener's connections: half of the process's
@@ -75,60 +91,6 @@ pub fn open_files_limit() -> usize {
     })
 }
 
-/// Where a connection stands, for eviction.
-const FRESH: u8 = 0;
-const SERVED: u8 = 1;
-const EVICTED: u8 = 2;
-const CLOSED: u8 = 3;
-
-struct Slot {
-    state: AtomicU8,
-    evict: CancellationToken,
-}
-
-impl Slot {
-    fn is_fresh(&self) -> bool {
-        self.state.load(Ordering::Acquire) == FRESH
-    }
-}
-
-/// The open connections of one listener, oldest first.
-struct Open {
-    count: AtomicUsize,
-    /// The most connections open at once since the allocator was last
-    /// trimmed (it keeps what they took until then).
-    peak: AtomicUsize,
-    /// Connections that may still be fresh, in the order they were accepted
-    /// (served and closed ones are dropped lazily).
-    fresh: Mutex<VecDeque<Arc<Slot>>>,
-}
-
-impl Open {
-    /// Evicts the oldest connection that has not sent a request yet; false
-    /// when there is none.
-    fn evict_oldest_fresh(&self) -> bool {
-        let mut fresh = self.fresh.lock().unwrap_or_else(|e| e.into_inner());
-        while let Some(slot) = fresh.pop_front() {
-            if slot.state.compare_exchange(FRESH, EVICTED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                slot.evict.cancel();
-                return true;
-            }
-        }
-        false
-    }
-
-    fn push(&self, slot: Arc<Slot>, cap: usize) {
-        let mut fresh = self.fresh.lock().unwrap_or_else(|e| e.into_inner());
-        while fresh.front().is_some_and(|s| !s.is_fresh()) {
-            fresh.pop_front();
-        }
-        if fresh.len() > 2 * cap {
-            fresh.retain(|s| s.is_fresh());
-        }
-        fresh.push_back(slot);
-    }
-}
-
 /// What a refused connection reads before it is closed.
 const REFUSED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n\
 Retry-After: 1\r\nConnection: close\r\nContent-Length: 49\r\n\r\ntoo many open connections to this port; retry soon";
@@ -143,13 +105,17 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let mut builder = http1::Builder::new();
-    builder.timer(TokioTimer::new()).header_read_timeout(door.header_read_timeout);
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(door.header_read_timeout)
+        .max_header_size(MAX_HEAD_BYTES)
+        .max_buf_size(MAX_HEAD_BYTES);
     let stop = CancellationToken::new();
     let connections = TaskTracker::new();
-    let open = Arc::new(Open { count: AtomicUsize::new(0), peak: AtomicUsize::new(0), fresh: Mutex::default() });
-    let trimmer = tokio::spawn(trim_after_floods(open.clone(), door.max_connections, stop.clone()));
+    let places = Places::new(door.max_connections, door.counts.clone());
+    let trimmer = tokio::spawn(trim::trim_after_floods(places.clone(), door.max_connections, stop.clone()));
+    let closing = Closing::default();
     let (mut refused, mut accept_failures): (u64, u64) = (0, 0);
-    let lingering = Arc::new(AtomicUsize::new(0));
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -169,49 +135,56 @@ pub async fn serve(
             },
         };
         let upgraded = door.upgraded.as_ref().map_or(0, TaskTracker::len);
-        if open.count.load(Ordering::Acquire) + upgraded >= door.max_connections && !open.evict_oldest_fresh() {
+        if places.open() + upgraded >= door.max_connections && !places.evict_one() {
+            door.counts.refused.inc();
             refused += 1;
             if refused.is_power_of_two() {
                 tracing::warn!(
                     listener = door.name,
                     cap = door.max_connections,
                     refused,
-                    "connection refused: every allowed connection is open and in use"
+                    "connection refused: every allowed connection has a request in flight or is a WebSocket"
                 );
             }
-            refuse(stream, &lingering);
+            refuse(stream, &closing);
             continue;
         }
         let _ = stream.set_nodelay(true);
-        let slot = Arc::new(Slot { state: AtomicU8::new(FRESH), evict: CancellationToken::new() });
-        open.push(slot.clone(), door.max_connections);
-        let now = open.count.fetch_add(1, Ordering::AcqRel) + 1;
-        open.peak.fetch_max(now, Ordering::AcqRel);
+        let place = places.take(&stop);
         // Handlers learn the client's address (`ConnectInfo`, as with
-        // `axum::serve`); the connection is served (no longer evictable)
-        // once a request's headers have arrived.
-        let (router, served) = (router.clone(), slot.clone());
+        // `axum::serve`); the connection serves (is not evicted) from a
+        // request's headers until its response is sent.
+        let (router, serving, of) = (router.clone(), place.clone(), places.clone());
         let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
-            let _ = served.state.compare_exchange(FRESH, SERVED, Ordering::AcqRel, Ordering::Acquire);
+            let in_flight = InFlight::begin(&serving, &of);
             request.extensions_mut().insert(ConnectInfo(peer));
             // `Router` is always ready.
-            router.clone().call(request)
+            let response = router.clone().call(request);
+            async move {
+                let Ok(response) = response.await;
+                Ok::<_, Infallible>(if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+                    in_flight.upgrade();
+                    response
+                } else {
+                    in_flight.answer(response)
+                })
+            }
         });
-        let conn = builder.serve_connection(TokioIo::new(stream), service).with_upgrades();
-        let (stopping, open) = (stop.clone(), open.clone());
+        let io = TokioIo::new(Lingering::new(stream, closing.clone()));
+        let conn = builder.serve_connection(io, service).with_upgrades();
+        let places = places.clone();
         connections.spawn(async move {
             tokio::pin!(conn);
             let result = tokio::select! {
                 result = conn.as_mut() => result,
-                // Not a request in flight: nothing to finish.
-                _ = slot.evict.cancelled() => Ok(()),
-                _ = stopping.cancelled() => {
+                // Evicted, or the server stops: closed at once between
+                // requests, after its response when a request is in flight.
+                _ = place.close.cancelled() => {
                     conn.as_mut().graceful_shutdown();
                     conn.await
                 }
             };
-            slot.state.store(CLOSED, Ordering::Release);
-            open.count.fetch_sub(1, Ordering::AcqRel);
+            places.release(&place);
             if let Err(err) = result {
                 tracing::debug!(error = %err, "HTTP connection ended");
             }
@@ -225,71 +198,12 @@ pub async fn serve(
     Ok(())
 }
 
-/// Refused connections being closed at once, at most.
-const LINGERING: usize = 64;
-
 /// A 503 written if the socket takes it at once (a fresh socket's buffer
-/// does), then closed. What the client already sent is read and dropped
-/// first (for at most a second, and for at most [`LINGERING`] connections
-/// at a time): closing a socket with unread data resets it, and the client
-/// would lose the 503.
-fn refuse(stream: TcpStream, lingering: &Arc<AtomicUsize>) {
+/// does), then closed without a reset, so that the client reads it.
+fn refuse(stream: TcpStream, closing: &Closing) {
     let _ = stream.try_write(REFUSED);
-    if lingering.fetch_add(1, Ordering::AcqRel) >= LINGERING {
-        lingering.fetch_sub(1, Ordering::AcqRel);
-        return;
-    }
-    let lingering = lingering.clone();
-    tokio::spawn(async move {
-        let mut stream = stream;
-        let drain = async {
-            stream.shutdown().await?;
-            let mut sink = [0u8; 1024];
-            while stream.read(&mut sink).await? > 0 {}
-            std::io::Result::Ok(())
-        };
-        let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
-        lingering.fetch_sub(1, Ordering::AcqRel);
-    });
+    closing.linger(stream);
 }
-
-/// Hands the allocator's free memory back to the system a few seconds
-/// after the open connections fell well below their peak (glibc keeps it
-/// otherwise: after a flood of 20,000 idle sockets the process stayed at
-/// 600 MB).
-///
-/// The peak is the most connections open since the last trim, not since the
-/// last tick: a flood whose clients go away slowly ebbs over several ticks,
-/// and no single tick would see it fall far.
-async fn trim_after_floods(open: Arc<Open>, cap: usize, stop: CancellationToken) {
-    const TICK: Duration = Duration::from_secs(5);
-    // Below this many connections of difference, what there is to give back
-    // is not worth a trim: 35-60 KB each once a flood is over, so at most a
-    // few MB are kept.
-    let worth = (cap / 8).clamp(16, 64);
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(TICK) => {}
-        }
-        let now = open.count.load(Ordering::Acquire);
-        let fell =
-            open.peak.fetch_update(Ordering::AcqRel, Ordering::Acquire, |peak| (peak >= now + worth).then_some(now));
-        if fell.is_ok() {
-            let _ = tokio::task::spawn_blocking(release_free_memory).await;
-        }
-    }
-}
-
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn release_free_memory() {
-    // SAFETY: malloc_trim only walks the allocator's own free lists.
-    let released = unsafe { libc::malloc_trim(0) };
-    tracing::debug!(released, "returned free memory to the system after a connection flood");
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn release_free_memory() {}
 
 #[cfg(test)]
 mod tests {

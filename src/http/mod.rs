@@ -43,6 +43,10 @@ use crate::live::{Live, LiveConfig};
 
 /// SPEC §9.
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
+/// A request's line and headers together (431 past it), and the most a
+/// connection buffers of a request it has not parsed yet. About hyper's own
+/// limit on a URI (64 KiB), which a `GET /graphql` carries its document in.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 pub const MAX_BATCH: usize = 10;
 
 /// Everything `serve` configures beyond the database and the address.
@@ -112,6 +116,8 @@ pub struct Application {
     connections: TaskTracker,
     /// The metrics listener and its router, when configured.
     metrics: Option<(TcpListener, Router)>,
+    /// Where the listeners count their connections.
+    registry: Arc<crate::metrics::Metrics>,
 }
 
 /// How long stopping waits for WebSocket connections to close.
@@ -169,10 +175,12 @@ impl Application {
             .fallback(surface::not_found);
         let router = surface::guard(router, policy).layer(middleware::from_fn(request_span));
         let metrics = metrics_listener.zip(metrics_policy).map(|(l, policy)| {
-            let router = Router::new().route("/metrics", get(metrics)).with_state(state).fallback(surface::not_found);
+            let router =
+                Router::new().route("/metrics", get(metrics)).with_state(state).fallback(surface::not_found_on_metrics);
             (l, surface::guard(router, policy))
         });
-        Ok(Self { listener, router, live, http: config.http, connections, metrics })
+        let registry = ledger.metrics().clone();
+        Ok(Self { listener, router, live, http: config.http, connections, metrics, registry })
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -195,10 +203,11 @@ impl Application {
     pub async fn run_until(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         let live = self.live;
         let door = listener::Door {
-            name: "API",
+            name: "api",
             header_read_timeout: self.http.header_read_timeout,
             max_connections: self.http.max_connections,
             upgraded: Some(self.connections.clone()),
+            counts: self.registry.door("api"),
         };
         let server = listener::serve(self.listener, self.router, door, live.stopping_owned());
         let mut tasks = tokio::task::JoinSet::new();
@@ -224,6 +233,7 @@ impl Application {
                 header_read_timeout: self.http.header_read_timeout,
                 max_connections: self.http.metrics_max_connections,
                 upgraded: None,
+                counts: self.registry.door("metrics"),
             };
             let server = listener::serve(metrics, router, door, live.stopping_owned());
             tasks.spawn(async move { ("metrics listener", server.await) });

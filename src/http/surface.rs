@@ -15,7 +15,8 @@
 //!   WebSockets freely, and may send simple POSTs; CORS does not stop
 //!   either). Clients that send no `Origin` (agents, services) are
 //!   unaffected.
-//! - [`not_found`]: 404 for unknown paths, before any authentication.
+//! - [`not_found`], [`not_found_on_metrics`]: 404 for unknown paths, before
+//!   any authentication, naming the listener's own paths.
 //!
 //! [`guard`] applies the `Host` check and the headers to a listener's router.
 
@@ -115,15 +116,22 @@ pub fn guard(router: Router, policy: Arc<Policy>) -> Router {
         .layer(axum::middleware::from_fn(security_headers))
 }
 
-/// 404 for a path no route serves, before any authentication.
+/// 404 for a path no route of the API serves, before any authentication.
 pub async fn not_found() -> Response {
+    no_such_path("the API is POST /graphql, subscriptions GET /graphql/ws, agents /mcp; GET / describes them")
+}
+
+/// 404 on the metrics listener, which names its own path alone (a prober of
+/// this port learns nothing of the API).
+pub async fn not_found_on_metrics() -> Response {
+    no_such_path("this port serves GET /metrics (Prometheus) alone")
+}
+
+fn no_such_path(what_is_served: &str) -> Response {
     error_response(
         StatusCode::NOT_FOUND,
         MediaType::Json,
-        LedgerError::invalid(
-            "path",
-            "no such path: the API is POST /graphql, subscriptions GET /graphql/ws, agents /mcp; GET / describes them",
-        ),
+        LedgerError::invalid("path", format!("no such path: {what_is_served}")),
     )
 }
 

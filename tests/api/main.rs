@@ -10,6 +10,7 @@ mod agents;
 mod auth;
 mod cancellation;
 mod claims;
+mod connection_cap;
 mod contract;
 mod cost_days;
 mod dashboards;

@@ -109,7 +109,7 @@ pub(crate) async fn scrape(app: &TestApp) -> String {
 }
 
 /// Scrapes until `series` has `expected` (a state the service reaches on its own, bounded).
-async fn scrape_until(app: &TestApp, series: &str, expected: f64) -> String {
+pub(crate) async fn scrape_until(app: &TestApp, series: &str, expected: f64) -> String {
     scrape_until_true(app, series, &format!("{expected}"), |v| v == expected).await
 }
 
