@@ -18,28 +18,32 @@ pub enum ClaimOutcome {
     Renewed,
     /// The BLOCKED unit the agent holds; nothing written.
     Held,
-    /// An earlier request with the same idempotency key: the unit as it is now.
-    Replayed,
+    /// An earlier request with the same idempotency key: the unit as it is
+    /// now, nothing written; `renewed` when that request renewed the lease
+    /// (else it claimed: a request that wrote nothing kept no key).
+    Replayed { renewed: bool },
 }
 
 impl ClaimOutcome {
-    fn from_result(result: &str) -> Self {
+    /// From `ledger_claim`'s `result`; a replay's `first` is what the
+    /// earlier request answered (`ledger_replay`'s `info.outcome`).
+    fn from_result(result: &str, first: Option<&str>) -> Self {
         match result {
             "claimed" => Self::Claimed { reclaimed: false },
             "reclaimed" => Self::Claimed { reclaimed: true },
             "renewed" => Self::Renewed,
-            "replayed" => Self::Replayed,
+            "replayed" => Self::Replayed { renewed: first == Some("renewed") },
             _ => Self::Held,
         }
     }
 
     /// The outcome's name on every surface: `claimed`, `renewed` or `held`
-    /// (a replay reports what the unit is to the caller now).
+    /// (a replay says what the first request said).
     pub fn name(self) -> &'static str {
         match self {
-            Self::Claimed { .. } => "claimed",
-            Self::Renewed => "renewed",
-            Self::Held | Self::Replayed => "held",
+            Self::Claimed { .. } | Self::Replayed { renewed: false } => "claimed",
+            Self::Renewed | Self::Replayed { renewed: true } => "renewed",
+            Self::Held => "held",
         }
     }
 }
@@ -61,11 +65,7 @@ impl Ledger {
         let args = json!({ "domain": domain, "leaseSeconds": lease });
         let keyed = Keyed { operation: "claimNext", key, args: &args };
         let values = vec![lease.into(), domain.into(), Option::<Uuid>::None.into()];
-        let Some(row) = self.call(who, function::CLAIM, Some(keyed), values).await?.pop() else {
-            return Ok(None);
-        };
-        let (result, unit) = super::write::answer(row, who, "CLAIMED")?;
-        Ok(Some(self.claimed(&result, unit)))
+        self.claim(who, keyed, values).await
     }
 
     pub async fn claim_unit(
@@ -83,13 +83,29 @@ impl Ledger {
         let args = json!({ "id": unit_id, "leaseSeconds": lease });
         let keyed = Keyed { operation: "claimUnit", key, args: &args };
         let values = vec![lease.into(), Option::<String>::None.into(), Some(unit_id).into()];
-        let (result, unit) = self.call_one(who, function::CLAIM, Some(keyed), values, "CLAIMED").await?;
-        Ok(self.claimed(&result, unit))
+        let claimed = self.claim(who, keyed, values).await?;
+        claimed.ok_or_else(|| LedgerError::internal(format!("{} answered no row", function::CLAIM)))
+    }
+
+    /// One call of `ledger_claim`: the unit and what the claim did, `None`
+    /// when it answered no row (nothing claimable).
+    async fn claim(
+        &self,
+        who: &Principal,
+        keyed: Keyed<'_>,
+        values: Vec<sea_orm::Value>,
+    ) -> Result<Option<(ClaimOutcome, UnitModel)>, LedgerError> {
+        let Some(row) = self.call(who, function::CLAIM, Some(keyed), values).await?.pop() else {
+            return Ok(None);
+        };
+        let first = row.info_str("outcome").map(str::to_owned);
+        let (result, unit) = super::write::answer(row, who, "CLAIMED")?;
+        Ok(Some(self.claimed(&result, first.as_deref(), unit)))
     }
 
     /// Counts a claim that took a unit and names it in the operation's span.
-    fn claimed(&self, result: &str, unit: UnitModel) -> (ClaimOutcome, UnitModel) {
-        let outcome = ClaimOutcome::from_result(result);
+    fn claimed(&self, result: &str, first: Option<&str>, unit: UnitModel) -> (ClaimOutcome, UnitModel) {
+        let outcome = ClaimOutcome::from_result(result, first);
         if let ClaimOutcome::Claimed { reclaimed } = outcome {
             self.metrics.claims.inc();
             if reclaimed {

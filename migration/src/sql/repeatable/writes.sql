@@ -86,7 +86,9 @@ $$;
 -- IDEMPOTENCY_KEY_REUSED when it is not; no row for a new key. Two
 -- concurrent uses of one new key both pass here; the unique index on
 -- (fleet, agent_id, source_event_id) refuses the second's event, and the
--- service runs that call again, which then replays.
+-- service runs that call again, which then replays. A claim's replay says
+-- in info.outcome what the first call answered, read from its keyed event
+-- (a keyed heartbeat is only ever a claim's renewal).
 CREATE OR REPLACE FUNCTION ledger_replay(p_fleet text, p_agent text, p_key text, p_hash text)
 RETURNS TABLE (result text, unit work_units, info jsonb)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, public, pg_temp AS $$
@@ -94,17 +96,22 @@ LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
     v_unit uuid;
     v_hash text;
+    v_outcome text;
 BEGIN
     IF p_key IS NULL THEN
         RETURN;
     END IF;
-    SELECT e.unit_id, e.request_hash INTO v_unit, v_hash FROM work_unit_events e
+    SELECT e.unit_id, e.request_hash,
+           CASE WHEN e.event_type = 'claimed' AND e.from_state = 'ready' THEN 'claimed'
+                WHEN e.event_type = 'claimed' THEN 'reclaimed'
+                WHEN e.event_type = 'heartbeat' THEN 'renewed' END
+      INTO v_unit, v_hash, v_outcome FROM work_unit_events e
      WHERE e.fleet = p_fleet AND e.agent_id = p_agent AND e.source_event_id = p_key;
     IF NOT FOUND THEN
         RETURN;
     END IF;
     IF v_hash = p_hash THEN
-        RETURN QUERY SELECT * FROM ledger_answer('replayed', v_unit);
+        RETURN QUERY SELECT * FROM ledger_answer('replayed', v_unit, jsonb_strip_nulls(jsonb_build_object('outcome', v_outcome)));
     ELSE
         RETURN QUERY SELECT 'IDEMPOTENCY_KEY_REUSED'::text, NULL::work_units, jsonb_build_object('key', p_key);
     END IF;
