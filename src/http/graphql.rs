@@ -185,7 +185,7 @@ fn auth_refusal(err: LedgerError, media: MediaType) -> Response {
 }
 
 /// `application/json`, with any parameters.
-fn is_json(headers: &HeaderMap) -> bool {
+pub(crate) fn is_json(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
