@@ -12,7 +12,7 @@
 //!
 //! | step | what runs |
 //! | --- | --- |
-//! | parse | the document is parsed here once (async-graphql takes it as parsed): the code of a parse error; [`read_budget`]: fleet-wide reads and aliases; [`request_errors`]: subscriptions over HTTP, required variables |
+//! | parse | the document is parsed here once (async-graphql takes it as parsed): the code of a parse error; [`read_budget`]: fleet-wide reads (a batch's together) and aliases; [`request_errors`]: subscriptions over HTTP, required variables |
 //! | data | [`notes`]: the response notes' store; [`loaders`]: the request's DataLoaders and clock |
 //! | execute | in the ledger operation's span ([`operation_metrics`]) |
 //! | answer | a request refused before execution: the code of validation errors and [`guidance`]'s names meant; an executed one: [`notes`] into the response; [`operation_metrics`]: counted and timed by root field and code |
@@ -45,14 +45,18 @@ use crate::ledger::{Ledger, LedgerError};
 
 type Raw = Schema<Query, Mutation, Subscription>;
 
-/// A checked request's own: its root field, its caller and the store of the
-/// notes its resolvers leave.
+/// A checked request's own: its root field, its caller, the store of the
+/// notes its resolvers leave and its fleet-wide reads ([`read_budget`]).
 #[derive(Clone)]
 struct Run {
     root: Root,
     who: Option<Principal>,
     notes: Arc<Notes>,
+    reads: usize,
 }
+
+/// A request checked and given its data, or its refusal ([`LedgerSchema::prepare`]).
+type Prepared = Result<(Request, Run, Shareable), ServerError>;
 
 /// A response over HTTP with its text: the request's own, or the one an
 /// execution gave every identical query that waited for it
@@ -134,19 +138,42 @@ impl LedgerSchema {
     /// text (`write`): a query shares its execution with identical ones sent
     /// with it ([`shared_reads`](super::shared_reads)).
     pub async fn execute_shared(&self, request: Request, write: Write) -> Answer {
+        self.execute_prepared(Instant::now(), self.prepare(request, None), write).await
+    }
+
+    /// One HTTP request's operations (a batch), each as `execute_shared` runs
+    /// it once all are checked: their fleet-wide reads share one budget
+    /// ([`read_budget::check_batch`]); over it, none runs, each is refused.
+    pub async fn execute_batch(&self, requests: Vec<Request>, write: Write) -> Vec<Answer> {
         let began = Instant::now();
-        let (root, written) = match self.prepare(request, None) {
-            Err(err) => (None, Arc::new(Written::new(Response::from_errors(vec![err]), write))),
-            Ok((request, run, shared)) => {
-                let span = run.root.span(run.who.as_ref());
-                let written = match shared {
-                    Some((key, who)) => self.shared(request, &run, span, key, who, write).await,
-                    None => Arc::new(Written::new(self.run(request, &run, span).await, write)),
-                };
-                (Some(run.root), written)
-            }
+        let prepared: Vec<Prepared> = requests.into_iter().map(|request| self.prepare(request, None)).collect();
+        let reads: Vec<usize> = prepared.iter().flatten().map(|(_, run, _)| run.reads).collect();
+        if let Err(err) = read_budget::check_batch(&reads) {
+            return prepared.iter().map(|_| self.refused(began, err.clone(), write)).collect();
+        }
+        let answers = prepared.into_iter().map(|prepared| self.execute_prepared(began, prepared, write));
+        futures::future::join_all(answers).await
+    }
+
+    /// A prepared request's answer, sharing its execution when it may.
+    async fn execute_prepared(&self, began: Instant, prepared: Prepared, write: Write) -> Answer {
+        let (request, run, shared) = match prepared {
+            Ok(prepared) => prepared,
+            Err(err) => return self.refused(began, err, write),
         };
-        self.record(root.as_ref(), began, &written.response);
+        let span = run.root.span(run.who.as_ref());
+        let written = match shared {
+            Some((key, who)) => self.shared(request, &run, span, key, who, write).await,
+            None => Arc::new(Written::new(self.run(request, &run, span).await, write)),
+        };
+        self.record(Some(&run.root), began, &written.response);
+        Answer(written)
+    }
+
+    /// The answer of a request refused before execution.
+    fn refused(&self, began: Instant, err: ServerError, write: Write) -> Answer {
+        let written = Arc::new(Written::new(Response::from_errors(vec![err]), write));
+        self.record(None, began, &written.response);
         Answer(written)
     }
 
@@ -251,11 +278,11 @@ impl LedgerSchema {
     /// with what its answer needs and, for a query over HTTP, the key it
     /// may share an execution under (with its caller); `session` is a
     /// WebSocket connection's.
-    fn prepare(&self, mut request: Request, session: Option<&Data>) -> Result<(Request, Run, Shareable), ServerError> {
+    fn prepare(&self, mut request: Request, session: Option<&Data>) -> Prepared {
         let over_http = data_of::<OverHttp>(&request.data).is_some();
         let who = data_of::<Principal>(&request.data).or_else(|| session.and_then(data_of::<Principal>)).cloned();
-        let (root, shared) = self.check(&mut request, over_http, who.as_ref())?;
-        let run = Run { root, who, notes: Arc::default() };
+        let (root, reads, shared) = self.check(&mut request, over_http, who.as_ref())?;
+        let run = Run { root, who, notes: Arc::default(), reads };
         Ok((self.with_data(request, &run), run, shared))
     }
 
@@ -271,18 +298,19 @@ impl LedgerSchema {
 
     /// Parses the document and checks it before async-graphql validates it
     /// (which then takes it as parsed): what the request's metrics and span
-    /// need to know of it and, for `who`'s query over HTTP, the key it may
-    /// share an execution under ([`shared_reads`](super::shared_reads)); or the refusal.
+    /// need to know of it, its fleet-wide reads and, for `who`'s query over
+    /// HTTP, the key it may share an execution under
+    /// ([`shared_reads`](super::shared_reads)); or the refusal.
     fn check(
         &self,
         request: &mut Request,
         over_http: bool,
         who: Option<&Principal>,
-    ) -> Result<(Root, Shareable), ServerError> {
+    ) -> Result<(Root, usize, Shareable), ServerError> {
         let document = async_graphql::parser::parse_query(&request.query)
             .map_err(|err| with_code(ServerError::from(err), PARSE_FAILED))?;
-        read_budget::check(&document)?;
         let name = request.operation_name.as_deref();
+        let reads = read_budget::check(&document, request_errors::selected(&document, name))?;
         request_errors::check_parsed(&self.0.registry, over_http, &document, &request.variables, name)?;
         // A document without the named operation: async-graphql refuses it.
         let mut root = Root::of(&document, name, &request.variables).unwrap_or_else(Root::unknown);
@@ -292,7 +320,7 @@ impl LedgerSchema {
         let shareable = over_http && root.ty == OperationType::Query && root.field.is_some();
         let shared = who.filter(|_| shareable).and_then(|who| Some((Key::of(who, &document, request)?, who.clone())));
         request.set_parsed_query(document);
-        Ok((root, shared))
+        Ok((root, reads, shared))
     }
 
     /// The request with its notes' store and, for a caller, its loaders (a

@@ -1,7 +1,8 @@
 //! What one request may ask of the database (SPEC §9, issue 23): at most
 //! [`MAX_FLEET_READS`] fleet-wide reads and at most [`MAX_ALIASES`] aliases
 //! of one field in one selection, checked on the document before anything
-//! runs.
+//! runs. The reads are priced by HTTP request: a batch's operations share
+//! one budget ([`check_batch`]), each within it on its own too.
 //!
 //! The complexity budget prices rows: a paged field costs `first` times its
 //! items. A fleet-wide read costs a scan however few rows it returns (one
@@ -12,8 +13,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use async_graphql::parser::types::{ExecutableDocument, Selection, SelectionSet};
-use async_graphql::{Pos, ServerError, ServerResult};
+use async_graphql::parser::types::{ExecutableDocument, OperationDefinition, Selection, SelectionSet};
+use async_graphql::{Pos, Positioned, ServerError, ServerResult};
 
 use super::request_errors::VALIDATION_FAILED;
 
@@ -31,32 +32,57 @@ pub const FLEET_READS: &[&str] = &[
     "agents",
     "totalCount",
 ];
-/// Fleet-wide reads in one operation: a dashboard's handful.
+/// Fleet-wide reads in one request: a dashboard's handful.
 pub const MAX_FLEET_READS: usize = 5;
 /// Response names (aliases) of one field in one selection.
 pub const MAX_ALIASES: usize = 10;
 
-/// Every operation of `document` within both limits.
-pub(super) fn check(document: &ExecutableDocument) -> ServerResult<()> {
+/// Every operation of `document` within both limits; the fleet-wide reads
+/// of the one that runs (`runs`, when the document names one), for the
+/// request's budget.
+pub(super) fn check(
+    document: &ExecutableDocument,
+    runs: Option<&Positioned<OperationDefinition>>,
+) -> ServerResult<usize> {
     let mut walk = Walk { document, fragments: HashMap::new(), entered: HashSet::new() };
+    let mut priced = 0;
     for (_, operation) in document.operations.iter() {
         let reads = walk.selection(&operation.node.selection_set.node)?;
         if reads > MAX_FLEET_READS {
-            return Err(refusal(
-                format!(
-                    "this operation asks for {reads} fleet-wide reads ({}): at most {MAX_FLEET_READS} per \
-                     operation, each scans the whole fleet; send the others in later requests",
-                    FLEET_READS.join(", ")
-                ),
-                operation.pos,
-            ));
+            return Err(over_budget("this operation", reads, Some(operation.pos)));
         }
+        if runs.is_some_and(|runs| std::ptr::eq(runs, operation)) {
+            priced = reads;
+        }
+    }
+    Ok(priced)
+}
+
+/// The operations of one HTTP request (a batch) within the budget together,
+/// `reads` the fleet-wide reads of each; over it, the refusal every one of
+/// them answers (none runs).
+pub(super) fn check_batch(reads: &[usize]) -> ServerResult<()> {
+    let total: usize = reads.iter().sum();
+    if total > MAX_FLEET_READS {
+        return Err(over_budget(&format!("this batch of {} operations", reads.len()), total, None));
     }
     Ok(())
 }
 
-fn refusal(message: String, pos: Pos) -> ServerError {
-    let mut err = ServerError::new(message, Some(pos));
+/// The refusal of `what` (an operation, a batch) asking for `reads` fleet-wide reads.
+fn over_budget(what: &str, reads: usize, pos: Option<Pos>) -> ServerError {
+    refusal(
+        format!(
+            "{what} asks for {reads} fleet-wide reads ({}): at most {MAX_FLEET_READS} per request, each scans \
+             the whole fleet; nothing ran: send the others in later requests",
+            FLEET_READS.join(", ")
+        ),
+        pos,
+    )
+}
+
+fn refusal(message: String, pos: Option<Pos>) -> ServerError {
+    let mut err = ServerError::new(message, pos);
     err.extensions.get_or_insert_with(Default::default).set("code", VALIDATION_FAILED);
     err
 }
@@ -81,7 +107,7 @@ impl<'d> Walk<'d> {
                         "field `{name}` is asked under {} aliases in one selection: at most {MAX_ALIASES}",
                         aliases.len()
                     ),
-                    *pos,
+                    Some(*pos),
                 ));
             }
         }
@@ -164,9 +190,9 @@ impl<'d> Walk<'d> {
 mod tests {
     use super::*;
 
-    fn checked(query: &str) -> Result<(), String> {
+    fn checked(query: &str) -> Result<usize, String> {
         let document = async_graphql::parser::parse_query(query).map_err(|e| e.to_string())?;
-        check(&document).map_err(|e| e.message)
+        check(&document, None).map_err(|e| e.message)
     }
 
     #[test]
@@ -185,6 +211,20 @@ mod tests {
         assert!(checked(nested).is_err());
         // Cycles are left to validation.
         assert!(checked("fragment A on Query { ...B } fragment B on Query { ...A } { ...A }").is_ok());
+    }
+
+    #[test]
+    fn prices_the_operation_that_runs_and_the_batch_together() {
+        let document = async_graphql::parser::parse_query(
+            "query A { queueDepth { ready } } query B { a: queueDepth { ready } b: stalls { totalCount } }",
+        );
+        let document = document.expect("parses");
+        let runs = crate::graphql::request_errors::selected(&document, Some("B"));
+        // B runs: its queueDepth, its stalls and the totalCount inside.
+        assert_eq!(check(&document, runs).ok(), Some(3));
+        assert_eq!(check(&document, None).ok(), Some(0));
+        assert!(check_batch(&[2, 3, 0]).is_ok());
+        assert!(check_batch(&[5, 1]).is_err());
     }
 
     #[test]

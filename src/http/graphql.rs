@@ -8,7 +8,8 @@
 //! `application/graphql-response+json`, and 200 under `application/json`.
 //! GET runs queries only (a mutation is 405), with the same authentication,
 //! limits and complexity budget. Each operation of a batch gets its own
-//! DataLoaders (the one way into the schema makes them: `graphql::executor`).
+//! DataLoaders, and all of them one budget of fleet-wide reads (the one way
+//! into the schema makes the one and checks the other: `graphql::executor`).
 
 use std::net::SocketAddr;
 
@@ -184,7 +185,7 @@ fn auth_refusal(err: LedgerError, media: MediaType) -> Response {
 }
 
 /// `application/json`, with any parameters.
-fn is_json(headers: &HeaderMap) -> bool {
+pub(crate) fn is_json(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -296,9 +297,8 @@ async fn execute(state: &AppState, principal: Principal, batch: BatchRequest, me
             (answer.text(), status)
         }
         BatchRequest::Batch(requests) => {
-            let answers =
-                requests.into_iter().map(|request| state.schema.execute_shared(with_context(request), response_body));
-            let answers = futures::future::join_all(answers).await;
+            let requests = requests.into_iter().map(with_context).collect();
+            let answers = state.schema.execute_batch(requests, response_body).await;
             let mut body = Vec::from(b"[".as_slice());
             for (i, answer) in answers.into_iter().enumerate() {
                 if i > 0 {

@@ -32,6 +32,7 @@ use tracing::Instrument;
 pub use crate::db::SessionLimits;
 pub(crate) use body::read_body;
 pub use graphql::MediaType;
+pub(crate) use graphql::is_json;
 pub use surface::SurfaceConfig;
 pub use ws::WsConfig;
 

@@ -5,7 +5,8 @@ use futures::future::join_all;
 use serde_json::json;
 use work_ledger::auth::Role;
 
-use crate::helpers::{Agent, spawn_app};
+use crate::helpers::{Agent, Gql, spawn_app};
+use crate::mcp::tool;
 
 #[tokio::test]
 async fn replaying_every_mutation_writes_no_second_event() {
@@ -140,4 +141,57 @@ async fn keys_belong_to_the_agent_that_used_them() {
     );
     // Within one agent a key still means one request.
     b.record_cost(&claim_b.str("currentAttemptId"), 999, "cost-1").await.assert_code("IDEMPOTENCY_KEY_REUSED");
+}
+
+/// Attacks the claim outcome of a replay (issue item 7): replaying a claim's
+/// key answered `held` whatever the first call did. The replay answers what
+/// the first call answered (`claimed` for a new attempt, also on a stale
+/// unit, `renewed` for the unit already held), on GraphQL
+/// (`extensions.claim.outcome`) and MCP (`outcome`) alike, and writes nothing.
+#[tokio::test]
+async fn a_replayed_claim_answers_the_first_calls_outcome() {
+    let app = spawn_app().await;
+    let op = Agent::new(&app, "f", "op", Role::Operator).await;
+    let agent = Agent::new(&app, "f", "agent-1", Role::Agent).await;
+    let rival = Agent::new(&app, "f", "agent-2", Role::Agent).await;
+    app.register(&op.token, &["a", "b"]).await;
+    let outcome = |r: &Gql| r.body["extensions"]["claim"]["outcome"].clone();
+
+    // Each first call, then its replay by GraphQL and by MCP (the key is the
+    // agent's, whatever the surface): the same outcome, nothing written.
+    let first = agent.claim_next(json!({ "key": "k-claimed" })).await;
+    assert_eq!(outcome(&first), "claimed", "{:#}", first.body);
+    let unit = first.str("id");
+    let renewed = agent.claim_next(json!({ "key": "k-renewed" })).await;
+    assert_eq!(outcome(&renewed), "renewed", "{:#}", renewed.body);
+    for (key, said) in [("k-claimed", "claimed"), ("k-renewed", "renewed")] {
+        let before = app.snapshot(&unit).await;
+        let replay = agent.claim_next(json!({ "key": key })).await;
+        assert_eq!(outcome(&replay), said, "{key}: {:#}", replay.body);
+        assert_eq!(replay.str("id"), unit);
+        let by_tool = tool(&app, &agent.token, "claim_next", json!({ "idempotencyKey": key })).await;
+        assert_eq!(by_tool["structuredContent"]["outcome"], said, "{key}: {by_tool:#}");
+        app.assert_unchanged(&unit, &before, &format!("the replay of {key}")).await;
+    }
+
+    // A stale unit taken by another agent: its first call said `claimed`.
+    app.expire_lease(&unit).await;
+    let reclaim = rival.claim_next(json!({ "key": "k-reclaim" })).await;
+    assert_eq!((reclaim.str("id"), outcome(&reclaim)), (unit.clone(), json!("claimed")), "{:#}", reclaim.body);
+    let before = app.snapshot(&unit).await;
+    let replay = rival.claim_next(json!({ "key": "k-reclaim" })).await;
+    assert_eq!(outcome(&replay), "claimed", "{:#}", replay.body);
+    app.assert_unchanged(&unit, &before, "the replay of a reclaim").await;
+
+    // claimUnit's replay too.
+    let named = app.sql_json("SELECT id::text AS id FROM work_units WHERE external_ref = 'b'").await;
+    let other = named[0]["id"].as_str().expect("unit b").to_owned();
+    let claimed = agent.claim_unit(&other, json!({ "key": "k-named" })).await;
+    assert_eq!(outcome(&claimed), "claimed", "{:#}", claimed.body);
+    let before = app.snapshot(&other).await;
+    let replay = agent.claim_unit(&other, json!({ "key": "k-named" })).await;
+    assert_eq!(outcome(&replay), "claimed", "{:#}", replay.body);
+    let by_tool = tool(&app, &agent.token, "claim_unit", json!({ "id": other, "idempotencyKey": "k-named" })).await;
+    assert_eq!(by_tool["structuredContent"]["outcome"], "claimed", "{by_tool:#}");
+    app.assert_unchanged(&other, &before, "the replay of claimUnit").await;
 }

@@ -1,7 +1,7 @@
 //! HTTP-level limits of SPEC §9: body size, batch size, depth and complexity.
 //! Each is refused with a clear error and changes nothing.
 
-use serde_json::json;
+use serde_json::{Value, json};
 use work_ledger::auth::Role;
 
 use crate::helpers::spawn_app;
@@ -151,4 +151,49 @@ async fn request_cost_scales_with_first() {
     let resp = app.gql(&op, &format!("{{{ten} }}"), json!({})).await;
     let message = resp.body["errors"][0]["message"].as_str().unwrap_or_default();
     assert!(message.contains("too complex"), "{:#}", resp.body);
+}
+
+/// Attacks the fleet-wide read budget through a batch (issue item 5): ten
+/// operations of five such reads each ran fifty fleet-wide scans in one
+/// HTTP request. The budget prices the request (SPEC §9): over it, every
+/// operation of the batch answers the budget's refusal and nothing of the
+/// request runs, not even its write; within it, the batch runs.
+#[tokio::test]
+async fn the_fleet_wide_read_budget_prices_a_whole_batch() {
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    let auth = format!("Bearer {op}");
+    // Distinct reads (identical queries would share one execution).
+    let reads = |op: usize, n: usize| {
+        let fields: String = (0..n).map(|i| format!("a{i}: queueDepth(domain: \"d{op}-{i}\") {{ ready }} ")).collect();
+        json!({ "query": format!("{{ {fields}}}") })
+    };
+    let register = json!({ "query": "mutation { registerUnits(units: [{externalRef: \"batched\"}]) { id } }" });
+    let batched = "SELECT count(*) FROM work_units WHERE external_ref = 'batched'";
+
+    let fifty: Vec<Value> = (0..10).map(|i| reads(i, 5)).collect();
+    let six = vec![register.clone(), reads(0, 3), reads(1, 3)];
+    for batch in [fifty, six] {
+        let mark = app.statement_mark();
+        let resp = app.post_raw(Some(&auth), Value::Array(batch.clone()).to_string()).await;
+        let answers = resp.body.as_array().unwrap_or_else(|| panic!("a batch answer: {:#}", resp.body));
+        assert_eq!(answers.len(), batch.len(), "{:#}", resp.body);
+        for answer in answers {
+            assert_eq!(answer["errors"][0]["extensions"]["code"], "GRAPHQL_VALIDATION_FAILED", "{answer:#}");
+            let message = answer["errors"][0]["message"].as_str().unwrap_or_default();
+            assert!(message.contains("fleet-wide reads"), "{answer:#}");
+            assert!(answer.get("data").is_none_or(Value::is_null), "{answer:#}");
+        }
+        let sent = app.request_statements_since(mark);
+        assert!(sent.is_empty(), "nothing of the refused request runs: {sent:#?}");
+        assert_eq!(app.sql_i64(batched).await, 0, "the refused batch's write ran");
+    }
+
+    // Five reads spread over a batch, with its write: all of it runs.
+    let five = vec![register, reads(0, 2), reads(1, 3)];
+    let resp = app.post_raw(Some(&auth), Value::Array(five).to_string()).await;
+    for answer in resp.body.as_array().cloned().unwrap_or_default() {
+        assert!(answer.get("errors").is_none(), "{answer:#}");
+    }
+    assert_eq!(app.sql_i64(batched).await, 1);
 }

@@ -272,3 +272,79 @@ async fn another_fleets_ids_are_not_found_through_every_tool_and_change_nothing(
     let claimed = tool(&app, &stranger, "claim_next", json!({})).await;
     assert_eq!(claimed["structuredContent"]["unit"]["externalRef"], "b-own", "{claimed:#}");
 }
+
+/// Attacks `/mcp`'s error answers (issue item 6): a body holding an unpaired
+/// surrogate got a plain-text 415, a JSON-RPC batch a plain-text error. Every
+/// body the server cannot take is answered in JSON-RPC (`id` null, as JSON-RPC
+/// gives when the request's id cannot be known) with 400, as the streamable
+/// HTTP transport says: -32700 for what does not parse, -32600 for what is
+/// not one JSON-RPC message (batches were removed in MCP 2025-06-18); none of
+/// it runs. Plain-text refusals of the transport (a `Content-Type` that is not JSON, an
+/// `Accept` without JSON) are JSON-RPC errors too.
+#[tokio::test]
+async fn every_refusal_of_mcp_is_a_json_rpc_error() {
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    app.register(&op, &["untouched"]).await;
+    let agent = app.token("f", "agent", Role::Agent).await;
+    let claim = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"claim_next","arguments":{}}}"#;
+    let surrogate = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"claim_next","arguments":{"domain":"\ud800"}}}"#;
+    let cases: Vec<(String, i64, &str)> = vec![
+        (surrogate.to_owned(), -32700, "parse"),
+        ("not json".to_owned(), -32700, "parse"),
+        (format!("{claim}{claim}"), -32700, "parse"),
+        (format!("[{claim}]"), -32600, "batches are not supported"),
+        ("[]".to_owned(), -32600, "batches are not supported"),
+        ("42".to_owned(), -32600, "JSON-RPC"),
+        (r#"{"jsonrpc":"2.0","id":7}"#.to_owned(), -32600, "JSON-RPC"),
+        (r#"{"jsonrpc":"1.0","id":7,"method":"tools/list"}"#.to_owned(), -32600, "JSON-RPC"),
+    ];
+    let post = |body: Vec<u8>, content_type: &'static str, accept: &'static str| {
+        app.http
+            .post(app.url("/mcp"))
+            .header("authorization", format!("Bearer {agent}"))
+            .header("accept", accept)
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+    };
+    let both = "application/json, text/event-stream";
+    let mut refusals: Vec<(String, reqwest::Response, i64, &str)> = Vec::new();
+    for (body, code, says) in cases {
+        let resp = post(body.clone().into_bytes(), "application/json", both).await.expect("POST /mcp");
+        refusals.push((body, resp, code, says));
+    }
+    // Not UTF-8 at all.
+    let resp = post(b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"\xff\"}".to_vec(), "application/json", both).await;
+    refusals.push(("invalid UTF-8".to_owned(), resp.expect("POST /mcp"), -32700, "parse"));
+    // What rmcp refuses before the body: the media types.
+    let resp = post(claim.as_bytes().to_vec(), "text/plain", both).await.expect("POST /mcp");
+    refusals.push(("text/plain".to_owned(), resp, -32600, "Content-Type"));
+    let resp = post(claim.as_bytes().to_vec(), "application/json", "text/html").await.expect("POST /mcp");
+    refusals.push(("Accept: text/html".to_owned(), resp, -32600, "accept"));
+
+    for (body, resp, code, says) in refusals {
+        let status = resp.status().as_u16();
+        let content_type = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+        let text = resp.text().await.expect("body");
+        assert!((400..500).contains(&status), "{body}: {status} {text}");
+        assert!(content_type.starts_with("application/json"), "{body}: {content_type} {text}");
+        let answer: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{body}: not JSON: {text}"));
+        assert_eq!(answer["jsonrpc"], "2.0", "{body}: {answer}");
+        assert_eq!(answer.get("id"), Some(&Value::Null), "{body}: {answer}");
+        assert!(answer.get("result").is_none(), "{body}: {answer}");
+        assert_eq!(answer["error"]["code"], code, "{body}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.to_lowercase().contains(&says.to_lowercase()), "{body}: {answer}");
+    }
+    // The parse errors and invalid requests are 400 (the transport's "cannot accept the input").
+    let resp = post(format!("[{claim}]").into_bytes(), "application/json", both).await.expect("POST /mcp");
+    assert_eq!(resp.status(), 400);
+    let resp = post(surrogate.as_bytes().to_vec(), "application/json", both).await.expect("POST /mcp");
+    assert_eq!(resp.status(), 400);
+    assert_eq!(app.sql_i64("SELECT count(*) FROM work_unit_events WHERE event_type = 'claimed'").await, 0);
+
+    // The same call, well formed, still runs.
+    let result = tool(&app, &agent, "claim_next", json!({})).await;
+    assert_eq!(result["structuredContent"]["outcome"], "claimed", "{result:#}");
+}

@@ -9,14 +9,17 @@
 //! field's value as structured content (a unit with its questions, attempts
 //! and `legalActions` as tool names); a refusal is a tool error carrying the
 //! envelope every surface shares ([`crate::contract::envelope`]). `tools/list`
-//! shows only the tools the token's permissions allow.
+//! shows only the tools the token's permissions allow. What the transport
+//! refuses is a JSON-RPC error ([`rpc_errors`]).
+
+mod rpc_errors;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::header;
+use axum::http::{Method, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use rmcp::model::{
@@ -54,8 +57,9 @@ answer, call again with the same arguments and the same key: a write that did la
 /// The `/mcp` routes over `ledger`, stopped by `stop`. Their layers run
 /// only for `/mcp` (other paths get the server's 404, unauthenticated):
 /// the bearer token, then the body read whole within `http`'s body-read
-/// timeout and SPEC §9's size (rmcp reads bodies with no time limit). The
-/// `Host` and `Origin` checks are the server's ([`crate::http::surface`]).
+/// timeout and SPEC §9's size (rmcp reads bodies with no time limit) and
+/// refused in JSON-RPC unless it is one message. The `Host` and `Origin`
+/// checks are the server's ([`crate::http::surface`]).
 pub fn routes(schema: LedgerSchema, ledger: Ledger, stop: CancellationToken, http: HttpConfig) -> Router {
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
@@ -91,13 +95,23 @@ async fn authenticate(State(ledger): State<Ledger>, mut request: Request, next: 
 }
 
 /// The request with its body read whole: 408 when it does not arrive within
-/// the body-read timeout, 413 past the size limit.
+/// the body-read timeout, 413 past the size limit; a JSON POST that is not
+/// one JSON-RPC message is refused in JSON-RPC, and so is what rmcp refuses.
 async fn read_whole_body(State(http): State<HttpConfig>, request: Request, next: Next) -> Response {
     let (parts, body) = request.into_parts();
-    match crate::http::read_body(body, http.body_read_timeout).await {
-        Ok(bytes) => next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await,
-        Err(err) => refusal(err.status(), err.into_ledger_error()),
+    let bytes = match crate::http::read_body(body, http.body_read_timeout).await {
+        Ok(bytes) => bytes,
+        Err(err) => return refusal(err.status(), err.into_ledger_error()),
+    };
+    // rmcp checks the media types first; its refusals of them are rewritten below.
+    if parts.method == Method::POST
+        && crate::http::is_json(&parts.headers)
+        && let Some(refused) = rpc_errors::refuse_body(&bytes)
+    {
+        return refused;
     }
+    let answer = next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await;
+    rpc_errors::in_json_rpc(answer).await
 }
 
 /// An HTTP refusal before the MCP service: the body `/graphql` sends for
