@@ -213,7 +213,9 @@ start() {
     if [ "$k" = 1 ]; then
       wait_for 60 "$name to run as the primary" node_is "$name" single
       # Every other database closed to the ledger's logins (the standbys
-      # replicate it); the monitor's health checks keep theirs.
+      # replicate it); the monitor's health checks keep theirs. The keeper
+      # restarts Postgres once it is initialised: wait for it first.
+      wait_for 60 "$name to accept connections" node_sql $((base_port + k)) "SELECT 1"
       as_postgres psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p $((base_port + k)) -d ledger \
         < "$here/../postgres/confine.sql" >> "$dir/$name.log" 2>&1
       as_postgres psql -X -q -h 127.0.0.1 -p $((base_port + k)) -d ledger \
