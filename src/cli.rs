@@ -9,7 +9,9 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::agent_cli;
 use crate::auth::{self, Role};
-use crate::config::{Cli, Command, DatabaseArgs, ImportArgs, ReaderCommand, ServeArgs, TokenCommand};
+use crate::config::{
+    Cli, Command, DatabaseArgs, ImportArgs, ProjectionsCommand, ReaderCommand, ServeArgs, TokenCommand,
+};
 use crate::db;
 use crate::db::entities::api_token;
 use crate::db::tokens::Expiry;
@@ -17,7 +19,7 @@ use crate::embedded_pg::EmbeddedPostgres;
 use crate::graphql;
 use crate::http::Application;
 use crate::ledger::Ledger;
-use crate::operator::{AnyError, audit, backup, import};
+use crate::operator::{AnyError, audit, backup, import, projections};
 
 pub async fn run() -> Result<ExitCode, AnyError> {
     // `work-ledger agent ...` is an HTTP client with a grammar of its own: the
@@ -88,6 +90,12 @@ async fn dispatch(command: Command, url: &str) -> Result<(), AnyError> {
             Ok(())
         }
         Command::Import(args) => import(args, url).await,
+        Command::Projections(ProjectionsCommand::Status) => {
+            projections::print_status(&db::connect(url, 1).await?).await
+        }
+        Command::Projections(ProjectionsCommand::Rebuild { name }) => {
+            projections::rebuild(&db::connect(url, 1).await?, name.as_deref()).await
+        }
         Command::Audit { fleet } => audit(fleet.as_deref(), url).await,
         Command::Backup { out } => {
             backup::backup(url, &out).await?;

@@ -71,9 +71,23 @@ pub enum Command {
         #[arg(long, value_parser = fleet_name)]
         fleet: Option<String>,
     },
+    /// The read models, projections of the event log: where each stands, and rebuilds.
+    #[command(subcommand)]
+    Projections(ProjectionsCommand),
     /// Work a unit as an agent: a client of a running server over HTTP (never the database).
     #[command(after_help = agent_cli::AFTER_HELP)]
     Agent(agent_cli::AgentArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProjectionsCommand {
+    /// Each projection's mark, the events past it and how old the oldest is, and whether its definition is current.
+    Status,
+    /// Rebuild a projection (every one without NAME) from the whole log; reads stay exact meanwhile.
+    Rebuild {
+        /// The projection (see `status`).
+        name: Option<String>,
+    },
 }
 
 #[derive(Debug, Args, Clone)]

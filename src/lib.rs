@@ -17,4 +17,5 @@ pub mod live;
 pub mod mcp;
 pub mod metrics;
 pub mod operator;
+pub mod projector;
 pub mod telemetry;

@@ -55,6 +55,12 @@ pub struct SurfaceLabel {
     pub surface: &'static str,
 }
 
+/// A projection of `sql/repeatable/projections.sql`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProjectionLabel {
+    pub projection: String,
+}
+
 /// `api` or `metrics`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ListenerLabel {
@@ -133,6 +139,10 @@ pub struct Metrics {
     connections_refused: Family<ListenerLabel, Counter>,
     audit_findings: Family<AuditLabel, Gauge>,
     audit_last_run: Family<ScopeLabel, FloatGauge>,
+    /// Events this process's projector folded into the read models.
+    pub projected: Counter,
+    projection_lag: Family<ProjectionLabel, FloatGauge>,
+    projection_behind: Family<ProjectionLabel, Gauge>,
 }
 
 /// One pool's state.
@@ -170,6 +180,8 @@ pub struct Sample {
     pub websockets: usize,
     /// `None` when the audit table could not be read (the gauges keep their values).
     pub audits: Option<Vec<AuditSample>>,
+    /// `None` when the projections' state could not be read (likewise).
+    pub projections: Option<Vec<crate::projector::status::Status>>,
 }
 
 impl Default for Metrics {
@@ -267,6 +279,20 @@ impl Default for Metrics {
             "When the last recorded `work-ledger audit` of a scope finished",
             audit_last_run.clone(),
         );
+        let projected = Counter::default();
+        r.register(
+            "projector_folded_events",
+            "Events this process's projector folded into the read models",
+            projected.clone(),
+        );
+        let projection_lag = Family::<ProjectionLabel, FloatGauge>::default();
+        r.register(
+            "projection_lag_seconds",
+            "Age of the oldest event a projection has not folded yet (0: caught up); reads add those events themselves",
+            projection_lag.clone(),
+        );
+        let projection_behind = Family::<ProjectionLabel, Gauge>::default();
+        r.register("projection_behind_events", "Events a projection has not folded yet", projection_behind.clone());
         Self {
             registry: Mutex::new(r),
             requests,
@@ -296,6 +322,9 @@ impl Default for Metrics {
             connections_refused,
             audit_findings,
             audit_last_run,
+            projected,
+            projection_lag,
+            projection_behind,
         }
     }
 }
@@ -335,6 +364,11 @@ impl Metrics {
                     self.audit_findings.get_or_create(&AuditLabel { scope: audit.scope.clone(), rule }).set(n);
                 }
             }
+        }
+        for projection in sample.projections.into_iter().flatten() {
+            let label = ProjectionLabel { projection: projection.name };
+            self.projection_lag.get_or_create(&label).set(projection.lag_seconds);
+            self.projection_behind.get_or_create(&label).set(projection.behind);
         }
         let mut text = String::new();
         let registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());

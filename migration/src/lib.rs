@@ -133,6 +133,8 @@ impl MigratorTrait for Migrator {
             // No login forges a write: the writes authenticate the caller's token themselves; a cost
             // record's bound; the reader warden's function replaced by a repeatable one.
             sql_migration!("m20261215_000042_token_writes", "0042_token_writes"),
+            // A write pays only for the write: the read models' triggers gone, projected after commit.
+            sql_migration!("m20261216_000043_projections", "0043_projections"),
         ]
     }
 }
@@ -150,11 +152,21 @@ pub async fn migrate_locked(db: &DatabaseConnection) -> Result<(), DbErr> {
     let lock = |sql: &str| Statement::from_sql_and_values(db.get_database_backend(), sql, [MIGRATION_LOCK_KEY.into()]);
     db.execute_raw(lock("SELECT pg_advisory_lock($1)")).await?;
     let result = match Migrator::up(db, None).await {
-        Ok(()) => apply_repeatable(db).await,
+        Ok(()) => match apply_repeatable(db).await {
+            Ok(()) => rebuild_outdated_projections(db).await,
+            Err(err) => Err(err),
+        },
         Err(err) => Err(err),
     };
     let unlock = db.execute_raw(lock("SELECT pg_advisory_unlock($1)")).await;
     result.and(unlock.map(|_| ()))
+}
+
+/// Rebuilds from the event log every projection whose definition changed
+/// since it was built, or that was never built (`ledger_project_outdated`,
+/// `sql/repeatable/projections.sql`).
+async fn rebuild_outdated_projections(db: &DatabaseConnection) -> Result<(), DbErr> {
+    db.execute_unprepared("SELECT * FROM ledger_project_outdated()").await.map(|_| ())
 }
 
 /// The repeatable SQL files, in the order they are applied: each holds
@@ -166,6 +178,8 @@ const REPEATABLE: &[(&str, &str)] = &[
     ("state_machine", include_str!("sql/repeatable/state_machine.sql")),
     ("writes", include_str!("sql/repeatable/writes.sql")),
     ("warden", include_str!("sql/repeatable/warden.sql")),
+    ("projections", include_str!("sql/repeatable/projections.sql")),
+    ("reads", include_str!("sql/repeatable/reads.sql")),
 ];
 
 /// Applies every repeatable file whose checksum differs from the one

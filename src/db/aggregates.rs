@@ -109,16 +109,19 @@ fn unit_cost(fleet: &str, group: CostGroup, domain: Option<&str>) -> Query {
     q
 }
 
-/// Unbounded, by agent: the agent totals (migration 0020), the units each
-/// agent made attempts on (each once, however many attempts) and the cost
-/// of its attempts, per domain.
+/// Unbounded, by agent: the agent totals and their tail (projections.sql),
+/// the units each agent made attempts on (each once, however many attempts)
+/// and the cost of its attempts, per domain.
 fn agent_cost(fleet: &str, domain: Option<&str>) -> Query {
     let mut q = Query::new(
         "SELECT t.agent_id AS key, sum(t.units)::bigint AS units, sum(t.cost_cents)::bigint AS cost_cents \
-           FROM agent_totals t WHERE t.fleet = ",
+           FROM (SELECT a.fleet, a.agent_id, a.domain, a.units, a.cost_cents FROM agent_totals a WHERE a.fleet = ",
     );
     let p = q.bind(fleet);
-    q.push(&p);
+    q.push(&format!(
+        "{p} UNION ALL SELECT a.fleet, a.agent_id, a.domain, a.units, a.cost_cents FROM agent_totals_tail({p}) a) t \
+          WHERE t.fleet = {p}"
+    ));
     if let Some(domain) = domain {
         q.and("t.domain = {}", domain.to_owned());
     }

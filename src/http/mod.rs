@@ -228,6 +228,11 @@ impl Application {
             warden.run_warden().await;
             ("reader warden", Ok(()))
         });
+        let projector = live.clone();
+        tasks.spawn(async move {
+            projector.run_projector().await;
+            ("projector", Ok(()))
+        });
         if let Some((metrics, router)) = self.metrics {
             let door = listener::Door {
                 name: "metrics",
@@ -319,7 +324,17 @@ async fn metrics(State(state): State<AppState>) -> Response {
             None
         }
     };
+    let projections =
+        match tokio::time::timeout(Duration::from_secs(2), crate::projector::status::all(state.live.pool())).await {
+            Ok(Ok(projections)) => Some(projections),
+            Ok(Err(err)) => {
+                tracing::warn!(error = %err, "cannot read the projections' state for the metrics");
+                None
+            }
+            Err(_) => None,
+        };
     let sample = crate::metrics::Sample {
+        projections,
         requests_pool,
         requests_waiting,
         live_pool,

@@ -49,12 +49,16 @@ use feed::Feeds;
 use sweeper::Sweeper;
 use warden::Warden;
 
+use crate::projector::{Projector, ProjectorConfig};
+
 #[derive(Debug, Clone)]
 pub struct LiveConfig {
     pub sweeper: SweeperConfig,
     pub listener: ListenerConfig,
     /// The reader warden: reader logins' overlong transactions.
     pub warden: WardenConfig,
+    /// The projector: the read models folded after commit.
+    pub projector: ProjectorConfig,
     /// Connections of the pool the feeds, the sweeper and the health pings
     /// use, apart from the request pool so that live traffic never starves
     /// mutations (and the other way round).
@@ -78,6 +82,7 @@ impl Default for LiveConfig {
             sweeper: SweeperConfig::default(),
             listener: ListenerConfig::default(),
             warden: WardenConfig::default(),
+            projector: ProjectorConfig::default(),
             pool_size: 4,
             broadcast_capacity: 1024,
             read_patience: Duration::from_secs(30),
@@ -95,6 +100,7 @@ struct Inner {
     feeds: Feeds,
     sweeper: Sweeper,
     warden: Warden,
+    projector: Projector,
     listening: watch::Sender<bool>,
     /// LISTEN connections opened so far (a reconnect counts one more).
     connects: watch::Sender<u64>,
@@ -208,6 +214,7 @@ impl Live {
             ),
             sweeper: Sweeper::new(db.clone(), config.sweeper.clone(), ledger.metrics().stalls.clone()),
             warden: Warden::new(db.clone(), config.warden.clone()),
+            projector: Projector::new(db.clone(), config.projector.clone(), ledger.metrics().projected.clone()),
             waiting,
             questions: memo::Memo::default(),
             attempts: memo::Memo::default(),
@@ -306,6 +313,29 @@ impl Live {
     /// Completed reader warden passes (a test waits for the next one).
     pub fn warden_passes(&self) -> watch::Receiver<u64> {
         self.0.warden.passes()
+    }
+
+    /// The projector until [`Live::stop`].
+    pub async fn run_projector(&self) {
+        self.0.projector.run(self.0.stop.clone()).await
+    }
+
+    /// Completed projector passes (a test waits for the next one).
+    pub fn projector_passes(&self) -> watch::Receiver<u64> {
+        self.0.projector.passes()
+    }
+
+    /// One projector pass now (tests): every projection folded up to the
+    /// watermark, then the totals' delta rows compacted; the events folded.
+    pub async fn project_now(&self) -> Result<u64, DbErr> {
+        let folded = self.0.projector.run_once().await?;
+        self.0.projector.compact().await?;
+        Ok(folded)
+    }
+
+    /// [`Live::project_now`] without the compaction.
+    pub async fn fold_now(&self) -> Result<u64, DbErr> {
+        self.0.projector.run_once().await
     }
 
     /// Stops the listener, the sweeper and the feeds; everything waiting on

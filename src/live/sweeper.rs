@@ -1,7 +1,6 @@
 //! The stall sweeper (SPEC §6): every `interval`, one `stalled` event per
 //! CLAIMED/IN_PROGRESS attempt whose lease expired. The unit stays as it is,
 //! reclaimable by `claimNext`; the event is what `unitStalled` delivers.
-//! Each pass also folds the unit totals' deltas (`ledger_compact_totals`).
 //!
 //! It runs as the pool's own role over every fleet rather than once per
 //! fleet under row-level security: the sweep is system work with no
@@ -95,10 +94,8 @@ impl Sweeper {
         Self { db, config, passes: watch::channel(0).0, stalls }
     }
 
-    /// One pass at once: reports every expired attempt not reported yet,
-    /// then folds the deltas of the unit totals (migration 0018) so that the
-    /// reads of them stay as cheap as the number of groups; returns how many
-    /// stall events this pass appended.
+    /// One pass at once: reports every expired attempt not reported yet;
+    /// returns how many stall events this pass appended.
     pub async fn run_once(&self) -> Result<u64, DbErr> {
         self.pass(Duration::ZERO, &CancellationToken::new()).await
     }
@@ -130,7 +127,6 @@ impl Sweeper {
             // A full read is followed by another, unless nothing of it
             // could be reported (writes hold those units right now).
             if due.len() < DUE_PER_READ as usize || reported == before {
-                writes::compact_totals(&self.db).await?;
                 return Ok(reported);
             }
         }

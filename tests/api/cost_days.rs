@@ -166,7 +166,7 @@ async fn cost_over_a_range_counts_each_unit_once_under_its_group_now() {
         json!([{ "key": "cobol", "units": 2, "costCents": 260 }, { "key": "jcl", "units": 2, "costCents": 105 }])
     );
     assert_exact(&app, &op, &ranges, "as written").await;
-    app.live.sweep_now().await.expect("a fold");
+    app.project().await;
     assert_exact(&app, &op, &ranges, "folded").await;
 
     // More group changes after the cost: r0 disposed, r1 deferred by the operator.
@@ -174,7 +174,7 @@ async fn cost_over_a_range_counts_each_unit_once_under_its_group_now() {
     op.dispose(&ids[1], "DEFERRED", json!({ "evidence": "https://wiki.example/r1", "reason": "later" })).await.data();
     e.record_cost(&e4, 9, "r4-more").await.data();
     assert_exact(&app, &op, &ranges, "after the disposals").await;
-    app.live.sweep_now().await.expect("a fold");
+    app.project().await;
     assert_exact(&app, &op, &ranges, "after the disposals, folded").await;
     let groups = app.sql_i64("SELECT count(*) FROM cost_days WHERE fleet = 'f'").await;
     assert!(groups > 0, "the cost days hold rows");

@@ -16,6 +16,7 @@ use work_ledger::embedded_pg::{self, EmbeddedPostgres};
 use work_ledger::http::{Application, ServerConfig};
 use work_ledger::ledger::Ledger;
 use work_ledger::live::{Live, LiveConfig, SweeperConfig};
+use work_ledger::projector::ProjectorConfig;
 
 struct Cluster {
     /// URL of any database of the cluster, with `{db}` where the name goes.
@@ -145,13 +146,17 @@ pub async fn spawn_app() -> TestApp {
     spawn_app_with(test_config()).await
 }
 
-/// The live subsystem as tests run it: the sweeper runs, but an hour apart,
-/// so that a test that expires a lease decides itself when a sweep happens
-/// (`app.live.sweep_now()`, or a config with a short interval).
+/// The live subsystem as tests run it: the sweeper and the projector run,
+/// but an hour apart, so that a test that expires a lease decides itself
+/// when a sweep happens (`app.live.sweep_now()`), and one that reads a
+/// projection's tables when they are folded (`app.project()`); reads add
+/// what is not folded themselves. A config with short intervals runs them.
 pub fn test_config() -> ServerConfig {
+    let hour = std::time::Duration::from_secs(3600);
     ServerConfig {
         live: LiveConfig {
-            sweeper: SweeperConfig { interval: std::time::Duration::from_secs(3600), ..SweeperConfig::default() },
+            sweeper: SweeperConfig { interval: hour, ..SweeperConfig::default() },
+            projector: ProjectorConfig { interval: hour, ..ProjectorConfig::default() },
             ..LiveConfig::default()
         },
         ..ServerConfig::default()
@@ -854,4 +859,18 @@ pub async fn serving_addr(child: &mut tokio::process::Child, within: std::time::
     .expect("serve listening in time");
     tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
     addr
+}
+
+impl TestApp {
+    /// What the projector does, now: every projection folded up to the
+    /// watermark, then the totals' delta rows compacted (a test that reads
+    /// a projection's tables themselves, not a read that adds the tail).
+    pub async fn project(&self) -> u64 {
+        self.live.project_now().await.expect("a projector pass")
+    }
+
+    /// Every projection rebuilt from the whole log (`projections rebuild`).
+    pub async fn rebuild_projections(&self) {
+        self.sql("SELECT ledger_project_rebuild(name) FROM ledger_projections()").await;
+    }
 }

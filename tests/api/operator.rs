@@ -147,7 +147,7 @@ async fn audit_is_clean_on_a_worked_ledger_and_catches_each_rule_broken_by_hand(
     let clean = work_ledger(&app, &["audit"], None);
     assert!(clean.status.success(), "{}\n{}", text(&clean.stdout), text(&clean.stderr));
     assert_eq!(text(&clean.stdout), "", "no findings");
-    assert!(text(&clean.stderr).contains("audit clean: 19 rules checked"), "{}", text(&clean.stderr));
+    assert!(text(&clean.stderr).contains("audit clean: 18 rules checked"), "{}", text(&clean.stderr));
 
     // A superuser breaks one rule per unit, triggers and foreign keys off
     // (`session_replication_role = replica`); indexes still hold, so the one
@@ -156,6 +156,8 @@ async fn audit_is_clean_on_a_worked_ledger_and_catches_each_rule_broken_by_hand(
         (&units[0], &units[1], &units[2], &units[3], &units[4], &units[5], &units[6]);
     let other = Agent::new(&app, "f", "agent-c", Role::Agent).await;
     other.claim_unit(released, json!({})).await.data();
+    // The read models folded as they stand, so that a hand on the log shows.
+    app.project().await;
     let corruptions = format!(
         "SET session_replication_role = replica;
          UPDATE work_units SET cost_cents = cost_cents + 1 WHERE id = '{done}';
@@ -175,7 +177,10 @@ async fn audit_is_clean_on_a_worked_ledger_and_catches_each_rule_broken_by_hand(
          UPDATE work_units SET state = 'blocked' WHERE id = '{blocked}';
          DELETE FROM work_units WHERE id = '{ready}';
          DROP INDEX work_units_one_live_claim_per_agent;
-         UPDATE work_units SET claimed_by = 'agent-b' WHERE id = '{released}';"
+         UPDATE work_units SET claimed_by = 'agent-b' WHERE id = '{released}';
+         UPDATE claim_days SET stale = stale + 1 WHERE fleet = 'f';
+         INSERT INTO agent_totals VALUES ('f', 'agent-a', 'default', 0, 7);
+         INSERT INTO agent_latest VALUES ('f', 'agent-nobody', now(), gen_random_uuid(), gen_random_uuid());"
     );
     app.sql(&corruptions).await;
     // A reader login of the fleet let into another database of the cluster.
@@ -206,27 +211,17 @@ async fn audit_is_clean_on_a_worked_ledger_and_catches_each_rule_broken_by_hand(
     expect(ready, "no_orphans");
     expect(released, "one_live_claim_per_agent");
     expect(released, "live_claim_matches_attempt");
-    // The same hands moved units between groups behind the totals' back.
-    expect("-", "unit_totals");
-    // And removed an event behind the event totals' back.
-    expect("-", "event_totals");
-    // The day totals (migration 0020): a disposed unit's cost, an attempt
-    // by another agent added to a disposed unit, and an attempt's end moved by hand.
-    expect("-", "disposal_days");
-    expect("-", "disposal_agents");
-    expect("-", "claim_days");
+    // The read models no longer match the log the hands changed (an event
+    // removed) or were written behind the log's back.
+    for projection in ["unit_totals", "events", "disposals", "claims", "agent_totals", "agent_latest", "cost_days"] {
+        expect("-", projection);
+    }
     // And kept the cycle time of a week in which nothing was disposed.
     expect("-", "cycle_weeks");
-    // That attempt gave agent-z a unit behind the agent totals' back.
-    expect("-", "agent_totals");
-    // And a latest attempt behind the roster's back.
-    expect("-", "agent_latest");
-    // And wrote cost days that no cost record has.
-    expect("-", "cost_days");
     // And let a reader login into another database.
     expect("-", "ledger_logins_confined");
     let rules: BTreeSet<&str> = found.iter().map(|(_, rule)| rule.as_str()).collect();
-    assert_eq!(rules.len(), 19, "every rule caught its breach: {out}");
+    assert_eq!(rules.len(), 18, "every rule caught its breach: {out}");
     app.sql(&format!("DROP DATABASE {other} WITH (FORCE)")).await;
 
     // Another fleet's audit sees none of it.

@@ -20,7 +20,29 @@ use work_ledger::auth::Role;
 
 use crate::helpers::{Agent, TestApp, spawn_app};
 
+/// Appends an event of the unit's current attempt, as the write path would:
+/// the read models are projections of the log, so history written by hand
+/// carries its events (`from`, `to`: the states it moves the unit between).
+async fn event(app: &TestApp, unit: &str, kind: &str, moves: Option<(&str, &str)>, detail: &str, cents: i64, at: &str) {
+    let (from, to) =
+        moves.map_or(("NULL".to_owned(), "NULL".to_owned()), |(f, t)| (format!("'{f}'"), format!("'{t}'")));
+    app.sql(&format!(
+        "INSERT INTO work_unit_events (fleet, unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail,
+                                      cost_delta_cents, created_at)
+         SELECT fleet, id, current_attempt_id, '{kind}', {from}, {to}, coalesce(claimed_by, 'op'), '{detail}', {cents}, '{at}'
+           FROM work_units WHERE fleet = 'g' AND external_ref = '{unit}'"
+    ))
+    .await;
+}
+
 async fn claim(app: &TestApp, unit: &str, agent: &str, at: &str) {
+    let was = app
+        .sql_json(&format!("SELECT state::text AS s FROM work_units WHERE fleet = 'g' AND external_ref = '{unit}'"))
+        .await;
+    let was = was[0]["s"].as_str().expect("state").to_owned();
+    if was != "ready" {
+        event(app, unit, "stale_reclaimed", Some((&was, "claimed")), "{}", 0, at).await;
+    }
     app.sql(&format!(
         "WITH p AS (UPDATE work_unit_attempts a SET outcome = 'superseded', ended_at = '{at}'
                       FROM work_units u WHERE u.fleet = 'g' AND u.external_ref = '{unit}' AND a.id = u.current_attempt_id
@@ -35,26 +57,17 @@ async fn claim(app: &TestApp, unit: &str, agent: &str, at: &str) {
            FROM a WHERE u.id = a.unit_id"
     ))
     .await;
-}
-
-/// Appends an event of the unit's current attempt, as the write path would.
-async fn event(app: &TestApp, unit: &str, kind: &str, cents: i64, at: &str) {
-    app.sql(&format!(
-        "INSERT INTO work_unit_events (fleet, unit_id, attempt_id, event_type, agent_id, cost_delta_cents, created_at)
-         SELECT fleet, id, current_attempt_id, '{kind}', claimed_by, {cents}, '{at}' FROM work_units
-          WHERE fleet = 'g' AND external_ref = '{unit}'"
-    ))
-    .await;
+    event(app, unit, "claimed", Some((&was, "claimed")), "{}", 0, at).await;
 }
 
 async fn start(app: &TestApp, unit: &str, at: &str) {
-    event(app, unit, "transitioned", 0, at).await;
+    event(app, unit, "transitioned", Some(("claimed", "in_progress")), "{}", 0, at).await;
     app.sql(&format!("UPDATE work_units SET state = 'in_progress' WHERE fleet = 'g' AND external_ref = '{unit}'"))
         .await;
 }
 
 async fn cost(app: &TestApp, unit: &str, cents: i64, at: &str) {
-    event(app, unit, "cost_recorded", cents, at).await;
+    event(app, unit, "cost_recorded", None, "{}", cents, at).await;
     app.sql(&format!(
         "UPDATE work_unit_attempts a SET cost_cents = a.cost_cents + {cents}
            FROM work_units u WHERE u.fleet = 'g' AND u.external_ref = '{unit}' AND a.id = u.current_attempt_id"
@@ -63,6 +76,7 @@ async fn cost(app: &TestApp, unit: &str, cents: i64, at: &str) {
 }
 
 async fn verify(app: &TestApp, unit: &str, at: &str) {
+    event(app, unit, "transitioned", Some(("in_progress", "verified")), "{}", 0, at).await;
     app.sql(&format!(
         "UPDATE work_unit_attempts a SET outcome = 'verified', ended_at = '{at}', evidence_url = 'https://ci/{unit}'
            FROM work_units u WHERE u.fleet = 'g' AND u.external_ref = '{unit}' AND a.id = u.current_attempt_id"
@@ -77,16 +91,22 @@ async fn verify(app: &TestApp, unit: &str, at: &str) {
 
 async fn dispose(app: &TestApp, unit: &str, disposition: &str, at: &str) {
     let state = if disposition == "MIGRATED" { "done" } else { "abandoned" };
+    let was = app
+        .sql_json(&format!("SELECT state::text AS s FROM work_units WHERE fleet = 'g' AND external_ref = '{unit}'"))
+        .await;
+    let was = was[0]["s"].as_str().expect("state").to_owned();
+    // The unit and its event in one transaction, as a write makes them (the
+    // projector folds the event with the unit's disposal time).
     app.sql(&format!(
         "UPDATE work_unit_attempts a SET outcome = 'abandoned', ended_at = '{at}'
            FROM work_units u WHERE u.fleet = 'g' AND u.external_ref = '{unit}' AND a.id = u.current_attempt_id
-            AND a.outcome IS NULL"
-    ))
-    .await;
-    app.sql(&format!(
-        "UPDATE work_units SET state = '{state}', disposition = '{disposition}', disposed_at = '{at}', lease_expires_at = NULL,
+            AND a.outcome IS NULL;
+         UPDATE work_units SET state = '{state}', disposition = '{disposition}', disposed_at = '{at}', lease_expires_at = NULL,
                 evidence_urls = evidence_urls || ARRAY['https://wiki/{unit}']
-          WHERE fleet = 'g' AND external_ref = '{unit}'"
+          WHERE fleet = 'g' AND external_ref = '{unit}';
+         INSERT INTO work_unit_events (fleet, unit_id, attempt_id, event_type, from_state, to_state, agent_id, detail, created_at)
+         SELECT fleet, id, current_attempt_id, 'disposed', '{was}', '{state}', 'op', '{{\"disposition\": \"{disposition}\"}}', '{at}'
+           FROM work_units WHERE fleet = 'g' AND external_ref = '{unit}'"
     ))
     .await;
 }
@@ -96,7 +116,9 @@ pub(crate) async fn calendar(app: &TestApp) {
         "INSERT INTO work_units (fleet, external_ref, domain, created_at) VALUES
            ('g', 'g1', 'default', '2026-01-05T09:00:00Z'), ('g', 'g2', 'default', '2026-01-05T09:10:00Z'),
            ('g', 'g3', 'asm', '2026-01-05T09:20:00Z'), ('g', 'g4', 'default', '2026-01-05T09:30:00Z'),
-           ('g', 'g5', 'default', '2026-01-12T09:00:00Z'), ('g', 'g6', 'default', '2026-01-13T09:00:00Z')",
+           ('g', 'g5', 'default', '2026-01-12T09:00:00Z'), ('g', 'g6', 'default', '2026-01-13T09:00:00Z');
+         INSERT INTO work_unit_events (fleet, unit_id, event_type, to_state, agent_id, created_at)
+         SELECT fleet, id, 'registered', 'ready', 'op', created_at FROM work_units WHERE fleet = 'g'",
     )
     .await;
     claim(app, "g1", "A", "2026-01-05T10:00:00Z").await;
@@ -149,7 +171,7 @@ async fn lists_take_date_ranges_on_the_time_that_matters_to_each() {
               afternoon: dispositions(disposed: { from: "2026-01-06T12:30:00Z" }) { totalCount edges { node { externalRef } } }
             }"#,
         r#"{
-              mondayEvents: events(filter: { from: "2026-01-05T00:00:00Z", until: "2026-01-06T00:00:00Z" }, order: ASC) { totalCount edges { node { eventType createdAt } } }
+              mondayEvents: events(filter: { types: [TRANSITIONED, COST_RECORDED], from: "2026-01-05T00:00:00Z", until: "2026-01-06T00:00:00Z" }, order: ASC) { totalCount edges { node { eventType createdAt } } }
               tuesdayCosts: events(filter: { types: [COST_RECORDED], from: "2026-01-06T00:00:00Z" }) { totalCount }
               asked: questions(asked: { from: "2026-01-05T12:00:00Z" }) { totalCount edges { node { askedBy createdAt } } }
             }"#,
@@ -169,12 +191,13 @@ async fn lists_take_date_ranges_on_the_time_that_matters_to_each() {
     // A range that cuts a day: that day's part counted from the rows, the rest from the day totals.
     assert_eq!(refs(&d["afternoon"]), ["g3", "g4"]);
     assert_eq!(d["afternoon"]["totalCount"], 2);
-    assert_eq!(d["mondayEvents"]["totalCount"], 2);
+    assert_eq!(d["mondayEvents"]["totalCount"], 3);
     assert_eq!(
         d["mondayEvents"]["edges"],
         json!([
             { "node": { "eventType": "TRANSITIONED", "createdAt": "2026-01-05T10:05:00+00:00" } },
             { "node": { "eventType": "COST_RECORDED", "createdAt": "2026-01-05T11:00:00+00:00" } },
+            { "node": { "eventType": "TRANSITIONED", "createdAt": "2026-01-05T11:30:00+00:00" } },
         ])
     );
     assert_eq!(d["tuesdayCosts"]["totalCount"], 2);
@@ -439,7 +462,7 @@ async fn north_star_views_report_exact_numbers_under_row_level_security() {
     assert_eq!(d["tuesday"], json!([{ "day": "2026-01-06T00:00:00+00:00" }]));
     // Those weeks have ended: a fold keeps their cycle times (migration
     // 0020), and reads take them from there, with the same numbers.
-    app.live.sweep_now().await.expect("a sweeper pass");
+    app.project().await;
     let kept = app.sql_json("SELECT week, units, median_seconds FROM cycle_weeks WHERE fleet = 'g'").await;
     assert_eq!(kept, vec![json!({ "week": "2026-01-05", "units": 3, "median_seconds": 10800 })]);
     let cycles = "{ weeklyMetrics { week medianCycleSeconds p90CycleSeconds } }";
@@ -454,11 +477,13 @@ async fn north_star_views_report_exact_numbers_under_row_level_security() {
     // Reopened (as a disposal written into it does), the week is read from the rows again.
     app.sql("SELECT cycle_week_reopened('g', '2026-01-05')").await;
     assert_eq!(op.run(cycles, json!({})).await.data()["weeklyMetrics"], by_rows);
-    // A disposal written into an ended week moves the fleet's mark back to it.
-    app.live.sweep_now().await.expect("a sweeper pass");
+    // A disposal written into an ended week moves the fleet's mark back to
+    // it when the projector folds it.
+    app.project().await;
     let mark = "SELECT until::text AS until FROM cycle_weeks_until WHERE fleet = 'g'";
     assert_ne!(app.sql_json(mark).await, vec![json!({ "until": "2026-01-12" })]);
     dispose(&app, "g5", "DEAD", "2026-01-14T09:00:00Z").await;
+    app.live.fold_now().await.expect("a projector pass");
     assert_eq!(app.sql_json(mark).await, vec![json!({ "until": "2026-01-12" })]);
 
     let other = Agent::new(&app, "other", "op", Role::Reader).await;

@@ -1,8 +1,9 @@
-//! The unit totals (migration 0018, issue 27): the counters behind
-//! queueDepth, costSummary, costTotal, dispositionSummary and the dashboard's
-//! stats, kept by the database in the writing transaction as delta rows and
-//! folded by the sweeper. They must equal the units at every moment, under
-//! concurrent writers and folds, and the audit must notice when they do not.
+//! The totals (issue 27, 55): the counters behind queueDepth, costSummary,
+//! costTotal, dispositionSummary and the dashboard's stats, projections of
+//! the event log folded after commit by the projector (projections.sql) as
+//! delta rows, compacted by it too. Read with their tails, they must equal
+//! the units at every moment, under concurrent writers, folds and
+//! compactions, and the audit must notice when they do not.
 
 use serde_json::{Value, json};
 use work_ledger::auth::Role;
@@ -33,8 +34,10 @@ async fn totals_and_units(app: &TestApp) -> (Vec<Value>, Vec<Value>) {
 async fn event_totals_and_events(app: &TestApp) -> (Vec<Value>, Vec<Value>) {
     let totals = app
         .sql_json(
-            "SELECT fleet, event_type, sum(events)::bigint AS n FROM event_totals GROUP BY 1, 2
-             HAVING sum(events) <> 0 ORDER BY 1, 2",
+            "SELECT fleet, event_type, sum(events)::bigint AS n
+               FROM (SELECT fleet, event_type, events FROM event_totals
+                     UNION ALL SELECT fleet, event_type, events FROM event_totals_tail(NULL)) t
+              GROUP BY 1, 2 HAVING sum(events) <> 0 ORDER BY 1, 2",
         )
         .await;
     let events =
@@ -56,14 +59,14 @@ async fn the_totals_equal_the_units_through_concurrent_writes_and_folds() {
         }
         v
     };
-    // Six agents work the queue while the sweeper folds the deltas, again and again.
+    // Six agents work the queue while the projector folds and compacts, again and again.
     let stop = tokio_util::sync::CancellationToken::new();
     let folding = {
         let (live, stop) = (app.live.clone(), stop.clone());
         tokio::spawn(async move {
             let mut folds = 0u32;
             while !stop.is_cancelled() {
-                live.sweep_now().await.expect("a sweeper pass");
+                live.project_now().await.expect("a projector pass");
                 folds += 1;
             }
             folds
@@ -100,7 +103,7 @@ async fn the_totals_equal_the_units_through_concurrent_writes_and_folds() {
     futures::future::join_all(work).await;
     stop.cancel();
     let folds = folding.await.expect("the folding task");
-    assert!(folds >= 2, "the sweeper folded while the agents wrote ({folds} passes)");
+    assert!(folds >= 2, "the projector folded while the agents wrote ({folds} passes)");
 
     // Reworked units exist (a released unit claimed again), so every key of the totals was exercised.
     let states = app.sql_json("SELECT external_ref, state, attempt_count FROM work_units ORDER BY 1").await;
@@ -112,7 +115,7 @@ async fn the_totals_equal_the_units_through_concurrent_writes_and_folds() {
     assert_eq!(totals, units, "the totals equal the units before the last fold");
     let (event_totals, events) = event_totals_and_events(&app).await;
     assert_eq!(event_totals, events, "the event totals equal the events before the last fold");
-    app.live.sweep_now().await.expect("a last fold");
+    app.project().await;
     let (folded, units) = totals_and_units(&app).await;
     assert_eq!(folded, units, "and after it");
     let rows = app.sql_i64("SELECT count(*) FROM unit_totals").await;
@@ -157,7 +160,7 @@ async fn the_totals_equal_the_units_through_concurrent_writes_and_folds() {
 
     // The reads over time are the day totals (migration 0020): the same as
     // the rows say, for whole days (totals) and for a day the range cuts (rows).
-    let never = app.sql_i64("SELECT count(*) FROM never_started").await;
+    let never = app.sql_i64("SELECT count(*) FROM v_claimed_never_transitioned").await;
     assert!(never > 0, "some claims were never started");
     // By week, the whole weeks are the week totals (migration 0032).
     for bucket in ["DAY", "WEEK"] {
@@ -178,7 +181,8 @@ async fn the_totals_equal_the_units_through_concurrent_writes_and_folds() {
     let weeks = op.run("{ weeklyMetrics { claims neverStarted disposed reworked verifiedUnits } }", json!({})).await;
     let expected = app
         .sql_json(
-            "SELECT (SELECT count(*) FROM work_unit_attempts) AS claims, (SELECT count(*) FROM never_started) AS \"neverStarted\",
+            "SELECT (SELECT count(*) FROM work_unit_attempts) AS claims,
+                    (SELECT count(*) FROM v_claimed_never_transitioned) AS \"neverStarted\",
                     count(*) AS disposed, count(*) FILTER (WHERE attempt_count > 1) AS reworked,
                     count(*) FILTER (WHERE cost_cents > 0 AND cardinality(evidence_urls) > 0) AS \"verifiedUnits\"
                FROM work_units WHERE disposition IS NOT NULL",
@@ -247,13 +251,13 @@ async fn a_corrupted_total_is_found_by_the_audit_and_a_rebuild_repairs_it() {
     let out = text(&audit.stdout);
     let line = out.lines().find(|l| l.contains("\tunit_totals\t")).unwrap_or_else(|| panic!("no finding: {out}"));
     assert!(line.starts_with("f\t-\tunit_totals\t"), "{line}");
-    assert!(line.contains("default/done/MIGRATED") && line.contains("cents in unit_totals"), "{line}");
+    assert!(line.contains("cents in (default, done, MIGRATED, f)"), "{line}");
     assert_eq!(out.lines().count(), 1, "only the total is wrong: {out}");
 
-    // Folding keeps the error (it sums what is there); a rebuild recounts.
-    app.live.sweep_now().await.expect("a fold");
+    // Folding keeps the error (it sums what is there); a rebuild refolds the log.
+    app.project().await;
     assert_eq!(work_ledger(&app, &["audit"], None).status.code(), Some(1), "a fold does not hide it");
-    app.sql("SELECT ledger_rebuild_totals()").await;
+    app.rebuild_projections().await;
     let repaired = work_ledger(&app, &["audit"], None);
     assert!(repaired.status.success(), "{}", text(&repaired.stdout));
 
@@ -262,66 +266,66 @@ async fn a_corrupted_total_is_found_by_the_audit_and_a_rebuild_repairs_it() {
     let audit = work_ledger(&app, &["audit", "--fleet", "f"], None);
     assert_eq!(audit.status.code(), Some(1), "{}", text(&audit.stderr));
     let out = text(&audit.stdout);
-    assert!(out.lines().all(|l| l.starts_with("f\t-\tevent_totals\t")) && out.contains("heartbeat"), "{out}");
-    app.sql("SELECT ledger_rebuild_totals()").await;
-    assert!(work_ledger(&app, &["audit"], None).status.success(), "a rebuild recounts the events too");
+    assert!(out.lines().all(|l| l.starts_with("f\t-\tevents\t")) && out.contains("heartbeat"), "{out}");
+    app.rebuild_projections().await;
+    assert!(work_ledger(&app, &["audit"], None).status.success(), "a rebuild refolds the events too");
 
-    // The day totals (migration 0020), one hand each: each is found by its
-    // own rule, survives a fold, and a rebuild recounts it.
+    // The day totals, one hand each: each is found by its projection's
+    // rule, survives a fold, and a rebuild refolds it.
     let hands = [
         (
-            "disposal_days",
+            "disposals",
             "INSERT INTO disposal_days VALUES ('f', current_date, 'default', 'MIGRATED', 1, 0, 0, 0, 0)",
             "units",
         ),
-        // The weeks (migration 0032) under the same rule: a week's reworked units.
+        // The weeks under the same rule: a week's reworked units.
         (
-            "disposal_days",
+            "disposals",
             "INSERT INTO disposal_weeks (fleet, week, domain, disposition, units, cost_cents, reworked, verified_units,
                                          verified_cost_cents)
              VALUES ('f', date_trunc('week', now())::date, 'default', 'MIGRATED', 0, 0, 1, 0, 0)",
             "in disposal_weeks",
         ),
-        // The days of every domain together (migration 0041), under the same rule: a day's cost.
+        // The days of every domain together, under the same rule: a day's cost.
         (
-            "disposal_days",
+            "disposals",
             "INSERT INTO disposal_fleet_days (fleet, day, disposition, units, cost_cents, reworked, verified_units,
                                               verified_cost_cents)
              VALUES ('f', current_date, 'MIGRATED', 0, 5, 0, 0, 0)",
             "in disposal_fleet_days",
         ),
         (
-            "disposal_agents",
+            "disposals",
             "INSERT INTO disposal_agent_counts VALUES ('f', true, date_trunc('week', now())::date, '', 'DROPPED', 2)",
             "agents",
         ),
-        ("claim_days", "UPDATE claim_days SET stale = stale + 1 WHERE fleet = 'f'", "stale"),
+        ("claims", "UPDATE claim_days SET stale = stale + 1 WHERE fleet = 'f'", "stale"),
         ("agent_totals", "INSERT INTO agent_totals VALUES ('f', 'agent-a', 'default', 0, 7)", "agent-a"),
-        // Each name's latest attempt (migration 0040): moved back by a day, and a name without attempts.
+        // Each name's latest attempt: another attempt kept, and a name without attempts.
         (
             "agent_latest",
-            "UPDATE agent_latest SET started_at = started_at - interval '1 day' WHERE fleet = 'f'",
-            "in agent_latest",
+            "UPDATE agent_latest SET attempt_id = gen_random_uuid() WHERE fleet = 'f' AND agent_id = 'agent-a'",
+            "agent-a attempt",
         ),
         (
             "agent_latest",
             "INSERT INTO agent_latest VALUES ('f', 'agent-nobody', now(), gen_random_uuid(), gen_random_uuid())",
-            "agent-nobody: no attempt",
+            "no attempt",
         ),
-        // The cost days (migration 0029): a day's cost under a group, and an agent's units.
+        // The cost days: a day's cost under a group, and an agent's units.
         (
             "cost_days",
             "INSERT INTO cost_days (fleet, day, domain, state, disposition, prior_day, units, cost_cents)
              VALUES ('f', current_date - 3, 'default', 'abandoned', 'DROPPED', NULL, 0, 40)",
-            "40 cents in cost_days",
+            "40 cents",
         ),
         (
             "cost_days",
             "INSERT INTO agent_cost_days (fleet, day, agent_id, domain, prior_day, units, cost_cents)
              VALUES ('f', current_date, 'agent-q', 'default', current_date - 1, 1, 0)",
-            "agent agent-q/default/after",
+            "for agent-q",
         ),
-        ("claim_days", "DELETE FROM never_started WHERE fleet = 'f'", "not in never_started"),
+        ("claims", "DELETE FROM never_started WHERE fleet = 'f'", "not in never_started"),
         (
             "cycle_weeks",
             "UPDATE cycle_weeks_until SET until = '2020-01-13';
@@ -330,8 +334,9 @@ async fn a_corrupted_total_is_found_by_the_audit_and_a_rebuild_repairs_it() {
         ),
     ];
     for (rule, hand, says) in hands {
+        app.project().await;
         app.sql(hand).await;
-        app.live.sweep_now().await.expect("a fold");
+        app.project().await;
         let audit = work_ledger(&app, &["audit", "--fleet", "f"], None);
         assert_eq!(audit.status.code(), Some(1), "{hand}: {}", text(&audit.stderr));
         let out = text(&audit.stdout);
@@ -339,36 +344,48 @@ async fn a_corrupted_total_is_found_by_the_audit_and_a_rebuild_repairs_it() {
             out.lines().all(|l| l.contains(&format!("\t{rule}\t"))) && out.contains(says),
             "{hand} is found by {rule} alone: {out}"
         );
-        app.sql("SELECT ledger_rebuild_totals()").await;
+        app.rebuild_projections().await;
         let repaired = work_ledger(&app, &["audit"], None);
         assert!(repaired.status.success(), "{hand}: {}", text(&repaired.stdout));
     }
 }
 
-/// Each name's latest attempt (migration 0040) is the latest by start, then
-/// id, whatever one statement inserts: several attempts of one name, two of
-/// them started at the same instant; a later statement with an older
-/// attempt moves nothing. The audit's rule agrees with what was kept.
+/// Each name's latest attempt is the latest by start, then id, whatever one
+/// transaction writes: several claims of one name, two of them started at
+/// the same instant; a later claim of an older attempt moves nothing. The
+/// roster reads it exact before the projector folds it, and the audit's
+/// rule agrees with what was kept after.
 #[tokio::test]
-async fn each_names_latest_attempt_is_kept_whatever_a_statement_inserts() {
+async fn each_names_latest_attempt_is_kept_whatever_a_transaction_claims() {
     let app = spawn_app().await;
+    app.allow_history_rewrites().await;
     let op = Agent::new(&app, "f", "op", Role::Operator).await;
     app.register(&op.token, &["u1", "u2", "u3", "u4", "u5"]).await;
     let agent = Agent::new(&app, "f", "agent-a", Role::Agent).await;
     let first = agent.claim_next(json!({})).await.str("currentAttemptId");
-    let kept = "SELECT attempt_id::text AS id FROM agent_latest WHERE fleet = 'f' AND agent_id = 'agent-a'";
+    let kept = "SELECT attempt_id::text AS id FROM (SELECT * FROM agent_latest UNION ALL SELECT * FROM agent_latest_tail(NULL)) k
+                 WHERE fleet = 'f' AND agent_id = 'agent-a' ORDER BY started_at DESC, attempt_id DESC LIMIT 1";
     assert_eq!(app.sql_id(kept).await, first, "the claim's attempt");
 
-    // A hand (the owner's) writes three attempts of agent-a in one
-    // statement: two an hour from now at one instant, one a day ago.
-    app.sql(
-        "INSERT INTO work_unit_attempts (fleet, unit_id, attempt_no, agent_id, started_at)
-         SELECT u.fleet, u.id, 1, 'agent-a', t.at
-           FROM (SELECT fleet, id, row_number() OVER (ORDER BY external_ref) AS i
-                   FROM work_units WHERE fleet = 'f' AND attempt_count = 0 AND external_ref <> 'u5') u
-           JOIN (VALUES (1, now() + interval '1 hour'), (2, now() + interval '1 hour'),
-                        (3, now() - interval '1 day')) t (i, at) ON t.i = u.i",
-    )
+    // A hand (the owner's) writes three claims of agent-a in one
+    // transaction, each with its event: two an hour from now at one
+    // instant, one a day ago.
+    let claims = |which: &str, at: &str| {
+        format!(
+            "WITH a AS (INSERT INTO work_unit_attempts (fleet, unit_id, attempt_no, agent_id, started_at)
+                        SELECT u.fleet, u.id, 1, 'agent-a', t.at
+                          FROM (SELECT fleet, id, row_number() OVER (ORDER BY external_ref) AS i
+                                  FROM work_units WHERE fleet = 'f' AND attempt_count = 0 AND external_ref {which}) u
+                          JOIN ({at}) t (i, at) ON t.i = u.i
+                        RETURNING id, fleet, unit_id, started_at)
+             INSERT INTO work_unit_events (fleet, unit_id, attempt_id, event_type, from_state, to_state, agent_id, created_at)
+             SELECT fleet, unit_id, id, 'claimed', 'ready', 'claimed', 'agent-a', started_at FROM a"
+        )
+    };
+    app.sql(&claims(
+        "<> 'u5'",
+        "VALUES (1, now() + interval '1 hour'), (2, now() + interval '1 hour'), (3, now() - interval '1 day')",
+    ))
     .await;
     let latest = "SELECT id::text AS id FROM work_unit_attempts WHERE fleet = 'f' AND agent_id = 'agent-a'
                   ORDER BY started_at DESC, id DESC LIMIT 1";
@@ -377,14 +394,15 @@ async fn each_names_latest_attempt_is_kept_whatever_a_statement_inserts() {
                 AND started_at = (SELECT max(started_at) FROM work_unit_attempts WHERE agent_id = 'agent-a')";
     assert_eq!(app.sql_i64(tied).await, 2, "two attempts started at the latest instant");
     assert_ne!(expected, first);
-    assert_eq!(app.sql_id(kept).await, expected, "the greater id of the two started at the latest instant");
+    assert_eq!(app.sql_id(kept).await, expected, "read with the tail: the greater id of the two latest");
+    app.project().await;
+    let folded = "SELECT attempt_id::text AS id FROM agent_latest WHERE fleet = 'f' AND agent_id = 'agent-a'";
+    assert_eq!(app.sql_id(folded).await, expected, "folded: the same");
 
-    app.sql(
-        "INSERT INTO work_unit_attempts (fleet, unit_id, attempt_no, agent_id, started_at)
-         SELECT fleet, id, 1, 'agent-a', now() - interval '2 days' FROM work_units WHERE external_ref = 'u5'",
-    )
-    .await;
+    app.sql(&claims("= 'u5'", "VALUES (1, now() - interval '2 days')")).await;
     assert_eq!(app.sql_id(kept).await, expected, "an older attempt moves nothing");
+    app.project().await;
+    assert_eq!(app.sql_id(folded).await, expected, "nor when folded");
 
     let audit = work_ledger(&app, &["audit", "--fleet", "f"], None);
     let out = text(&audit.stdout);
@@ -433,13 +451,14 @@ async fn a_fold_rewrites_only_the_totals_that_moved() {
          disposed_at = '2026-01-01T12:00:00Z'::timestamptz + (substr(external_ref, 2)::int * interval '1 day')",
     )
     .await;
-    app.sql_json("SELECT ledger_compact_totals() AS folded").await;
+    app.project().await;
     let before = stored_disposal_days(&app).await;
     assert_eq!(before.len(), 40, "one folded row per day: {before:#?}");
 
     // One new unit moves one group of the unit totals and one of the event
     // totals; the day totals did not move, so no fold may touch them.
     app.register(&op.token, &["late"]).await;
+    app.live.fold_now().await.expect("a fold");
     let folded = app.sql_i64("SELECT ledger_compact_totals()").await;
     assert!(folded <= 6, "a fold after one registration took {folded} rows: it rewrote totals that did not move");
     assert_eq!(stored_disposal_days(&app).await, before, "no day total was rewritten");
@@ -450,12 +469,13 @@ async fn a_fold_rewrites_only_the_totals_that_moved() {
     let audit = work_ledger(&app, &["audit"], None);
     assert!(audit.status.success(), "{}\n{}", text(&audit.stdout), text(&audit.stderr));
 
-    // A recount leaves every total folded: the next fold has nothing to take.
-    app.sql("SELECT ledger_rebuild_totals()").await;
+    // A rebuild, compacted, leaves every total folded: the next compaction has nothing to take.
+    app.rebuild_projections().await;
+    app.sql("SELECT ledger_fold_totals()").await;
     assert_eq!(app.sql_i64("SELECT count(*) FROM disposal_days WHERE NOT folded").await, 0);
     assert_eq!(app.sql_i64("SELECT count(*) FROM disposal_weeks WHERE NOT folded").await, 0);
     assert_eq!(app.sql_i64("SELECT count(*) FROM disposal_fleet_days WHERE NOT folded").await, 0);
-    assert_eq!(app.sql_i64("SELECT ledger_compact_totals()").await, 0, "a fold after a recount rewrote totals");
+    assert_eq!(app.sql_i64("SELECT ledger_compact_totals()").await, 0, "a compaction after a rebuild rewrote totals");
     assert_eq!(app.sql_i64("SELECT ledger_fold_disposal_weeks()").await, 0, "nor the weeks");
     assert_eq!(app.sql_i64("SELECT ledger_fold_disposal_fleet_days()").await, 0, "nor the fleet's days");
     let (totals, units) = totals_and_units(&app).await;
@@ -481,6 +501,7 @@ async fn a_fleet_wide_throughput_by_day_reads_the_days_of_every_domain_together(
          disposed_at = '2026-01-01T12:00:00Z'::timestamptz + (substr(external_ref, 2)::int / 8 * interval '1 day')",
     )
     .await;
+    app.live.fold_now().await.expect("a fold");
     let replaced = app.sql_i64("SELECT count(*) FROM disposal_fleet_days WHERE fleet = 'f'").await;
     app.sql("SELECT ledger_fold_totals()").await;
     assert_eq!(app.sql_i64("SELECT count(*) FROM disposal_days WHERE fleet = 'f'").await, 12);
@@ -516,18 +537,18 @@ async fn the_totals_are_read_only_and_per_fleet_for_the_service_and_readers() {
     let insert = "INSERT INTO unit_totals VALUES ('f', 'default', 'ready', NULL, false, 100, 0)";
     let refused = app.app_role_exec(Some("f"), insert).await.expect_err("the application role cannot write totals");
     assert!(refused.contains("permission denied"), "{refused}");
-    let fold = app.app_role_query(Some("f"), "SELECT ledger_compact_totals() AS folded").await;
-    assert_eq!(fold.len(), 1, "the application role may fold (the sweeper does)");
+    let fold = app.app_role_query(Some("f"), "SELECT ledger_project('unit_totals', 100) AS folded").await;
+    assert_eq!(fold.len(), 1, "the application role may fold (the projector does)");
     let folds = app.app_role_query(Some("f"), "SELECT ledger_fold_totals() AS folded").await;
-    assert_eq!(folds.len(), 1, "and run every fold, as the sweeper does");
+    assert_eq!(folds.len(), 1, "and compact, as the projector does");
     let seen =
         app.app_role_query(Some("f"), "SELECT fleet, sum(units)::int AS units FROM v_unit_totals GROUP BY 1").await;
     assert_eq!(seen, vec![json!({ "fleet": "f", "units": 2 })], "fleet f sees its own totals only");
     let events = "INSERT INTO event_totals VALUES ('f', 'claimed', 100)";
     let refused = app.app_role_exec(Some("f"), events).await.expect_err("nor event totals");
     assert!(refused.contains("permission denied"), "{refused}");
-    // The day totals and their sets (migration 0020): written by the
-    // database's triggers alone, and each fleet sees its own.
+    // The day totals and their sets: written by the projector alone, and
+    // each fleet sees its own.
     for table in [
         "disposal_days",
         "disposal_weeks",
@@ -553,17 +574,16 @@ async fn the_totals_are_read_only_and_per_fleet_for_the_service_and_readers() {
     }
     op_f.claim_next(json!({})).await.data();
     op_g.claim_next(json!({})).await.data();
+    app.project().await;
     assert_eq!(app.sql_i64("SELECT count(DISTINCT fleet) FROM claim_days").await, 2);
     let claims = app.app_role_query(Some("f"), "SELECT DISTINCT fleet FROM claim_days").await;
     assert_eq!(claims, vec![json!({ "fleet": "f" })], "fleet f sees its own claims only");
     let latest = app.app_role_query(Some("f"), "SELECT DISTINCT fleet FROM agent_latest").await;
     assert_eq!(latest, vec![json!({ "fleet": "f" })], "and the latest attempts of its own names only");
-    let recount = app.app_role_exec(Some("f"), "SELECT ledger_recount_agent_latest()").await;
-    assert!(recount.is_err_and(|e| e.contains("permission denied")), "a recount is the owner's");
-    let noted = app.app_role_exec(Some("f"), "SELECT disposal_agents_noted('{}')").await;
-    assert!(noted.is_err_and(|e| e.contains("permission denied")), "the trigger's helper is not the service's");
-    let rebuild = app.app_role_exec(Some("f"), "SELECT ledger_rebuild_totals()").await;
+    let rebuild = app.app_role_exec(Some("f"), "SELECT ledger_project_rebuild('agent_latest')").await;
     assert!(rebuild.is_err_and(|e| e.contains("permission denied")), "a rebuild is the owner's");
+    let fold = app.app_role_exec(Some("f"), "SELECT agent_latest_fold(0, 1000)").await;
+    assert!(fold.is_err_and(|e| e.contains("permission denied")), "a fold's own step runs through ledger_project");
 }
 
 #[tokio::test]
@@ -571,8 +591,8 @@ async fn events_over_a_range_count_as_the_rows_say_through_folds() {
     let app = spawn_app().await;
     let op = Agent::new(&app, "f", "op", Role::Operator).await;
     app.register(&op.token, &["e0", "e1", "e2"]).await;
-    // Events written into the past by hand on three days (the trigger counts
-    // them per day as they arrive), besides today's registrations.
+    // Events written into the past by hand on three days (the projector
+    // counts them per day as it folds them), besides today's registrations.
     app.sql(
         "INSERT INTO work_unit_events (fleet, unit_id, event_type, agent_id, created_at)
          SELECT 'f', u.id, 'heartbeat', 'op', v.at FROM work_units u,
@@ -594,7 +614,7 @@ async fn events_over_a_range_count_as_the_rows_say_through_folds() {
     ];
     for when in ["as written", "folded"] {
         if when == "folded" {
-            app.live.sweep_now().await.expect("a fold");
+            app.project().await;
         }
         for (from, until) in ranges {
             for types in [json!(null), json!(["HEARTBEAT"]), json!(["REGISTERED", "HEARTBEAT"])] {
@@ -629,5 +649,5 @@ async fn events_over_a_range_count_as_the_rows_say_through_folds() {
     let audit = work_ledger(&app, &["audit", "--fleet", "f"], None);
     assert_eq!(audit.status.code(), Some(1), "{}", text(&audit.stderr));
     let out = text(&audit.stdout);
-    assert!(out.lines().all(|l| l.contains("\tevent_totals\t")) && out.contains("2026-03-02"), "{out}");
+    assert!(out.lines().all(|l| l.contains("\tevents\t")) && out.contains("2026-03-02"), "{out}");
 }

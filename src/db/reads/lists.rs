@@ -190,9 +190,12 @@ pub fn events_counted_by_totals(fleet: &str, filter: &EventFilter) -> Option<Que
         q.push(&format!("{args}) AS n"));
         return Some(q);
     }
-    let mut q = Query::new("SELECT coalesce(sum(t.events), 0)::bigint AS n FROM event_totals t WHERE t.fleet = ");
+    // The projection's rows and its tail (`event_totals_tail`, projections.sql).
+    let mut q = Query::new(
+        "SELECT coalesce(sum(t.events), 0)::bigint AS n FROM (SELECT e.fleet, e.event_type, e.agent_id, e.events FROM event_totals e WHERE e.fleet = ",
+    );
     let p = q.bind(fleet);
-    q.push(&p);
+    q.push(&format!("{p} UNION ALL SELECT e.fleet, e.event_type, e.agent_id, e.events FROM event_totals_tail({p}) e) t WHERE t.fleet = {p}"));
     of_types(&mut q, "t", &filter.types);
     if let Some(agent) = &filter.agent_id {
         q.and("t.agent_id = {}", agent.clone());

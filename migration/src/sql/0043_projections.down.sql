@@ -1,0 +1,1 @@
+-- Forward only: the read models are the projector's (sql/repeatable/projections.sql).
