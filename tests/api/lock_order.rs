@@ -78,8 +78,8 @@ async fn a_real_serialization_failure(app: &TestApp) -> DbErr {
     let t1 = app.owner.begin().await.expect("begin");
     t1.execute_unprepared("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ").await.expect("isolation");
     t1.execute_unprepared("SELECT count(*) FROM work_units").await.expect("snapshot");
-    app.sql(&format!("UPDATE work_units SET domain = 'other' WHERE id = '{unit}'")).await;
-    t1.execute_unprepared(&format!("UPDATE work_units SET domain = 'mine' WHERE id = '{unit}'"))
+    app.sql(&format!("UPDATE work_units SET workflow_id = 'other' WHERE id = '{unit}'")).await;
+    t1.execute_unprepared(&format!("UPDATE work_units SET workflow_id = 'mine' WHERE id = '{unit}'"))
         .await
         .expect_err("serialization failure")
 }

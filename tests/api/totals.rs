@@ -420,14 +420,18 @@ async fn stored_disposal_days(app: &TestApp) -> Vec<Value> {
 }
 
 /// `n` units of fleet `f` (`d00`, `d01`, ...), registered by its operator
-/// (returned) and then disposed by the owner's hand, as an import writes
-/// history: abandoned with evidence and a `disposed` event, with `set` (SQL
-/// assignments over the unit's `external_ref`) choosing their disposition,
-/// day and anything else. Needs `allow_history_rewrites`.
-async fn disposed_by_hand<'a>(app: &'a TestApp, n: usize, set: &str) -> Agent<'a> {
+/// (returned) in the domains `domains` gives them by number, and then
+/// disposed by the owner's hand, as an import writes history: abandoned
+/// with evidence and a `disposed` event, with `set` (SQL assignments over
+/// the unit's `external_ref`) choosing their disposition, day and anything
+/// else. Needs `allow_history_rewrites`.
+async fn disposed_by_hand<'a>(app: &'a TestApp, n: usize, domains: fn(usize) -> String, set: &str) -> Agent<'a> {
     let op = Agent::new(app, "f", "op", Role::Operator).await;
-    let refs: Vec<String> = (0..n).map(|i| format!("d{i:02}")).collect();
-    app.register(&op.token, &refs.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let units: Vec<Value> =
+        (0..n).map(|i| json!({ "externalRef": format!("d{i:02}"), "domain": domains(i) })).collect();
+    op.run("mutation($u: [RegisterUnitInput!]!) { registerUnits(units: $u) { id } }", json!({ "u": units }))
+        .await
+        .data();
     app.sql(&format!(
         "UPDATE work_units SET state = 'abandoned', {set},
                 evidence_urls = ARRAY['https://wiki.example/' || external_ref]
@@ -447,6 +451,7 @@ async fn a_fold_rewrites_only_the_totals_that_moved() {
     let op = disposed_by_hand(
         &app,
         40,
+        |_| "default".to_owned(),
         "disposition = 'DROPPED',
          disposed_at = '2026-01-01T12:00:00Z'::timestamptz + (substr(external_ref, 2)::int * interval '1 day')",
     )
@@ -496,8 +501,8 @@ async fn a_fleet_wide_throughput_by_day_reads_the_days_of_every_domain_together(
     let op = disposed_by_hand(
         &app,
         24,
-        "domain = 'd' || (substr(external_ref, 2)::int % 4),
-         disposition = CASE WHEN substr(external_ref, 2)::int % 2 = 0 THEN 'DROPPED' ELSE 'DEAD' END::disposition,
+        |i| format!("d{}", i % 4),
+        "disposition = CASE WHEN substr(external_ref, 2)::int % 2 = 0 THEN 'DROPPED' ELSE 'DEAD' END::disposition,
          disposed_at = '2026-01-01T12:00:00Z'::timestamptz + (substr(external_ref, 2)::int / 8 * interval '1 day')",
     )
     .await;

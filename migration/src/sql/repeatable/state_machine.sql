@@ -155,8 +155,10 @@ CREATE OR REPLACE TRIGGER work_units_state_machine BEFORE UPDATE OF state, dispo
 CREATE OR REPLACE FUNCTION work_units_guard() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN
+    -- The domain too: the read models group a unit's whole history by it
+    -- (projections.sql), and no write moves a unit to another.
     IF NEW.id <> OLD.id OR NEW.fleet <> OLD.fleet OR NEW.external_ref <> OLD.external_ref
-       OR NEW.created_at <> OLD.created_at THEN
+       OR NEW.created_at <> OLD.created_at OR NEW.domain <> OLD.domain THEN
         RAISE EXCEPTION 'work unit identity is immutable' USING ERRCODE = 'WL001',
             CONSTRAINT = 'work_units_identity_immutable';
     END IF;
