@@ -40,6 +40,7 @@ mod operator;
 mod operator_calendar;
 mod operator_reads;
 mod outsiders;
+mod projections;
 mod reads;
 mod register;
 mod restart;

@@ -520,10 +520,13 @@ BEGIN
         RETURN NULL;
     END IF;
     w := live_delivery_watermark();
+    -- Whole batches: up to the batch of the event after the first
+    -- p_max_events, and at least the first batch however large it is.
     SELECT e.batch INTO upto FROM work_unit_events e
      WHERE e.batch >= m AND e.batch < w ORDER BY e.batch OFFSET greatest(p_max_events, 1) LIMIT 1;
-    upto := coalesce(upto, w);
-    IF upto <= m THEN
+    upto := least(w, greatest(coalesce(upto, w),
+                              (SELECT min(e.batch) + 1 FROM work_unit_events e WHERE e.batch >= m AND e.batch < w)));
+    IF upto IS NULL OR upto <= m THEN
         RETURN 0;
     END IF;
     EXECUTE format('SELECT %I($1, $2)', p_name || '_fold') USING m, upto;
