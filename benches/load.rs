@@ -6,6 +6,8 @@
 //!   cargo bench --bench load -- [--agents 64] [--race-agents 256] [--seconds 10] [--pool 32] [--peer-pool 64]
 //!                                 [--notify in-transaction]
 //!   cargo bench --bench load -- --at-size 1000000 [--agents 64] [--seconds 10]
+//!   cargo bench --bench load -- --baseline PATH/TO/OLD/work-ledger   (also runs the HTTP floor and both
+//!                                 claim-and-finish phases against that build, on a database of its own)
 //!
 //! `WL_BENCH_EVENT_POSITION=no-marker` runs the same phases with the live
 //! event writer marker (migration 0004's advisory lock) left out of the
@@ -62,6 +64,8 @@ struct Args {
     /// an almost empty ledger, then after the reads bench's seed has grown
     /// the same database to UNITS units and 10 events per unit.
     at_size: Option<i64>,
+    /// A previous build's binary to measure beside this one (`--baseline BIN`).
+    baseline: Option<String>,
 }
 
 fn args() -> Args {
@@ -75,6 +79,7 @@ fn args() -> Args {
         metrics_overhead: false,
         per_agent: 600,
         at_size: None,
+        baseline: None,
     };
     let argv: Vec<String> = std::env::args().collect();
     args.metrics_overhead = argv.iter().any(|a| a == "--metrics-overhead");
@@ -89,6 +94,7 @@ fn args() -> Args {
             ("--per-agent", Some(v)) => args.per_agent = v as usize,
             ("--at-size", Some(v)) => args.at_size = Some(v as i64),
             ("--notify", _) if pair[1] == "in-transaction" => args.notify = Notify::InTransaction,
+            ("--baseline", _) => args.baseline = Some(pair[1].clone()),
             _ => {}
         }
     }
@@ -469,24 +475,7 @@ async fn main() -> Result<(), AnyError> {
     // field that reads nothing. No write over HTTP can run faster on the
     // same cores.
     eprintln!("HTTP floor...");
-    let floor = {
-        let http = http.clone();
-        drive(args.agents, args.seconds, "HTTP floor: { __typename } with a token", move |i, deadline| {
-            let (http, token) = (http.clone(), floor_tokens[i].clone());
-            async move {
-                let mut s = Samples::default();
-                while Instant::now() < deadline {
-                    let resp = timed(&mut s, http.gql(&token, "{ __typename }", json!({}))).await;
-                    if resp["data"]["__typename"] != "QueryRoot" && resp["data"]["__typename"] != "Query" {
-                        eprintln!("HTTP floor failed: {resp}");
-                        break;
-                    }
-                }
-                vec![("request", s)]
-            }
-        })
-        .await
-    };
+    let floor = floor_phase(&http, &args, "HTTP floor: { __typename } with a token", floor_tokens).await;
 
     // The same agents below saturation: 80% of the rate just measured.
     let offered = (api.rate() * 0.8).max(1.0);
@@ -511,29 +500,22 @@ async fn main() -> Result<(), AnyError> {
 
     // The shortest whole job: claimNext, transition(IN_PROGRESS), dispose(DROPPED); one token per agent.
     eprintln!("claim-and-finish over HTTP...");
-    let finish = {
-        let http = http.clone();
-        drive(args.agents, args.seconds, "claim-and-finish over HTTP", move |i, deadline| {
-            let (http, token) = (http.clone(), finish_tokens[i].clone());
-            async move { claim_and_finish(&http, &token, deadline).await }
-        })
-        .await
-    };
+    let finish = finish_phase(&http, &args, "claim-and-finish over HTTP", finish_tokens).await;
     settle().await?;
 
     // The same job in the shape the project's own clients send it (MCP, the
     // agent CLI): a domain, an idempotency key on every write, the attempt
     // fence on start and dispose.
     eprintln!("claim-and-finish over HTTP, keyed and fenced...");
-    let finish_keyed = {
-        let http = http.clone();
-        drive(args.agents, args.seconds, "claim-and-finish over HTTP (domain, keys, fence)", move |i, deadline| {
-            let (http, token) = (http.clone(), keyed_tokens[i].clone());
-            async move { claim_and_finish_keyed(&http, &token, i, deadline).await }
-        })
-        .await
-    };
+    let finish_keyed =
+        keyed_phase(&http, &args, "claim-and-finish over HTTP (domain, keys, fence)", keyed_tokens).await;
     settle().await?;
+
+    // The same three phases against the baseline build, right after.
+    let baseline = match &args.baseline {
+        Some(bin) => Some(baseline_phases(&args, &url, bin).await?),
+        None => None,
+    };
 
     // The race: many more agents than connections, each claim by a fresh agent.
     eprintln!("{} agents racing...", args.race_agents);
@@ -663,6 +645,22 @@ async fn main() -> Result<(), AnyError> {
         args.agents,
         pct(race.rate(), api.rate())
     );
+    if let Some([base_floor, base_finish, base_keyed]) = &baseline {
+        println!();
+        print_table(&[base_floor, base_finish, base_keyed], None);
+        println!(
+            "this build vs the baseline in the same run: HTTP floor {:.2}x ({:.0} vs {:.0}/s), claim-and-finish plain {:.2}x ({:.0} vs {:.0}/s), domain + keys + fence {:.2}x ({:.0} vs {:.0}/s)",
+            floor.rate() / base_floor.rate(),
+            floor.rate(),
+            base_floor.rate(),
+            finish.rate() / base_finish.rate(),
+            finish.rate(),
+            base_finish.rate(),
+            finish_keyed.rate() / base_keyed.rate(),
+            finish_keyed.rate(),
+            base_keyed.rate()
+        );
+    }
     println!("events written in the run: {events}");
     if profiled {
         print_functions(&owner).await?;
@@ -674,6 +672,74 @@ async fn main() -> Result<(), AnyError> {
         None => support::drop_scratch(&url).await?,
     }
     Ok(())
+}
+
+/// The HTTP floor: `{ __typename }` with a token, one token per agent.
+async fn floor_phase(http: &Http, args: &Args, name: &str, tokens: Arc<Vec<String>>) -> Report {
+    let http = http.clone();
+    drive(args.agents, args.seconds, name, move |i, deadline| {
+        let (http, token) = (http.clone(), tokens[i].clone());
+        async move {
+            let mut s = Samples::default();
+            while Instant::now() < deadline {
+                let resp = timed(&mut s, http.gql(&token, "{ __typename }", json!({}))).await;
+                if resp["data"]["__typename"] != "QueryRoot" && resp["data"]["__typename"] != "Query" {
+                    eprintln!("HTTP floor failed: {resp}");
+                    break;
+                }
+            }
+            vec![("request", s)]
+        }
+    })
+    .await
+}
+
+/// claimNext, transition(IN_PROGRESS), dispose(DROPPED); one token per agent.
+async fn finish_phase(http: &Http, args: &Args, name: &str, tokens: Arc<Vec<String>>) -> Report {
+    let http = http.clone();
+    drive(args.agents, args.seconds, name, move |i, deadline| {
+        let (http, token) = (http.clone(), tokens[i].clone());
+        async move { claim_and_finish(&http, &token, deadline).await }
+    })
+    .await
+}
+
+/// [`finish_phase`] with a domain, an idempotency key on every write and
+/// the attempt fence.
+async fn keyed_phase(http: &Http, args: &Args, name: &str, tokens: Arc<Vec<String>>) -> Report {
+    let http = http.clone();
+    drive(args.agents, args.seconds, name, move |i, deadline| {
+        let (http, token) = (http.clone(), tokens[i].clone());
+        async move { claim_and_finish_keyed(&http, &token, i, deadline).await }
+    })
+    .await
+}
+
+/// The HTTP floor and both claim-and-finish phases against the baseline
+/// build `bin` ([`support::baseline`]), seeded as this build's are.
+async fn baseline_phases(args: &Args, beside: &str, bin: &str) -> Result<[Report; 3], AnyError> {
+    eprintln!("baseline {bin}...");
+    let base = support::baseline::Baseline::start(bin, beside, args.pool).await?;
+    let owner = db::connect(&base.url, 4).await?;
+    let needed = args.agents * args.per_agent;
+    for fleet in ["finish", "finish-keyed"] {
+        seed_units(&owner, fleet, needed).await?;
+    }
+    let finish_tokens = Arc::new(seed_tokens(&owner, "finish", "agent", args.agents).await?);
+    let keyed_tokens = Arc::new(seed_tokens(&owner, "finish-keyed", "agent", args.agents).await?);
+    let floor_tokens = Arc::new(seed_tokens(&owner, "finish", "floor", args.agents).await?);
+    let settle = || owner.execute_unprepared("VACUUM ANALYZE work_units, work_unit_attempts, work_unit_events");
+    settle().await?;
+    let client = reqwest::Client::builder().pool_max_idle_per_host(args.agents).build()?;
+    let http = Http { client, endpoint: base.endpoint.clone() };
+    let floor = floor_phase(&http, args, "baseline: HTTP floor", floor_tokens).await;
+    settle().await?;
+    let finish = finish_phase(&http, args, "baseline: claim-and-finish over HTTP", finish_tokens).await;
+    settle().await?;
+    let keyed = keyed_phase(&http, args, "baseline: claim-and-finish (domain, keys, fence)", keyed_tokens).await;
+    owner.close().await?;
+    base.stop().await?;
+    Ok([floor, finish, keyed])
 }
 
 /// The service on a port of its own (the bench's pool size and notify mode),

@@ -180,20 +180,39 @@ pub struct Expiry {
 /// `connection_init` payload's `Authorization` field): the principal, the
 /// hash its token is known by and its expiry.
 ///
-/// Every request asks the database (one indexed statement), on every
-/// surface: a revocation is a committed row, so the first request that
-/// starts after `token revoke` returned is refused on every replica. A
-/// cache would need a proof that nothing was revoked since its lookup, and
-/// the only proof is a read of the database, which costs what the lookup does.
-/// The same statement says whether the token expired (by the database's
-/// clock) and whether its last use is due to be recorded, which `last_use`
-/// then does without the request waiting for it.
+/// What never changes about a token (its id, fleet, name, permissions and
+/// expiry) is looked up once per process ([`Known`]); what does (a
+/// revocation) is the database's to say, in the statement every request
+/// that reads or writes starts with: a read's transaction opens with
+/// `ledger_session`, a write's function authenticates the hash it is given.
+/// So a revocation refuses the very next read or write on every surface and
+/// replica without a statement of its own. A request that touches no table
+/// (`__typename`, introspection) is answered from what the process knows,
+/// which a revocation's notice (`work_ledger_tokens`) and any refusal by the
+/// database clear. An expired token is refused by either clock.
+/// The token's last use is recorded by `last_use`, off the request's path.
 pub async fn authenticate(
     db: &DatabaseConnection,
     last_use: &LastUse,
+    known: &Known,
     authorization: Option<&str>,
 ) -> Result<(Principal, Credential), AuthError> {
     let hash = hash_token(parse_bearer(authorization)?);
+    if let Some((principal, expires_at)) = known.get(&hash) {
+        let now = Utc::now();
+        let left = match expires_at {
+            Some(at) if at <= now => {
+                known.forget(&hash);
+                return Err(AuthError::Unauthenticated(expired(at).into()));
+            }
+            Some(at) => Some((at, (at - now).to_std().unwrap_or(Duration::ZERO))),
+            None => None,
+        };
+        last_use.record(db, principal.token_id);
+        let asked = tokio::time::Instant::now();
+        let expiry = left.map(|(at, left)| Expiry { at, deadline: asked + left });
+        return Ok((principal, Credential { hash, expiry }));
+    }
     let asked = tokio::time::Instant::now();
     let token = match db::tokens::authenticate(db, &hash).await? {
         Some(Lookup::Live(token)) => token,
@@ -204,7 +223,64 @@ pub async fn authenticate(
         last_use.record(db, token.id);
     }
     let expiry = token.expiry.map(|(at, left)| Expiry { at, deadline: asked + left });
-    Ok((principal(token, hash), Credential { hash, expiry }))
+    let principal = principal(token, hash);
+    known.remember(&principal, expiry.map(|e| e.at));
+    Ok((principal, Credential { hash, expiry }))
+}
+
+/// What never changes about the tokens this process authenticated, by hash:
+/// the principal and the expiry (at most [`Known::CAPACITY`] tokens; when
+/// full it starts over). Whether a token is still live is never read from
+/// here for a request that reads or writes: the database says it in that
+/// request's first statement ([`authenticate`]).
+#[derive(Default)]
+pub struct Known {
+    tokens: Mutex<HashMap<TokenHash, KnownToken>>,
+}
+
+/// A token's principal and expiry.
+type KnownToken = (Principal, Option<DateTime<Utc>>);
+
+impl fmt::Debug for Known {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Known").field("tokens", &self.len()).finish()
+    }
+}
+
+impl Known {
+    /// Tokens kept before the memory starts over.
+    pub const CAPACITY: usize = 65_536;
+
+    fn get(&self, hash: &TokenHash) -> Option<KnownToken> {
+        self.tokens.lock().unwrap_or_else(|e| e.into_inner()).get(hash).cloned()
+    }
+
+    fn remember(&self, principal: &Principal, expires_at: Option<DateTime<Utc>>) {
+        let mut tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
+        if tokens.len() >= Self::CAPACITY {
+            tokens.clear();
+        }
+        tokens.insert(principal.token_hash, (principal.clone(), expires_at));
+    }
+
+    /// Forgets the token known by `hash` (the database refused it).
+    pub fn forget(&self, hash: &TokenHash) {
+        self.tokens.lock().unwrap_or_else(|e| e.into_inner()).remove(hash);
+    }
+
+    /// Forgets every token (a token was revoked, or notices were missed).
+    pub fn forget_all(&self) {
+        self.tokens.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    /// Tokens known.
+    pub fn len(&self) -> usize {
+        self.tokens.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// The principal of a live token, `None` when it is unknown, revoked or expired.

@@ -9,6 +9,7 @@ use sea_orm::{ConnectionTrait, DatabaseConnection};
 use work_ledger::db::{self, stmt};
 use work_ledger::embedded_pg::EmbeddedPostgres;
 
+pub mod baseline;
 pub mod seed;
 
 pub type AnyError = Box<dyn std::error::Error + Send + Sync>;

@@ -223,9 +223,11 @@ pub async fn begin(db: &DatabaseConnection) -> Result<DatabaseTransaction, DbErr
 
 /// Runs `work` in one transaction as the application role, scoped to `fleet`
 /// by the transaction-local setting that every row-level security policy
-/// reads. This is the only way request code reaches the database: it opens
-/// the transaction, sets role and fleet, runs the closure, and commits (or
-/// rolls back when the closure fails). The event log's tail sets them itself
+/// reads: it opens the transaction, sets role and fleet, runs the closure,
+/// and commits (or rolls back when the closure fails). The service's own
+/// reads of a fleet go through it (feeds, subscriptions' starting points);
+/// a request's reads go through [`in_session`], which takes the fleet from
+/// the caller's token instead. The event log's tail sets them itself
 /// instead, in SQL: [`events::events_after`] (the reads of feeds and the
 /// pages of catching-up subscribers) and [`events::events_resumed`]
 /// (migration 0034), one round trip each.
@@ -237,6 +239,57 @@ where
     F: for<'t> FnOnce(&'t DatabaseTransaction) -> BoxFuture<'t, Result<T, E>> + Send,
 {
     in_fleet_counted(db, None, fleet, work).await
+}
+
+/// [`in_fleet_counted`] for a request's reads: the transaction's first
+/// statement authenticates the caller's token by its hash and takes the app
+/// role and the token's fleet ([`tokens::SESSION`]), so a read costs no
+/// statement of its own for its authentication, and a token revoked or
+/// expired since the request was admitted is refused here
+/// (`E::from(Refusal)`) before anything is read.
+pub async fn in_session<T, E, F>(
+    db: &DatabaseConnection,
+    users: Option<&AtomicI64>,
+    token: &[u8; 32],
+    work: F,
+) -> Result<T, E>
+where
+    T: Send,
+    E: From<DbErr> + From<tokens::Refusal>,
+    F: for<'t> FnOnce(&'t DatabaseTransaction) -> BoxFuture<'t, Result<T, E>> + Send,
+{
+    let _in_flight = users.map(InFlight::new);
+    let tx = begin(db).await?;
+    if let Some(refused) = tokens::session(&tx, token).await? {
+        if let Err(rollback) = tx.rollback().await {
+            tracing::warn!(error = %rollback, "rollback failed");
+        }
+        return Err(E::from(refused));
+    }
+    finish(tx, work).await
+}
+
+/// Runs `work` in `tx` and commits, or rolls back when it fails.
+async fn finish<T, E, F>(tx: DatabaseTransaction, work: F) -> Result<T, E>
+where
+    T: Send,
+    E: From<DbErr>,
+    F: for<'t> FnOnce(&'t DatabaseTransaction) -> BoxFuture<'t, Result<T, E>> + Send,
+{
+    match work(&tx).await {
+        Ok(value) => {
+            tx.commit().await?;
+            Ok(value)
+        }
+        Err(err) => {
+            // Dropping the transaction would roll back as well; doing it here
+            // returns the connection to the pool clean and logs a failure.
+            if let Err(rollback) = tx.rollback().await {
+                tracing::warn!(error = %rollback, "rollback failed");
+            }
+            Err(err)
+        }
+    }
 }
 
 /// How the events a write appends are announced (SPEC §6, migration 0010):
@@ -283,20 +336,7 @@ where
         [APP_ROLE.into(), fleet.into()],
     ))
     .await?;
-    match work(&tx).await {
-        Ok(value) => {
-            tx.commit().await?;
-            Ok(value)
-        }
-        Err(err) => {
-            // Dropping the transaction would roll back as well; doing it here
-            // returns the connection to the pool clean and logs a failure.
-            if let Err(rollback) = tx.rollback().await {
-                tracing::warn!(error = %rollback, "rollback failed");
-            }
-            Err(err)
-        }
-    }
+    finish(tx, work).await
 }
 
 /// One task counted as a user of a pool until dropped (also when its future

@@ -64,6 +64,42 @@ pub async fn authenticate(db: &impl ConnectionTrait, hash: &[u8; 32]) -> Result<
     })))
 }
 
+/// Why `ledger_session` (sql/repeatable/reads.sql) refused a token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Unknown or revoked.
+    Unknown,
+    /// Its expiry passed (by the database's clock).
+    Expired(DateTime<Utc>),
+    /// It lacks `ledger:read`.
+    Forbidden,
+}
+
+/// The statement that opens a read request's transaction: it authenticates
+/// the token `$1` (`ledger_session`) and takes the app role and the token's
+/// fleet for the rest of the transaction. On its own, in autocommit, it only
+/// says whether the token is live.
+pub const SESSION: &str =
+    "SELECT set_config('role', 'work_ledger_app', true) AS role, s.refusal, s.expired_at FROM ledger_session($1) s";
+
+/// What [`SESSION`] said of the token: `None` when it is live and may read.
+pub async fn session(db: &impl ConnectionTrait, hash: &[u8; 32]) -> Result<Option<Refusal>, DbErr> {
+    let row = db
+        .query_one_raw(stmt(SESSION, [hash.to_vec().into()]))
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound("ledger_session".into()))?;
+    let refusal: Option<String> = row.try_get("", "refusal")?;
+    Ok(match refusal.as_deref() {
+        None => None,
+        Some("expired") => match row.try_get::<Option<DateTime<Utc>>>("", "expired_at")? {
+            Some(at) => Some(Refusal::Expired(at)),
+            None => Some(Refusal::Unknown),
+        },
+        Some("forbidden") => Some(Refusal::Forbidden),
+        Some(_) => Some(Refusal::Unknown),
+    })
+}
+
 /// Records a use of each token now, unless one was recorded within the
 /// minute, in one statement: per token `Some(true)` when it wrote,
 /// `Some(false)` when nothing was due, `None` when another write held the

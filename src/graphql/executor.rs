@@ -38,6 +38,7 @@ use super::loaders::{RequestLoaders, RequestTime};
 use super::notes::{self, Notes};
 use super::operation_metrics::{self, Root};
 use super::request_errors::{self, OverHttp, PARSE_FAILED, VALIDATION_FAILED, with_code};
+use super::selection_order::Order;
 use super::shared_reads::{Gate, Key, Turn};
 use super::{Mutation, Query, Subscription, guidance, read_budget};
 use crate::auth::Principal;
@@ -53,6 +54,8 @@ struct Run {
     who: Option<Principal>,
     notes: Arc<Notes>,
     reads: usize,
+    /// The order the answer's maps are written in ([`selection_order`]).
+    order: Arc<Order>,
 }
 
 /// A request checked and given its data, or its refusal ([`LedgerSchema::prepare`]).
@@ -87,6 +90,14 @@ impl Answer {
 
     pub fn text(&self) -> Bytes {
         self.0.text.clone()
+    }
+
+    /// Whether the database refused the caller's token during the
+    /// execution (revoked or expired since the request was admitted).
+    pub fn unauthenticated(&self) -> bool {
+        self.0.response.errors.iter().any(|err| {
+            err.extensions.as_ref().and_then(|e| e.get("code")) == Some(&async_graphql::Value::from("UNAUTHENTICATED"))
+        })
     }
 }
 
@@ -200,7 +211,17 @@ impl LedgerSchema {
             Turn::Leads(outcome) => outcome.await.unwrap_or_else(panicked),
             Turn::Joins(outcome, work) => {
                 self.0.ledger.metrics().shared_reads.inc();
-                let answer = match outcome.await {
+                // The execution authenticates the caller it runs as; a
+                // request that joins it has its own token checked meanwhile,
+                // in one statement, so a revocation refuses it too.
+                let (outcome, live) = tokio::join!(outcome, self.0.ledger.still_live(&who));
+                if let Err(err) = live {
+                    let err = async_graphql::Error::from(err).into_server_error(Default::default());
+                    let answer = Arc::new(Written::new(Response::from_errors(vec![err]), write));
+                    run.root.finish(&span, &answer.response);
+                    return answer;
+                }
+                let answer = match outcome {
                     Some(shared) if shared.response.errors.is_empty() => shared,
                     // The error may be the running caller's own (its turn
                     // for a fleet-wide read): the twins that waited for it
@@ -263,7 +284,13 @@ impl LedgerSchema {
         let this = self.clone();
         let mut responses = self.0.raw.execute_stream_with_session_data(request, session);
         if run.root.ty == OperationType::Subscription {
-            return responses.map(move |response| this.answer(response, &run.notes).0).boxed();
+            return responses
+                .map(move |response| {
+                    let mut response = this.answer(response, &run.notes).0;
+                    run.order.apply(&mut response.data);
+                    response
+                })
+                .boxed();
         }
         // A query or mutation answers once, in its span as over HTTP.
         let span = run.root.span(run.who.as_ref());
@@ -281,15 +308,16 @@ impl LedgerSchema {
     fn prepare(&self, mut request: Request, session: Option<&Data>) -> Prepared {
         let over_http = data_of::<OverHttp>(&request.data).is_some();
         let who = data_of::<Principal>(&request.data).or_else(|| session.and_then(data_of::<Principal>)).cloned();
-        let (root, reads, shared) = self.check(&mut request, over_http, who.as_ref())?;
-        let run = Run { root, who, notes: Arc::default(), reads };
+        let (root, reads, shared, order) = self.check(&mut request, over_http, who.as_ref())?;
+        let run = Run { root, who, notes: Arc::default(), reads, order: Arc::new(order) };
         Ok((self.with_data(request, &run), run, shared))
     }
 
     /// An executed query's or mutation's answer ([`LedgerSchema::answer`]),
     /// its outcome recorded on `span`.
     fn conclude(&self, response: Response, run: &Run, span: &tracing::Span) -> Response {
-        let (response, executed) = self.answer(response, &run.notes);
+        let (mut response, executed) = self.answer(response, &run.notes);
+        run.order.apply(&mut response.data);
         if executed {
             run.root.finish(span, &response);
         }
@@ -306,11 +334,13 @@ impl LedgerSchema {
         request: &mut Request,
         over_http: bool,
         who: Option<&Principal>,
-    ) -> Result<(Root, usize, Shareable), ServerError> {
+    ) -> Result<(Root, usize, Shareable, Order), ServerError> {
         let document = async_graphql::parser::parse_query(&request.query)
             .map_err(|err| with_code(ServerError::from(err), PARSE_FAILED))?;
         let name = request.operation_name.as_deref();
-        let reads = read_budget::check(&document, request_errors::selected(&document, name))?;
+        let operation = request_errors::selected(&document, name);
+        let reads = read_budget::check(&document, operation)?;
+        let order = operation.map(|op| Order::of(&document, &op.node.selection_set.node)).unwrap_or_default();
         request_errors::check_parsed(&self.0.registry, over_http, &document, &request.variables, name)?;
         // A document without the named operation: async-graphql refuses it.
         let mut root = Root::of(&document, name, &request.variables).unwrap_or_else(Root::unknown);
@@ -320,7 +350,7 @@ impl LedgerSchema {
         let shareable = over_http && root.ty == OperationType::Query && root.field.is_some();
         let shared = who.filter(|_| shareable).and_then(|who| Some((Key::of(who, &document, request)?, who.clone())));
         request.set_parsed_query(document);
-        Ok((root, reads, shared))
+        Ok((root, reads, shared, order))
     }
 
     /// The request with its notes' store and, for a caller, its loaders (a

@@ -15,6 +15,7 @@ mod reads;
 pub mod request_errors;
 mod roster;
 mod rows;
+mod selection_order;
 mod shared_reads;
 mod stalls;
 mod subscription;

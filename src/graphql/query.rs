@@ -1,15 +1,27 @@
 use async_graphql::{Context, Object};
 
 use super::types::PrincipalObject;
-use super::{Result, principal};
+use super::{Result, ledger, principal};
 
 #[derive(Default)]
 pub struct MetaQuery;
+
+/// The fields of `me` that read the ledger, each in a transaction whose
+/// first statement authenticates the token again.
+const ME_READS: [&str; 2] = ["heldUnit", "awaitingDisposition"];
 
 #[Object]
 impl MetaQuery {
     /// Who the token belongs to: its fleet, its name (the agent id) and its permissions.
     async fn me(&self, ctx: &Context<'_>) -> Result<PrincipalObject> {
-        Ok(PrincipalObject(principal(ctx)?.clone()))
+        let who = principal(ctx)?;
+        // The token's own facts are known without a read, but a revoked or
+        // expired token gets none of them: unless a read of the selection
+        // asks the database anyway, one statement does.
+        let look = ctx.look_ahead();
+        if !ME_READS.iter().any(|field| look.field(field).exists()) {
+            ledger(ctx).still_live(who).await?;
+        }
+        Ok(PrincipalObject(who.clone()))
     }
 }

@@ -292,25 +292,41 @@ async fn execute(state: &AppState, principal: Principal, batch: BatchRequest, me
         BatchRequest::Single(request) => {
             let answer = state.schema.execute_shared(with_context(request), response_body).await;
             let failed = !answer.executed();
-            let status =
-                if failed && media == MediaType::GraphQlResponse { StatusCode::BAD_REQUEST } else { StatusCode::OK };
+            let status = if answer.unauthenticated() {
+                StatusCode::UNAUTHORIZED
+            } else if failed && media == MediaType::GraphQlResponse {
+                StatusCode::BAD_REQUEST
+            } else {
+                StatusCode::OK
+            };
             (answer.text(), status)
         }
         BatchRequest::Batch(requests) => {
             let requests = requests.into_iter().map(with_context).collect();
             let answers = state.schema.execute_batch(requests, response_body).await;
+            let mut status = StatusCode::OK;
             let mut body = Vec::from(b"[".as_slice());
             for (i, answer) in answers.into_iter().enumerate() {
                 if i > 0 {
                     body.push(b',');
                 }
+                if answer.unauthenticated() {
+                    status = StatusCode::UNAUTHORIZED;
+                }
                 body.extend_from_slice(&answer.text());
             }
             body.push(b']');
-            (Bytes::from(body), StatusCode::OK)
+            (Bytes::from(body), status)
         }
     };
-    (status, [(header::CONTENT_TYPE, media.content_type())], body).into_response()
+    // The database refused the token in the request's own statements (it
+    // was revoked or expired after the request was admitted): 401, as if
+    // it had been refused at the door.
+    let mut response = (status, [(header::CONTENT_TYPE, media.content_type())], body).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    response
 }
 
 /// A response as JSON text, written straight from the response's values (a

@@ -241,6 +241,20 @@ impl From<AuthError> for LedgerError {
     }
 }
 
+/// A token the database refused at the start of a read (`ledger_session`):
+/// revoked or expired since the request was admitted, like any refusal of
+/// its kind.
+impl From<crate::db::tokens::Refusal> for LedgerError {
+    fn from(refusal: crate::db::tokens::Refusal) -> Self {
+        use crate::db::tokens::Refusal;
+        match refusal {
+            Refusal::Unknown => Self::Unauthenticated(crate::auth::UNKNOWN_TOKEN.into()),
+            Refusal::Expired(at) => Self::Unauthenticated(crate::auth::expired(at).into()),
+            Refusal::Forbidden => Self::Forbidden(crate::auth::Permission::LedgerRead),
+        }
+    }
+}
+
 /// SQLSTATEs after which PostgreSQL itself says "run the transaction again":
 /// deadlock_detected and serialization_failure.
 const RETRYABLE_STATES: [&str; 2] = ["40P01", "40001"];

@@ -61,6 +61,7 @@ pub struct Ledger {
     notifier: Arc<Notifier>,
     scans: Arc<scans::ScanGate>,
     last_use: Arc<auth::LastUse>,
+    known: Arc<auth::Known>,
 }
 
 impl Ledger {
@@ -72,12 +73,44 @@ impl Ledger {
     /// A ledger whose writes announce their events as `notify` says.
     pub fn notifying(db: DatabaseConnection, notify: Notify) -> Self {
         let notifier = Arc::new(Notifier::new(db.clone(), notify));
-        Self { db, metrics: Metrics::new(), notifier, scans: Arc::default(), last_use: Arc::default() }
+        Self {
+            db,
+            metrics: Metrics::new(),
+            notifier,
+            scans: Arc::default(),
+            last_use: Arc::default(),
+            known: Arc::default(),
+        }
     }
 
     /// Authenticates an `Authorization` header value (`auth::authenticate`).
     pub async fn authenticate(&self, authorization: Option<&str>) -> Result<(Principal, auth::Credential), AuthError> {
-        auth::authenticate(&self.db, &self.last_use, authorization).await
+        auth::authenticate(&self.db, &self.last_use, &self.known, authorization).await
+    }
+
+    /// What this process knows of the tokens it authenticated
+    /// ([`auth::Known`]): the live subsystem clears it on a revocation.
+    pub fn known_tokens(&self) -> &Arc<auth::Known> {
+        &self.known
+    }
+
+    /// Whether `who`'s token is still live and may read, in one statement
+    /// (`ledger_session`): for an answer that reads no table but must not
+    /// outlive a revocation (`me`).
+    pub async fn still_live(&self, who: &Principal) -> Result<(), LedgerError> {
+        let refused = self.on_pool(db::tokens::session(&self.db, &who.token_hash)).await?;
+        match refused {
+            None => Ok(()),
+            Some(refusal) => Err(self.refused(who, refusal.into())),
+        }
+    }
+
+    /// `err`, after forgetting `who`'s token when it is a refusal of it.
+    fn refused(&self, who: &Principal, err: LedgerError) -> LedgerError {
+        if matches!(err, LedgerError::Unauthenticated(_)) {
+            self.known.forget(&who.token_hash);
+        }
+        err
     }
 
     pub fn db(&self) -> &DatabaseConnection {
@@ -131,7 +164,9 @@ impl Ledger {
         F: for<'t> FnOnce(&'t DatabaseTransaction) -> db::BoxFuture<'t, Result<T, LedgerError>> + Send,
     {
         who.require(Permission::LedgerRead)?;
-        db::in_fleet_counted(&self.db, Some(&self.metrics.pool_users), &who.fleet, read).await
+        db::in_session(&self.db, Some(&self.metrics.pool_users), &who.token_hash, read)
+            .await
+            .map_err(|err| self.refused(who, err))
     }
 
     /// Where a subscription resumed after the event `id` starts (no later than
@@ -209,7 +244,7 @@ impl Ledger {
         checks: Result<(), LedgerError>,
     ) -> Result<(), LedgerError> {
         let Err(err) = checks else { return Ok(()) };
-        let found = db::in_fleet_counted(&self.db, Some(&self.metrics.pool_users), &who.fleet, move |tx| {
+        let found = db::in_session(&self.db, Some(&self.metrics.pool_users), &who.token_hash, move |tx| {
             Box::pin(async move { Ok::<_, LedgerError>(units::by_id(tx, unit_id).await?) })
         })
         .await;
@@ -217,7 +252,8 @@ impl Ledger {
             Ok(Some(unit)) => {
                 Err(write::disposed(&unit, who, action, dispose).unwrap_or_else(|| err.about(write::facts(&unit, who))))
             }
-            Ok(None) => Err(err),
+            // A token that may not read the unit: the argument error alone.
+            Ok(None) | Err(LedgerError::Forbidden(_)) => Err(err),
             Err(db_err) => Err(db_err),
         }
     }

@@ -63,6 +63,9 @@ impl Ledger {
             }
         })
         .await?;
+        if rows.iter().any(|row| row.result == "UNAUTHENTICATED") {
+            self.known_tokens().forget(&who.token_hash);
+        }
         if rows.iter().any(|row| matches!(row.result.as_str(), "ok" | "claimed" | "reclaimed" | "renewed")) {
             self.notifier.committed(&who.fleet);
         }

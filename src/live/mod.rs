@@ -105,6 +105,9 @@ struct Inner {
     /// LISTEN connections opened so far (a reconnect counts one more).
     connects: watch::Sender<u64>,
     revoked: broadcast::Sender<Uuid>,
+    /// What the requests' authentication knows of tokens: forgotten on
+    /// every revocation notice and after a reconnect.
+    known_tokens: Arc<crate::auth::Known>,
     /// Tokens of the open WebSocket connections, with their counts: checked
     /// again on every revocation notice and after a reconnect.
     tokens: Mutex<HashMap<Uuid, usize>>,
@@ -232,6 +235,7 @@ impl Live {
             listening: watch::channel(false).0,
             connects: watch::channel(0).0,
             revoked: broadcast::channel(256).0,
+            known_tokens: ledger.known_tokens().clone(),
             tokens: Mutex::new(HashMap::new()),
             token_check: Notify::new(),
             queue_usage: watch::channel(None).0,
@@ -433,6 +437,7 @@ impl Live {
     /// Some token was revoked (the notice says not which, nor of what
     /// fleet): check the open connections' tokens.
     fn recheck_tokens(&self) {
+        self.0.known_tokens.forget_all();
         self.0.token_check.notify_one();
     }
 
@@ -552,6 +557,7 @@ impl Live {
     /// After (re)connecting: every feed reads what it missed, and the tokens
     /// of open connections are checked for revocations missed meanwhile.
     async fn catch_up(&self) {
+        self.0.known_tokens.forget_all();
         self.0.feeds.wake_all();
         self.check_tokens().await;
     }

@@ -121,3 +121,47 @@ async fn the_token_cli_prints_the_secret_alone_lists_and_revokes() {
     let bad = cli(&app, &["token", "create", "--fleet", "bad fleet!", "--name", "x", "--role", "agent"]);
     assert!(!bad.status.success() && bad.stdout.is_empty());
 }
+
+/// A request that reads no table (`{ __typename }`) is answered from what
+/// the server knows of the token; a revocation's notice clears that, and so
+/// does the database refusing the token in a read.
+#[tokio::test]
+async fn a_request_that_reads_nothing_is_refused_once_the_refusal_is_known() {
+    let app = spawn_app().await;
+    let typename = || r#"{"query":"{ __typename }"}"#.to_owned();
+
+    // Revoked by hand in SQL: the notice tells every server.
+    let token = app.token("f", "noticed", Role::Agent).await;
+    let bearer = format!("Bearer {token}");
+    assert_eq!(app.post_raw(Some(&bearer), typename()).await.status, 200);
+    app.sql("UPDATE api_tokens SET revoked_at = now() WHERE name = 'noticed'").await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let answer = app.post_raw(Some(&bearer), typename()).await;
+        if answer.status == 401 {
+            answer.assert_code("UNAUTHENTICATED");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "still answered 10 s after the revocation");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+
+    // Its expiry moved into the past by hand (no notice is sent for that):
+    // the server still answers from memory until the database refuses the
+    // token in a read, and from then on refuses it, saying it expired.
+    let token = app.token("f", "expired", Role::Agent).await;
+    let bearer = format!("Bearer {token}");
+    assert_eq!(app.post_raw(Some(&bearer), typename()).await.status, 200);
+    app.sql(
+        "UPDATE api_tokens SET created_at = now() - interval '2 minutes', expires_at = now() - interval '1 minute'
+          WHERE name = 'expired'",
+    )
+    .await;
+    assert_eq!(app.post_raw(Some(&bearer), typename()).await.status, 200, "nothing told the server yet");
+    let read = refused_after_revocation(&app, &token).await;
+    assert_eq!(read.status, 401, "{:#}", read.body);
+    assert!(read.message().contains("expired"), "{}", read.message());
+    let answer = app.post_raw(Some(&bearer), typename()).await;
+    assert_eq!(answer.status, 401, "{:#}", answer.body);
+    assert!(answer.message().contains("expired"), "{}", answer.message());
+}

@@ -461,6 +461,8 @@ async fn every_function_the_app_role_may_call_leaves_a_ledger_the_state_machine_
     let writes: Vec<Value> = functions
         .iter()
         .filter(|f| f["names"].as_array().and_then(|n| n.first()).and_then(Value::as_str) == Some("p_token"))
+        // The door of the reads takes a token too, and writes nothing.
+        .filter(|f| f["name"] != "ledger_session")
         .cloned()
         .collect();
     assert_eq!(writes.len(), 9, "the writes of a fleet, each taking a token first: {functions:?}");

@@ -768,8 +768,8 @@ impl TestApp {
     }
 
     /// The statements sent since `mark` on behalf of requests' work, without
-    /// the token lookups (one per request since revocation became immediate,
-    /// issue 23): what is counted is what the request asks for.
+    /// the token lookups (a token's first request on the server looks its
+    /// facts up): what is counted is what the request asks for.
     pub fn request_statements_since(&self, mark: usize) -> Vec<String> {
         let log = self.statement_log.lock().unwrap_or_else(|e| e.into_inner());
         log[mark..]

@@ -94,9 +94,12 @@ async fn walk(agent: &Agent<'_>, triage: &Agent<'_>, operator: &Agent<'_>, seed:
                     agent.dispose(&unit, "DROPPED", json!({ "evidence": "https://wiki.example/drop" })).await;
                 }
                 3 => {
-                    // Time passes: the lease runs out and the sweeper reports it; someone reclaims.
+                    // Time passes: the lease runs out and the sweeper reports it;
+                    // another session may reclaim it at once, after which a cost
+                    // on this attempt is LEASE_LOST: none is recorded on it.
                     agent.app.expire_lease(&unit).await;
                     agent.app.live.sweep_now().await.expect("a sweep");
+                    continue;
                 }
                 _ => {
                     agent.transition(&unit, "VERIFIED", json!({ "evidence": "https://ci.example/ok" })).await;

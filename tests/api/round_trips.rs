@@ -1,10 +1,13 @@
-//! Round trips per write are part of the design (issues 13 and 22), kept by
-//! counting what the server sends, not by timing it: every write is one
-//! autocommit call of its SQL function, with or without an idempotency key,
-//! an attemptId fence or a domain, and a refusal comes back from that same
-//! call, after the token's lookup (every request asks: issue 23). A request
-//! transaction would show as its `set_config('role', ...)` statement, which
-//! `db::in_fleet` always sends first.
+//! Round trips per request are part of the design (issues 13, 22 and 55),
+//! kept by counting what the server sends, not by timing it: every write is
+//! one autocommit call of its SQL function, with or without an idempotency
+//! key, an attemptId fence or a domain, authentication included (the
+//! function authenticates the token's hash it is given), and a refusal
+//! comes back from that same call. A read request's transaction opens with
+//! the statement that authenticates the token and sets the fleet
+//! (`ledger_session`), so it adds no statement for authentication either.
+//! The token's facts that never change are looked up once per process
+//! (`authenticate_token`), on its first request.
 
 use serde_json::json;
 use work_ledger::auth::Role;
@@ -26,12 +29,13 @@ fn assert_one_claim_statement(statements: &[String]) {
 }
 
 #[tokio::test]
-async fn claim_next_is_one_statement_after_the_token_lookup() {
+async fn a_write_request_is_one_statement_authentication_included() {
     let app = spawn_app().await;
     app.sql("INSERT INTO work_units (fleet, external_ref) SELECT 'rt', 'u' || g FROM generate_series(1, 3) g").await;
     let token = app.token("rt", "agent-1", Role::Agent).await;
 
-    // The token's lookup, then the claim.
+    // The token's first request on this process: its facts are looked up
+    // once, then the claim.
     let first = sent(&app, async {
         assert_eq!(app.gql(&token, CLAIM, json!({})).await.data()["claimNext"]["state"], "CLAIMED");
     })
@@ -40,14 +44,13 @@ async fn claim_next_is_one_statement_after_the_token_lookup() {
     assert!(first[0].contains("authenticate_token("), "{first:#?}");
     assert_one_claim_statement(&first);
 
-    // The same agent again: the lookup again (a revocation takes effect on
-    // the next request), and its lease is renewed by the same one statement.
+    // The same agent again: the claim alone, which authenticates the token
+    // itself, and its lease is renewed by that one statement.
     let again = sent(&app, async {
         assert_eq!(app.gql(&token, CLAIM, json!({})).await.data()["claimNext"]["state"], "CLAIMED");
     })
     .await;
-    assert_eq!(again.len(), 2, "{again:#?}");
-    assert!(again[0].contains("authenticate_token("), "{again:#?}");
+    assert_eq!(again.len(), 1, "{again:#?}");
     assert_one_claim_statement(&again);
 
     // Both wrote their events in that statement: the claim and the renewal.
@@ -68,16 +71,81 @@ async fn claim_next_is_one_statement_after_the_token_lookup() {
     assert_eq!(resp.data()["claimNext"]["state"], "CLAIMED");
     assert_eq!(by_domain.len(), 1, "{by_domain:#?}");
     assert_one_claim_statement(&by_domain);
+
+    // Expired (moved into the past by hand, which no notice tells the
+    // server): the very next write is refused by that same one statement,
+    // with 401, and writes nothing.
+    app.sql(
+        "UPDATE api_tokens SET created_at = now() - interval '2 minutes', expires_at = now() - interval '1 minute'
+          WHERE name = 'agent-1'",
+    )
+    .await;
+    let mut refused = None;
+    let statements = sent(&app, async { refused = Some(app.gql(&token, CLAIM, json!({})).await) }).await;
+    let refused = refused.expect("sent");
+    assert_eq!(refused.status, 401, "{:#}", refused.body);
+    refused.assert_code("UNAUTHENTICATED");
+    assert!(refused.message().contains("expired"), "{}", refused.message());
+    assert_eq!(statements.len(), 1, "{statements:#?}");
+    assert_one_claim_statement(&statements);
+    assert_eq!(
+        app.sql_i64("SELECT count(*) FROM work_unit_events WHERE fleet = 'rt' AND agent_id = 'agent-1'").await,
+        2
+    );
 }
 
-/// One request and the statements it sent for the write: the token's
-/// lookup, which every request starts with, is left out, since it says
-/// nothing about the write (and the write is never sent twice).
+#[tokio::test]
+async fn a_read_request_adds_no_authentication_statement() {
+    let app = spawn_app().await;
+    app.sql("INSERT INTO work_units (fleet, external_ref) VALUES ('rr', 'u1'), ('other', 'u1')").await;
+    let unit = app.sql_id("SELECT id::text AS id FROM work_units WHERE fleet = 'rr'").await;
+    let reader = app.token("rr", "reader", Role::Reader).await;
+    let read = format!("{{ unit(id: \"{unit}\") {{ externalRef state }} }}");
+    // Its first request looks the token's facts up, once.
+    assert_eq!(app.gql(&reader, &read, json!({})).await.data()["unit"]["externalRef"], "u1");
+
+    let mut answer = None;
+    let statements = sent(&app, async { answer = Some(app.gql(&reader, &read, json!({})).await) }).await;
+    assert_eq!(answer.expect("sent").data()["unit"]["state"], "READY");
+    // The transaction's first statement authenticates and takes the fleet;
+    // the read follows; nothing else was sent.
+    assert_eq!(statements.len(), 2, "{statements:#?}");
+    assert!(statements[0].contains("ledger_session($1)"), "{statements:#?}");
+    assert!(statements[0].contains("set_config('role'"), "{statements:#?}");
+    assert!(!statements.iter().any(|s| s.contains("authenticate_token(")), "{statements:#?}");
+
+    // `me` reads no table: one statement says the token is still live.
+    let statements = sent(&app, async {
+        assert_eq!(app.gql(&reader, "{ me { name } }", json!({})).await.data()["me"]["name"], "reader");
+    })
+    .await;
+    assert_eq!(statements.len(), 1, "{statements:#?}");
+    assert!(statements[0].contains("ledger_session($1)"), "{statements:#?}");
+
+    // Expired by hand (no notice): the next read is refused by its first
+    // statement, 401, and nothing is read.
+    app.sql(
+        "UPDATE api_tokens SET created_at = now() - interval '2 minutes', expires_at = now() - interval '1 minute'
+          WHERE name = 'reader'",
+    )
+    .await;
+    let mut refused = None;
+    let statements = sent(&app, async { refused = Some(app.gql(&reader, &read, json!({})).await) }).await;
+    let refused = refused.expect("sent");
+    assert_eq!(refused.status, 401, "{:#}", refused.body);
+    refused.assert_code("UNAUTHENTICATED");
+    assert!(refused.body["data"]["unit"].is_null(), "{:#}", refused.body);
+    assert_eq!(statements.len(), 1, "the read never ran: {statements:#?}");
+    assert!(statements[0].contains("ledger_session($1)"), "{statements:#?}");
+}
+
+/// One request and the statements it sent for the write, the token known
+/// to the server already (a `{ __typename }` first, which looks it up when
+/// it is not).
 async fn sent_with_known_token(app: &TestApp, token: &str, query: &str) -> (Gql, Vec<String>) {
+    assert_eq!(app.gql(token, "{ __typename }", json!({})).await.status, 200);
     let mut response = None;
-    let mut statements = sent(app, async { response = Some(app.gql(token, query, json!({})).await) }).await;
-    assert!(statements.first().is_some_and(|s| s.contains("authenticate_token(")), "{statements:#?}");
-    statements.remove(0);
+    let statements = sent(app, async { response = Some(app.gql(token, query, json!({})).await) }).await;
     (response.expect("sent"), statements)
 }
 

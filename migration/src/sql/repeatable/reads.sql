@@ -6,6 +6,35 @@
 --
 -- A repeatable file: `migrate` applies it again whenever its text changed.
 
+-- The door of every read request (SPEC §8: who acts is the token): the
+-- request's first statement, `SELECT set_config('role', 'work_ledger_app',
+-- true), s.* FROM ledger_session($hash) s`, authenticates the token by its
+-- hash and scopes the transaction to the token's fleet, so a read costs no
+-- statement of its own for its authentication and a revocation or an expiry
+-- refuses the very next read. `refusal`: NULL for a live token with
+-- `ledger:read`, else 'unknown' (unknown or revoked), 'expired' (with
+-- `expired_at`) or 'forbidden'; a refused token leaves the fleet empty,
+-- which row-level security matches with no row.
+CREATE OR REPLACE FUNCTION ledger_session(p_token bytea, OUT refusal text, OUT expired_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+DECLARE
+    who api_tokens;
+BEGIN
+    SELECT t.* INTO who FROM api_tokens t WHERE t.token_hash = p_token;
+    IF who.id IS NULL OR who.revoked_at IS NOT NULL THEN
+        refusal := 'unknown';
+    ELSIF who.expires_at <= now() THEN
+        refusal := 'expired';
+        expired_at := who.expires_at;
+    ELSIF NOT ('ledger:read' = ANY (who.permissions)) THEN
+        refusal := 'forbidden';
+    END IF;
+    PERFORM set_config('work_ledger.fleet', CASE WHEN refusal IS NULL THEN who.fleet ELSE '' END, true);
+END
+$$;
+REVOKE ALL ON FUNCTION ledger_session(bytea) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ledger_session(bytea) TO work_ledger_app;
+
 CREATE OR REPLACE VIEW v_unit_totals WITH (security_invoker = true) AS
 SELECT t.fleet, t.domain, t.state, t.disposition, t.reworked, sum(t.units)::bigint AS units,
        sum(t.cost_cents)::bigint AS cost_cents
