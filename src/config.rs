@@ -14,6 +14,7 @@ use crate::db::{Notify, SessionLimits};
 use crate::http::listener::default_max_connections;
 use crate::http::{HttpConfig, METRICS_MAX_CONNECTIONS, ServerConfig, SurfaceConfig, WsConfig};
 use crate::live::{ListenerConfig, LiveConfig, SweeperConfig, WardenConfig};
+use crate::projector::ProjectorConfig;
 
 #[derive(Debug, Parser)]
 #[command(name = "work-ledger", version, about = "System of record for fleets of AI coding agents")]
@@ -234,6 +235,11 @@ pub struct LiveArgs {
     /// (`50ms` or less: at once).
     #[arg(long, env = "WORK_LEDGER_SWEEP_SPREAD", default_value = "4s", value_parser = crate::duration::parse)]
     pub sweep_spread: Duration,
+    /// Time between the projector's passes, which fold the events below the
+    /// watermark into the read models (SPEC §7; reads are exact whatever it
+    /// is: they add the events past each projection's mark).
+    #[arg(long, env = "WORK_LEDGER_PROJECT_INTERVAL", default_value = "250ms", value_parser = crate::duration::parse)]
+    pub project_interval: Duration,
     /// Time between the reader warden's passes, which end reader logins'
     /// transactions open longer than 60 s (SPEC §8).
     #[arg(long, env = "WORK_LEDGER_READER_CHECK_INTERVAL", default_value = "5s", value_parser = crate::duration::parse)]
@@ -287,6 +293,7 @@ impl LiveArgs {
                     spread: self.sweep_spread,
                 },
                 warden: WardenConfig { interval: self.reader_check_interval, ..WardenConfig::default() },
+                projector: ProjectorConfig { interval: self.project_interval, ..ProjectorConfig::default() },
                 listener: ListenerConfig {
                     health_interval: self.listener_health_interval,
                     health_timeout: self.listener_health_interval,

@@ -18,8 +18,8 @@
 //!
 //! The bulk load runs with `session_replication_role = replica` (no trigger,
 //! no foreign-key check per row) and without the secondary indexes, which are
-//! built again afterwards from their own definitions, and the unit totals
-//! are counted once at the end (`ledger_rebuild_totals`); every row is written
+//! built again afterwards from their own definitions, and the read models
+//! are folded once at the end (`ledger_project_rebuild`); every row is written
 //! in a state the constraints accept, and the caller proves the rest with the
 //! audit (`work_ledger::operator::audit::run`), which reconciles costs,
 //! attempts, the event log and every reference.
@@ -232,8 +232,9 @@ pub async fn seed(db: &DatabaseConnection, units: i64, events: i64) -> Result<Se
         ),
         ("session reset", "RESET session_replication_role; RESET maintenance_work_mem; RESET work_mem; RESET synchronous_commit;
                 DROP TABLE seed_units, seed_script, seed_indexes".to_owned()),
-        // The triggers that keep the totals did not run: count them once (folded, migration 0023).
-        ("totals", "SELECT ledger_rebuild_totals()".to_owned()),
+        // The read models: every projection folded from the log at once, as
+        // `work-ledger projections rebuild` does (docs/read-models.md).
+        ("projections", "SELECT ledger_project_rebuild(p.name) FROM ledger_projections() p".to_owned()),
         (
             "vacuum analyze",
             // Every table, so that none a migration adds is left out: a roll-up

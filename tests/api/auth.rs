@@ -9,7 +9,7 @@ use crate::helpers::{Gql, TestApp, spawn_app};
 const ME: &str = r#"{"query":"{ me { name } }"}"#;
 
 /// The answer to a request with a token just revoked: refused at once
-/// (every request asks the database).
+/// (the request's own first statement asks the database).
 async fn refused_after_revocation(app: &TestApp, token: &str) -> Gql {
     app.post_raw(Some(&format!("Bearer {token}")), ME.to_owned()).await
 }
