@@ -6,6 +6,7 @@
 //!   cargo bench --bench load -- [--agents 64] [--race-agents 256] [--seconds 10] [--pool 32] [--peer-pool 64]
 //!                                 [--notify in-transaction]
 //!   cargo bench --bench load -- --at-size 1000000 [--agents 64] [--seconds 10]
+//!   cargo bench --bench load -- --floor-only             (the HTTP floor alone)
 //!   cargo bench --bench load -- --baseline PATH/TO/OLD/work-ledger   (also runs the HTTP floor and both
 //!                                 claim-and-finish phases against that build, on a database of its own)
 //!
@@ -41,6 +42,10 @@ use work_ledger::ledger::Ledger;
 mod peers;
 mod support;
 
+/// The service's allocator (src/main.rs): the server runs in this process.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use peers::{Peer, graphile_worker, seed};
 use support::{AnyError, Samples, scratch_database, timed};
 
@@ -66,6 +71,8 @@ struct Args {
     at_size: Option<i64>,
     /// A previous build's binary to measure beside this one (`--baseline BIN`).
     baseline: Option<String>,
+    /// Only the HTTP floor (`--floor-only`), to look at it alone.
+    floor_only: bool,
 }
 
 fn args() -> Args {
@@ -80,9 +87,11 @@ fn args() -> Args {
         per_agent: 600,
         at_size: None,
         baseline: None,
+        floor_only: false,
     };
     let argv: Vec<String> = std::env::args().collect();
     args.metrics_overhead = argv.iter().any(|a| a == "--metrics-overhead");
+    args.floor_only = argv.iter().any(|a| a == "--floor-only");
     for pair in argv.windows(2) {
         let value = pair[1].parse::<u64>().ok();
         match (pair[0].as_str(), value) {
@@ -246,6 +255,15 @@ async fn main() -> Result<(), AnyError> {
         }
         return Ok(());
     }
+    if args.floor_only {
+        let owner = db::connect(&url, 4).await?;
+        let tokens = Arc::new(seed_tokens(&owner, "api", "floor", args.agents).await?);
+        let http = serve(&args, &url, args.agents).await?;
+        let floor = floor_phase(&http, &args, "HTTP floor: { __typename } with a token", tokens).await;
+        print_table(&[&floor], None);
+        owner.close().await?;
+        return Ok(());
+    }
     // Setup and settling only; each phase opens the pool it needs and closes
     // it after, so that the phases fit under a shared server's max_connections.
     let owner = db::connect(&url, 4).await?;
@@ -302,7 +320,12 @@ async fn main() -> Result<(), AnyError> {
     // Every phase starts from a vacuumed table: on two cores an autovacuum of
     // work_units triggered by the previous phase's updates would otherwise
     // run inside the next phase and be charged to it.
+    // The read models are folded too (the projector would otherwise fold the
+    // previous phase's events inside the next one): each phase pays for the
+    // folding of its own events only, which the server's projector does
+    // while it runs.
     let settle = || async {
+        owner.execute_unprepared("SELECT ledger_project(p.name, 100000000) FROM ledger_projections() p").await?;
         owner.execute_unprepared("VACUUM ANALYZE work_units, work_unit_attempts, work_unit_events").await?;
         owner.execute_unprepared("CHECKPOINT").await.map(|_| ())
     };

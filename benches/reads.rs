@@ -25,6 +25,10 @@
 
 mod support;
 
+/// The service's allocator (src/main.rs): the server runs in this process.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -1,3 +1,9 @@
+/// mimalloc: the request path allocates and frees small objects on every
+/// worker thread, where glibc's allocator spent about 15% of the HTTP floor's
+/// time and made workers wait on its locks (docs/BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     // Held to the end: dropping it flushes the spans still queued for export.

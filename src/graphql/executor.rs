@@ -34,6 +34,7 @@ use axum::body::Bytes;
 use chrono::Utc;
 use tracing::Instrument;
 
+use super::documents::Documents;
 use super::loaders::{RequestLoaders, RequestTime};
 use super::notes::{self, Notes};
 use super::operation_metrics::{self, Root};
@@ -122,11 +123,20 @@ struct Inner {
     metrics: bool,
     /// Identical queries over HTTP running or gathering.
     reads: Gate<Key, Written, Principal>,
+    /// Documents parsed before ([`documents`](super::documents)).
+    documents: Documents,
 }
 
 impl LedgerSchema {
     pub(super) fn new(raw: Raw, ledger: Ledger, metrics: bool) -> Self {
-        Self(Arc::new(Inner { raw, ledger, registry: registry(), metrics, reads: Gate::default() }))
+        Self(Arc::new(Inner {
+            raw,
+            ledger,
+            registry: registry(),
+            metrics,
+            reads: Gate::default(),
+            documents: Documents::default(),
+        }))
     }
 
     /// Runs a query or mutation (a subscription is refused with a code when
@@ -335,8 +345,8 @@ impl LedgerSchema {
         over_http: bool,
         who: Option<&Principal>,
     ) -> Result<(Root, usize, Shareable, Order), ServerError> {
-        let document = async_graphql::parser::parse_query(&request.query)
-            .map_err(|err| with_code(ServerError::from(err), PARSE_FAILED))?;
+        let document =
+            self.0.documents.parse(&request.query).map_err(|err| with_code(ServerError::from(err), PARSE_FAILED))?;
         let name = request.operation_name.as_deref();
         let operation = request_errors::selected(&document, name);
         let reads = read_budget::check(&document, operation)?;

@@ -2,6 +2,7 @@
 
 mod agent_reads;
 mod aggregates;
+mod documents;
 pub mod error;
 mod executor;
 mod guidance;

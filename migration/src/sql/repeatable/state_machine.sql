@@ -122,6 +122,18 @@ BEGIN
 END
 $$;
 
+-- Every declared move as 'from>to>disposition' (no disposition: ''): an
+-- immutable constant, which the guard's plan keeps for its session (a call
+-- of ledger_moves() per row would run it again for every write).
+CREATE OR REPLACE FUNCTION ledger_move_keys() RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, public, pg_temp AS $$
+BEGIN
+    RETURN (SELECT array_agg(DISTINCT m.from_state::text || '>' || m.to_state::text || '>'
+                             || coalesce(m.disposition::text, ''))
+              FROM ledger_moves() m);
+END
+$$;
+
 -- The guard, for every role: a unit changes state only along a declared
 -- move, and its disposition is set once (with the terminal state the
 -- table's CHECK pairs it with) and never changed again. The write
@@ -134,10 +146,12 @@ BEGIN
         RAISE EXCEPTION 'disposition of unit % is permanent', OLD.id USING ERRCODE = 'WL002',
             CONSTRAINT = 'work_units_disposition_immutable';
     END IF;
-    IF NEW.state IS DISTINCT FROM OLD.state AND NOT EXISTS (
-        SELECT 1 FROM ledger_moves() m
-         WHERE m.from_state = OLD.state AND m.to_state = NEW.state
-           AND m.disposition IS NOT DISTINCT FROM CASE WHEN NEW.state = ANY (ledger_terminal_states()) THEN NEW.disposition END
+    -- A move into a terminal state names its disposition ('?' when the
+    -- unit has none, which no move names); any other names none.
+    IF NEW.state IS DISTINCT FROM OLD.state AND NOT (
+        OLD.state::text || '>' || NEW.state::text || '>'
+        || CASE WHEN NEW.state = ANY (ledger_terminal_states()) THEN coalesce(NEW.disposition::text, '?') ELSE '' END
+        = ANY (ledger_move_keys())
     ) THEN
         RAISE EXCEPTION 'illegal state transition % -> % for unit %', OLD.state, NEW.state, OLD.id
             USING ERRCODE = 'WL004', CONSTRAINT = 'work_units_legal_transition';
