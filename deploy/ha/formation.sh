@@ -3,7 +3,7 @@
 # one monitor and 2 or 3 PostgreSQL data nodes on loopback ports, from the
 # Debian packages (apt-get install postgresql-15-auto-failover
 # pg-auto-failover-cli). Not a production setup: trust authentication, no
-# TLS, everything on one machine (see README, "High availability").
+# TLS, everything on one machine (see docs/operating.md, "High availability").
 #
 #   deploy/ha/formation.sh start [--dir DIR] [--base-port P] [--nodes 2|3] [--fast-failover]
 #       starts the formation and prints its DATABASE_URL on stdout

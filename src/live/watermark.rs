@@ -34,8 +34,8 @@ use crate::db;
 /// a subscriber that finds the feed starting past its reads reaches that
 /// start with one more read below the watermark noted then. Like a
 /// subscriber's position, it assumes that the log never loses a committed
-/// batch: a failover that loses acknowledged commits (README, failover,
-/// while replication is asynchronous) breaks both alike.
+/// batch: a failover that loses acknowledged commits (docs/operating.md,
+/// high availability, while replication is asynchronous) breaks both alike.
 #[derive(Debug, Default)]
 pub struct Known(AtomicI64);
 

@@ -1,7 +1,7 @@
 //! Losing the database primary (issue 15): a pg_auto_failover formation of
 //! three data nodes (deploy/ha/formation.sh, tuned monitor timeouts; the
-//! README's production topology, see `formation` below), the server on its
-//! multi-host URL, 16 agents working units and two subscribers; then the
+//! production topology of docs/operating.md, see `formation` below), the
+//! server on its multi-host URL, 16 agents working units and two subscribers; then the
 //! primary's keeper and postgres are SIGKILLed, and later a planned
 //! switchover runs under the same load. Checked on the event log of the
 //! primary that is left: every acknowledged write is there, no unit was

@@ -41,6 +41,7 @@ mod operator_calendar;
 mod operator_reads;
 mod outsiders;
 mod projections;
+mod readme;
 mod reads;
 mod register;
 mod restart;
