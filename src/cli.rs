@@ -57,8 +57,10 @@ async fn database(args: &DatabaseArgs) -> Result<(String, Option<EmbeddedPostgre
 }
 
 async fn dispatch(command: Command, url: &str) -> Result<(), AnyError> {
-    // A restore needs the database as empty as it was created; it migrates after.
-    if !matches!(command, Command::Restore { .. }) {
+    // A restore needs the database as empty as it was created; it migrates
+    // after. A backup changes nothing: it also takes a database this build
+    // refuses to migrate (one made before the schema baseline, to move).
+    if !matches!(command, Command::Restore { .. } | Command::Backup { .. }) {
         db::migrate(url).await?;
     }
     match command {

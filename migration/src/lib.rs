@@ -4,22 +4,23 @@
 pub use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::{DatabaseConnection, Statement, TransactionTrait};
 
-/// A migration that is a pair of SQL files: `sql/<file>.up.sql` and `.down.sql`.
+/// A forward-only migration: one SQL file, `sql/<file>.sql`. A first line
+/// `--! breaking-change` says that builds older than it cannot run against
+/// the schema it makes; applying it records so (`schema_breaking_changes`),
+/// and an older build names it when it refuses the schema.
 struct SqlMigration {
     name: &'static str,
-    up: &'static str,
-    down: &'static str,
+    sql: &'static str,
 }
 
 macro_rules! sql_migration {
     ($name:literal, $file:literal) => {
-        Box::new(SqlMigration {
-            name: $name,
-            up: include_str!(concat!("sql/", $file, ".up.sql")),
-            down: include_str!(concat!("sql/", $file, ".down.sql")),
-        })
+        Box::new(SqlMigration { name: $name, sql: include_str!(concat!("sql/", $file, ".sql")) })
     };
 }
+
+/// The marker of a migration that breaks older builds.
+const BREAKING: &str = "--! breaking-change";
 
 impl MigrationName for SqlMigration {
     fn name(&self) -> &str {
@@ -30,11 +31,24 @@ impl MigrationName for SqlMigration {
 #[async_trait::async_trait]
 impl MigrationTrait for SqlMigration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        manager.get_connection().execute_unprepared(self.up).await.map(|_| ())
+        let db = manager.get_connection();
+        db.execute_unprepared(self.sql).await?;
+        if self.sql.starts_with(BREAKING) {
+            db.execute_raw(Statement::from_sql_and_values(
+                db.get_database_backend(),
+                "INSERT INTO schema_breaking_changes (migration) VALUES ($1) ON CONFLICT DO NOTHING",
+                [self.name.into()],
+            ))
+            .await?;
+        }
+        Ok(())
     }
 
-    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        manager.get_connection().execute_unprepared(self.down).await.map(|_| ())
+    async fn down(&self, _: &SchemaManager) -> Result<(), DbErr> {
+        Err(DbErr::Migration(format!(
+            "migration {} is forward-only: to go back, restore a backup taken before it",
+            self.name
+        )))
     }
 }
 
@@ -44,99 +58,134 @@ pub struct Migrator;
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         vec![
-            // The five tables of SPEC §2, their invariants, and row-level security.
-            sql_migration!("m20261130_000001_ledger", "0001_ledger"),
-            // The read views of SPEC §7 and the per-fleet Grafana reader roles.
-            sql_migration!("m20261130_000002_views", "0002_views"),
-            // Live events: each event's transaction id (exact resume cursors), revocation notices.
-            sql_migration!("m20261130_000003_live", "0003_live"),
-            // Exact and isolated live events: batch positions and in-flight writer markers, opaque notifications.
-            sql_migration!("m20261130_000004_live_exact", "0004_live_exact"),
-            // The write path under attack: holder = attempt agent, logged state changes, settled
-            // units carry evidence, ended attempts and closed questions are history.
-            sql_migration!("m20261130_000005_write_path", "0005_write_path"),
-            // The operator's reads: reasons derived from the events, date-range indexes, North Star views.
-            sql_migration!("m20261130_000007_operator_reads", "0007_operator_reads"),
-            // The operator's grouped reads at scale: covering indexes, v_cost_groups, throughput per unit first.
-            sql_migration!("m20261130_000008_grouped_reads", "0008_grouped_reads"),
-            // The results of `work-ledger audit`, which the service exports as metrics.
-            sql_migration!("m20261130_000009_audit_runs", "0009_audit_runs"),
-            // Claims at the speed of the database: notifications after the commit, claimNext in one round trip.
-            sql_migration!("m20261130_000010_write_speed", "0010_write_speed"),
-            // The agent's hot writes in one round trip: start, verify and dispose as SQL functions.
-            sql_migration!("m20261130_000011_one_statement_writes", "0011_one_statement_writes"),
-            // One write path: the app role writes no table, every write is a SQL function (sql/repeatable/).
-            sql_migration!("m20261130_000012_one_write_path", "0012_one_write_path"),
-            // Reader logins cannot hold a transaction past 60 s: the function the reader warden calls.
-            sql_migration!("m20261130_000013_reader_warden", "0013_reader_warden"),
-            // Foreign sessions: writer markers out of other logins' reach, notifications that name no fleet.
-            sql_migration!("m20261130_000014_foreign_sessions", "0014_foreign_sessions"),
-            // Tokens that expire and say when they were used: expires_at, last_used_at, authentication that says "expired".
-            sql_migration!("m20261130_000015_token_expiry", "0015_token_expiry"),
-            // The triage desk: questions compare by their normalised text (similarAnswered, alsoAnswerSimilar).
-            sql_migration!("m20261201_000016_similar_questions", "0016_similar_questions"),
-            // The fleet roster: v_agents (one row per agent name), live and silent claiming agents.
-            sql_migration!("m20261130_000017_roster", "0017_roster"),
-            // Totals of units per (domain, state, disposition), folded by the sweeper, for reads at any size.
-            sql_migration!("m20261201_000018_unit_totals", "0018_unit_totals"),
-            // Events per fleet and type, for events { totalCount } at any size.
-            sql_migration!("m20261201_000019_event_totals", "0019_event_totals"),
-            // Totals per UTC day (disposals, claims, their distinct agents, events per agent) for the reads over time.
-            sql_migration!("m20261202_000020_day_totals", "0020_day_totals"),
-            // The claim path's own statements, cheaper: row-level security and the evidence check without a re-parsed function call.
-            sql_migration!("m20261202_000021_claim_path", "0021_claim_path"),
-            // Reads of the ledger after years: a date range of dispositions and the costliest units from their indexes.
-            sql_migration!("m20261203_000022_ranged_pages", "0022_ranged_pages"),
-            // The sweeper folds only the totals that moved, not every row of every totals table each pass.
-            sql_migration!("m20261203_000023_fold_what_moved", "0023_fold_what_moved"),
-            // throughput bounds its whole buckets as dates, so that the day totals' indexes take the range.
-            sql_migration!("m20261203_000024_throughput_by_date", "0024_throughput_by_date"),
-            // claimNext orders READY units by (created_at, external_ref), an order only the READY indexes give.
-            sql_migration!("m20261204_000025_claim_order", "0025_claim_order"),
-            // Ids in time order (UUID version 7): a claim's index entries on a few pages, a third of the WAL.
-            sql_migration!("m20261204_000026_time_ordered_ids", "0026_time_ordered_ids"),
-            // Row-level security looks up the fleet once per statement (a sub-select), not once per row.
-            sql_migration!("m20261205_000027_fleet_lookup_once", "0027_fleet_lookup_once"),
-            // A feed's read of its fleet's new events in one statement (live_events_after).
-            sql_migration!("m20261206_000028_feed_read_in_one_statement", "0028_feed_read_in_one_statement"),
-            // Cost per UTC day (per unit's group and per agent), for costSummary and costTotal over a range at any size.
-            sql_migration!("m20261207_000029_cost_days", "0029_cost_days"),
-            // throughput's cut buckets from their whole days and the day sets of agents; one index range per cut end.
-            sql_migration!("m20261207_000030_throughput_cut_by_day", "0030_throughput_cut_by_day"),
-            // Events per UTC day and type, for events { totalCount } over a range at any size.
-            sql_migration!("m20261207_000031_event_days", "0031_event_days"),
-            // Disposals per UTC week (disposal_days summed by week, kept by a trigger), for the weekly reads.
-            sql_migration!("m20261208_000032_disposal_weeks", "0032_disposal_weeks"),
-            // The live reads of many fleets in one statement (one watermark); a resumed subscription's start in one.
-            sql_migration!("m20261209_000033_live_reads_together", "0033_live_reads_together"),
-            // Live reads below a watermark the server already knows; the reads of many fleets at once gone.
-            sql_migration!(
-                "m20261210_000034_live_reads_below_a_known_watermark",
-                "0034_live_reads_below_a_known_watermark"
-            ),
-            // The first claim kept on the unit: the current week's cycle times read from the disposal index alone.
-            sql_migration!("m20261211_000035_first_claims", "0035_first_claims"),
-            // A state change of a unit with cost moves its cost days without reading its attempts.
-            sql_migration!("m20261211_000036_cost_days_moved_lean", "0036_cost_days_moved_lean"),
-            // A cost record written as its unit's latest adds its day without recounting the unit's days.
-            sql_migration!("m20261211_000037_cost_days_recorded_lean", "0037_cost_days_recorded_lean"),
-            // An agent's events found by the agent, not among the fleet's.
-            sql_migration!("m20261211_000038_events_by_agent", "0038_events_by_agent"),
-            // A page of the roster computes its own names only: roster(fleet, after, limit) under v_agents.
-            sql_migration!("m20261212_000039_roster_pages", "0039_roster_pages"),
-            // Each agent name's latest attempt kept as attempts are written; the roster reads its names from
-            // it, planned once per session, without a heartbeat probe for the names that hold a unit.
-            sql_migration!("m20261213_000040_agent_latest", "0040_agent_latest"),
-            // Disposals per day of every domain together, for a fleet-wide throughput by day; the day totals
-            // read by index only.
-            sql_migration!("m20261214_000041_disposal_fleet_days", "0041_disposal_fleet_days"),
-            // No login forges a write: the writes authenticate the caller's token themselves; a cost
-            // record's bound; the reader warden's function replaced by a repeatable one.
-            sql_migration!("m20261215_000042_token_writes", "0042_token_writes"),
-            // A write pays only for the write: the read models' triggers gone, projected after commit.
-            sql_migration!("m20261216_000043_projections", "0043_projections"),
+            // The whole schema of the first release (the development migrations 0001-0043 folded into one).
+            sql_migration!("m20261207_000001_baseline", "0001_baseline"),
         ]
     }
+}
+
+/// The first migration of every database made by a development build before
+/// the baseline, and the last one: a backup of such a database at the last
+/// restores into a fresh one ([`adopt_pre_baseline`]).
+const PRE_BASELINE_FIRST: &str = "m20261130_000001_ledger";
+const PRE_BASELINE_LAST: &str = "m20261216_000043_projections";
+
+/// How to move the data of a database made before the baseline.
+const MOVE_DATA: &str = "move its data: `work-ledger backup --out ledger.dump`, create an empty database, then \
+                         `work-ledger restore ledger.dump` with DATABASE_URL naming it";
+
+/// Refuses a schema this build cannot run against: one made by a
+/// development build before the baseline, or one newer than this build
+/// (a versioned migration it does not know, or a repeatable file applied by a
+/// newer build).
+async fn check_schema(db: &DatabaseConnection) -> Result<(), DbErr> {
+    if !table_exists(db, "seaql_migrations").await? {
+        return Ok(());
+    }
+    let applied: Vec<String> = strings(db, "SELECT version FROM seaql_migrations ORDER BY version", []).await?;
+    if applied.iter().any(|v| v == PRE_BASELINE_FIRST) {
+        let at = applied.last().map(String::as_str).unwrap_or(PRE_BASELINE_FIRST);
+        return Err(DbErr::Migration(format!(
+            "this database was made by a development build before the schema baseline (its schema is at {at}); \
+             this build does not migrate it: {MOVE_DATA}"
+        )));
+    }
+    let known: Vec<String> = Migrator::migrations().iter().map(|m| m.name().to_owned()).collect();
+    let ours = known.last().cloned().unwrap_or_default();
+    let newer: Vec<&String> = applied.iter().filter(|v| !known.contains(v)).collect();
+    if let Some(theirs) = newer.last() {
+        let breaking = if table_exists(db, "schema_breaking_changes").await? {
+            let names: Vec<String> = newer.iter().map(|v| (*v).clone()).collect();
+            strings(
+                db,
+                "SELECT migration FROM schema_breaking_changes WHERE migration = ANY ($1) ORDER BY migration",
+                [names.into()],
+            )
+            .await?
+        } else {
+            Vec::new()
+        };
+        let why = match breaking.as_slice() {
+            [] => String::new(),
+            b => format!(" ({} breaks older builds)", b.join(", ")),
+        };
+        return Err(DbErr::Migration(format!(
+            "the database's schema is at {theirs}, newer than this build's {ours}{why}: run a build that knows it"
+        )));
+    }
+    if table_exists(db, "schema_repeatable_history").await? {
+        for (name, sql) in BEFORE.iter().chain(AFTER) {
+            let superseded = strings(
+                db,
+                "SELECT h.name FROM schema_repeatable_history h JOIN schema_repeatable r USING (name)
+                  WHERE h.name = $1 AND h.checksum = md5($2) AND r.checksum <> md5($2)",
+                [(*name).into(), (*sql).into()],
+            )
+            .await?;
+            if !superseded.is_empty() {
+                return Err(DbErr::Migration(format!(
+                    "the database holds a newer {name}.sql than this build (a newer build applied it after this \
+                     build's): run a build at least as new"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn table_exists(db: &DatabaseConnection, table: &str) -> Result<bool, DbErr> {
+    let rows = strings(db, "SELECT to_regclass($1)::text AS s", [table.into()]).await?;
+    Ok(rows.first().is_some_and(|s| !s.is_empty()))
+}
+
+/// The first column of every row of `sql`, as text (NULL as "").
+async fn strings<const N: usize>(
+    db: &DatabaseConnection,
+    sql: &str,
+    values: [sea_orm_migration::sea_orm::Value; N],
+) -> Result<Vec<String>, DbErr> {
+    let rows = db.query_all_raw(Statement::from_sql_and_values(db.get_database_backend(), sql, values)).await?;
+    rows.iter().map(|r| r.try_get_by_index::<Option<String>>(0).map(Option::unwrap_or_default)).collect()
+}
+
+/// Makes a database restored from a backup of the last development schema
+/// before the baseline ([`PRE_BASELINE_LAST`]) a baseline database: its
+/// tables, types and indexes are the baseline's already (the baseline was
+/// folded from that schema), so it records the baseline as applied and
+/// drops the one function the baseline no longer has; `migrate` then
+/// applies every repeatable file and the grants. Refuses a database at an
+/// earlier development schema. Returns false, changing nothing, for a
+/// database that is not pre-baseline.
+pub async fn adopt_pre_baseline(db: &DatabaseConnection) -> Result<bool, DbErr> {
+    if !table_exists(db, "seaql_migrations").await? {
+        return Ok(false);
+    }
+    let applied = strings(db, "SELECT version FROM seaql_migrations ORDER BY version", []).await?;
+    if !applied.iter().any(|v| v == PRE_BASELINE_FIRST) {
+        return Ok(false);
+    }
+    let at = applied.last().cloned().unwrap_or_default();
+    if at != PRE_BASELINE_LAST {
+        return Err(DbErr::Migration(format!(
+            "this backup was made by a development build at {at}, before {PRE_BASELINE_LAST}: restore it with \
+             that build, migrate it there, and take the backup again"
+        )));
+    }
+    let baseline = Migrator::migrations().first().map(|m| m.name().to_owned()).unwrap_or_default();
+    let tx = db.begin().await?;
+    tx.execute_unprepared(
+        "DROP FUNCTION IF EXISTS work_unit_events_tx_id() CASCADE;
+         DELETE FROM seaql_migrations;",
+    )
+    .await?;
+    tx.execute_raw(Statement::from_sql_and_values(
+        db.get_database_backend(),
+        "INSERT INTO seaql_migrations (version, applied_at) VALUES ($1, extract(epoch FROM now())::bigint)",
+        [baseline.into()],
+    ))
+    .await?;
+    tx.commit().await?;
+    Ok(true)
 }
 
 /// Key of the session-level advisory lock that serialises migrations, so that
@@ -151,15 +200,25 @@ const MIGRATION_LOCK_KEY: i64 = 0x0077_6c2d_6d69_6772;
 pub async fn migrate_locked(db: &DatabaseConnection) -> Result<(), DbErr> {
     let lock = |sql: &str| Statement::from_sql_and_values(db.get_database_backend(), sql, [MIGRATION_LOCK_KEY.into()]);
     db.execute_raw(lock("SELECT pg_advisory_lock($1)")).await?;
-    let result = match Migrator::up(db, None).await {
-        Ok(()) => match apply_repeatable(db).await {
-            Ok(()) => rebuild_outdated_projections(db).await,
-            Err(err) => Err(err),
-        },
-        Err(err) => Err(err),
-    };
+    let result = migrate_steps(db).await;
     let unlock = db.execute_raw(lock("SELECT pg_advisory_unlock($1)")).await;
     result.and(unlock.map(|_| ()))
+}
+
+/// The steps of [`migrate_locked`], in order: refuse a schema this build
+/// cannot run against, the repeatable files the tables use, the versioned
+/// migrations, the other repeatable files, then the rules applied on every
+/// run (privileges and grants) and the rebuild of changed projections.
+async fn migrate_steps(db: &DatabaseConnection) -> Result<(), DbErr> {
+    check_schema(db).await?;
+    db.execute_unprepared(BOOKKEEPING).await?;
+    apply_repeatable(db, BEFORE).await?;
+    Migrator::up(db, None).await?;
+    apply_repeatable(db, AFTER).await?;
+    for (_, sql) in ALWAYS {
+        db.execute_unprepared(sql).await?;
+    }
+    rebuild_outdated_projections(db).await
 }
 
 /// Rebuilds from the event log every projection whose definition changed
@@ -169,59 +228,87 @@ async fn rebuild_outdated_projections(db: &DatabaseConnection) -> Result<(), DbE
     db.execute_unprepared("SELECT * FROM ledger_project_outdated()").await.map(|_| ())
 }
 
-/// The repeatable SQL files, in the order they are applied: each holds
-/// `CREATE OR REPLACE` definitions (the write functions) and is applied again
-/// whenever its text changed. The schema itself stays in the versioned
-/// migrations above.
-const REPEATABLE: &[(&str, &str)] = &[
-    ("rules", include_str!("sql/repeatable/rules.sql")),
+/// The repeatable files applied before the versioned migrations: the roles
+/// and the rules the tables themselves use (column defaults, CHECKs, an
+/// index). Each holds `CREATE OR REPLACE` definitions and is applied again
+/// whenever its text changed.
+const BEFORE: &[(&str, &str)] = &[("roles", ROLES), ("rules", include_str!("sql/repeatable/rules.sql"))];
+
+/// The cluster-wide roles, made if missing (also by `restore` before it
+/// restores a backup, whose grants name them).
+pub const ROLES: &str = include_str!("sql/repeatable/roles.sql");
+
+/// The repeatable files applied after the versioned migrations, in order
+/// (each may use what the ones before it define): every function, trigger,
+/// view and policy of the ledger, each defined once.
+const AFTER: &[(&str, &str)] = &[
+    ("tokens", include_str!("sql/repeatable/tokens.sql")),
+    ("live", include_str!("sql/repeatable/live.sql")),
     ("state_machine", include_str!("sql/repeatable/state_machine.sql")),
+    ("guards", include_str!("sql/repeatable/guards.sql")),
     ("writes", include_str!("sql/repeatable/writes.sql")),
     ("warden", include_str!("sql/repeatable/warden.sql")),
+    ("calendar", include_str!("sql/repeatable/calendar.sql")),
+    ("compaction", include_str!("sql/repeatable/compaction.sql")),
     ("projections", include_str!("sql/repeatable/projections.sql")),
     ("reads", include_str!("sql/repeatable/reads.sql")),
+    ("views", include_str!("sql/repeatable/views.sql")),
+    ("policies", include_str!("sql/repeatable/policies.sql")),
 ];
 
-/// Applies every repeatable file whose checksum differs from the one
-/// recorded when it was last applied (each in a transaction of its own),
-/// then the database-wide privileges, which `CREATE DATABASE ... TEMPLATE`
-/// does not copy and so are set on every run.
-async fn apply_repeatable(db: &DatabaseConnection) -> Result<(), DbErr> {
+/// Applied by every `migrate`, after the repeatable files: the database's
+/// own privileges (a dump does not carry them) and the grants, derived by
+/// one rule from what the files define.
+const ALWAYS: &[(&str, &str)] =
+    &[("privileges", DATABASE_PRIVILEGES), ("grants", include_str!("sql/repeatable/grants.sql"))];
+
+/// The migrator's own bookkeeping: the checksum each repeatable file was
+/// last applied with, every checksum ever applied (so that an older build
+/// is refused instead of putting older definitions back), and the
+/// migrations that break older builds.
+const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_repeatable (
+    name       text        PRIMARY KEY,
+    checksum   text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE TABLE IF NOT EXISTS schema_repeatable_history (
+    name       text        NOT NULL,
+    checksum   text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (name, checksum)
+);
+CREATE TABLE IF NOT EXISTS schema_breaking_changes (
+    migration  text        PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);";
+
+/// Applies every file of `files` whose checksum differs from the one
+/// recorded when it was last applied, each in a transaction of its own.
+async fn apply_repeatable(db: &DatabaseConnection, files: &[(&str, &str)]) -> Result<(), DbErr> {
     let backend = db.get_database_backend();
-    db.execute_unprepared(
-        "CREATE TABLE IF NOT EXISTS schema_repeatable (
-             name       text        PRIMARY KEY,
-             checksum   text        NOT NULL,
-             applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
-         )",
-    )
-    .await?;
-    for (name, sql) in REPEATABLE {
-        let current = db
-            .query_one_raw(Statement::from_sql_and_values(
-                backend,
-                "SELECT EXISTS (SELECT 1 FROM schema_repeatable WHERE name = $1 AND checksum = md5($2)) AS current",
-                [(*name).into(), (*sql).into()],
-            ))
-            .await?
-            .map(|row| row.try_get::<bool>("", "current"))
-            .transpose()?
-            .unwrap_or(false);
-        if current {
+    for (name, sql) in files {
+        let current = strings(
+            db,
+            "SELECT 'yes' FROM schema_repeatable WHERE name = $1 AND checksum = md5($2)",
+            [(*name).into(), (*sql).into()],
+        )
+        .await?;
+        if !current.is_empty() {
             continue;
         }
         let tx = db.begin().await?;
         tx.execute_unprepared(sql).await?;
         tx.execute_raw(Statement::from_sql_and_values(
             backend,
-            "INSERT INTO schema_repeatable (name, checksum) VALUES ($1, md5($2))
+            "WITH h AS (INSERT INTO schema_repeatable_history (name, checksum) VALUES ($1, md5($2)) ON CONFLICT DO NOTHING)
+             INSERT INTO schema_repeatable (name, checksum) VALUES ($1, md5($2))
              ON CONFLICT (name) DO UPDATE SET checksum = excluded.checksum, applied_at = clock_timestamp()",
             [(*name).into(), (*sql).into()],
         ))
         .await?;
         tx.commit().await?;
     }
-    db.execute_unprepared(DATABASE_PRIVILEGES).await.map(|_| ())
+    Ok(())
 }
 
 /// No role but the owner may create temporary tables in the ledger's

@@ -41,7 +41,7 @@ fn statement(domain: bool) -> String {
     format!(
         "WITH live AS MATERIALIZED (
              SELECT domain, state, lease_expires_at FROM work_units
-              WHERE fleet = $1 AND state IN ('claimed', 'in_progress', 'blocked'))
+              WHERE fleet = $1 AND state = ANY (ledger_held_states()))
          SELECT (SELECT count(*) FROM work_units WHERE fleet = $1 AND state = 'ready'{ready_domain}) AS ready,
                 count(*) FILTER (WHERE state <> 'blocked' AND lease_expires_at < now()) AS stale,
                 count(*) FILTER (WHERE state <> 'blocked' AND lease_expires_at >= now()) AS leased,

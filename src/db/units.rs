@@ -51,7 +51,7 @@ pub async fn existing_refs(tx: &DatabaseTransaction, refs: &[String]) -> Result<
 pub async fn held_by(tx: &impl ConnectionTrait, fleet: &str, agent: &str) -> Result<Option<work_unit::Model>, DbErr> {
     let sql = format!(
         "SELECT {UNIT_COLUMNS} FROM work_units u
-          WHERE u.fleet = $1 AND u.claimed_by = $2 AND u.state IN ('claimed', 'in_progress', 'blocked')"
+          WHERE u.fleet = $1 AND u.claimed_by = $2 AND u.state = ANY (ledger_held_states())"
     );
     work_unit::Entity::find().from_raw_sql(stmt(&sql, [fleet.into(), agent.into()])).one(tx).await
 }

@@ -38,7 +38,7 @@ const RULES: &[(&str, &str)] = &[
              SELECT u.fleet, u.id AS unit_id, 'one live unit for ' || u.claimed_by AS expected,
                     count(*) OVER (PARTITION BY u.fleet, u.claimed_by) AS n
                FROM work_units u
-              WHERE ($1::text IS NULL OR u.fleet = $1) AND u.state IN ('claimed', 'in_progress', 'blocked')
+              WHERE ($1::text IS NULL OR u.fleet = $1) AND u.state = ANY (ledger_held_states())
                 AND u.claimed_by IS NOT NULL
          ) r WHERE n > 1",
     ),
@@ -57,7 +57,7 @@ const RULES: &[(&str, &str)] = &[
                 coalesce(a.agent_id || ' attempt ' || a.attempt_no || ' outcome ' || coalesce(a.outcome::text, 'open'),
                          'no current attempt') AS found
            FROM work_units u LEFT JOIN work_unit_attempts a ON a.id = u.current_attempt_id
-          WHERE ($1::text IS NULL OR u.fleet = $1) AND u.state IN ('claimed', 'in_progress')
+          WHERE ($1::text IS NULL OR u.fleet = $1) AND u.state = ANY (ledger_working_states())
             AND (a.id IS NULL OR a.outcome IS NOT NULL OR a.agent_id IS DISTINCT FROM u.claimed_by)",
     ),
     (

@@ -3,8 +3,10 @@
 //! the ledger database's schema and data in `pg_dump`'s custom format,
 //! without owners; a restore goes into an empty database only: it creates
 //! the cluster-wide roles the grants and row-level security policies name
-//! (as the migrations do), restores, then applies any migration newer than
-//! the backup. Per-fleet Grafana logins are cluster-wide roles, not data:
+//! (as `migrate` does), restores, then applies any migration newer than
+//! the backup. A backup of a database made by a development build before
+//! the schema baseline (at its last schema) becomes a baseline database on
+//! the way (`migration::adopt_pre_baseline`). Per-fleet Grafana logins are cluster-wide roles, not data:
 //! re-create them with `work-ledger reader create` after a restore.
 
 use std::path::Path;
@@ -15,35 +17,6 @@ use sea_orm::{ConnectionTrait, DatabaseConnection};
 use super::AnyError;
 use crate::db::{self, stmt};
 use crate::embedded_pg::client_tool;
-
-/// The roles migrations 0001, 0002, 0012 and 0013 create, idempotently,
-/// with the restoring login a member of the writer role (the dump hands the
-/// write functions to it).
-const ROLES: &str = "DO $$
-BEGIN
-    CREATE ROLE work_ledger_app NOLOGIN NOSUPERUSER NOBYPASSRLS;
-EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
-END $$;
-DO $$
-BEGIN
-    CREATE ROLE work_ledger_reader NOLOGIN NOSUPERUSER NOBYPASSRLS;
-EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
-END $$;
-DO $$
-BEGIN
-    CREATE ROLE work_ledger_writer NOLOGIN NOSUPERUSER NOBYPASSRLS NOINHERIT;
-EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
-END $$;
-DO $$
-BEGIN
-    EXECUTE format('GRANT work_ledger_writer TO %I', current_user);
-EXCEPTION WHEN OTHERS THEN NULL;
-END $$;
-DO $$
-BEGIN
-    CREATE ROLE work_ledger_warden NOLOGIN NOSUPERUSER NOBYPASSRLS INHERIT;
-EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
-END $$;";
 
 fn tool(name: &str) -> Result<std::path::PathBuf, AnyError> {
     client_tool(name).ok_or_else(|| {
@@ -88,7 +61,7 @@ pub async fn restore(url: &str, file: &Path) -> Result<(), AnyError> {
     let conn = db::connect(url, 1).await?;
     let empty = is_empty(&conn).await;
     let roles = match empty {
-        Ok(true) => conn.execute_unprepared(ROLES).await.map(|_| ()).map_err(AnyError::from),
+        Ok(true) => conn.execute_unprepared(migration::ROLES).await.map(|_| ()).map_err(AnyError::from),
         Ok(false) => Err("the target database is not empty: restore into a freshly created database".into()),
         Err(err) => Err(err),
     };
@@ -98,6 +71,10 @@ pub async fn restore(url: &str, file: &Path) -> Result<(), AnyError> {
     // The file after `--`: a name that starts with `-` is still a file name.
     let args = ["--no-owner", "--exit-on-error", "--single-transaction", "--dbname", &libpq, "--", file];
     run(&tool("pg_restore")?, &args).await?;
+    let conn = db::connect(url, 1).await?;
+    let adopted = migration::adopt_pre_baseline(&conn).await;
+    conn.close().await?;
+    adopted?;
     db::migrate(url).await?;
     Ok(())
 }

@@ -48,6 +48,7 @@ mod restart;
 mod roster;
 mod round_trips;
 mod schema;
+mod schema_once;
 mod shared_pools;
 mod shared_reads;
 mod slow_clients;

@@ -44,7 +44,7 @@ pub struct QuestionFilter {
 }
 
 /// The stall condition of `v_stall_list` and `v_queue_depth`, on `u`.
-const STALLED: &str = "(u.state IN ('claimed', 'in_progress') AND u.lease_expires_at < now())";
+const STALLED: &str = "(u.state = ANY (ledger_working_states()) AND u.lease_expires_at < now())";
 
 /// `units`: oldest first, filtered.
 pub fn units(fleet: &str, filter: &UnitFilter) -> Query {

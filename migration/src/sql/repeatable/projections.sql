@@ -537,6 +537,7 @@ BEGIN
     RETURN folded;
 END
 $$;
+COMMENT ON FUNCTION ledger_project(text,integer) IS 'callers: app';
 
 -- Projection p_name rebuilt from the whole log: its tables emptied and
 -- every event below the watermark folded, its version recorded; waits for
@@ -562,6 +563,7 @@ BEGIN
     RETURN folded;
 END
 $$;
+COMMENT ON FUNCTION ledger_project_rebuild(text) IS 'callers: owner';
 
 -- Projection p_name emptied and its mark moved back to the start, its
 -- version recorded: `work-ledger projections rebuild` then folds the log
@@ -581,6 +583,7 @@ BEGIN
      WHERE p.name = p_name;
 END
 $$;
+COMMENT ON FUNCTION ledger_project_reset(text) IS 'callers: owner';
 
 -- Every projection whose definition changed since it was built (or that
 -- was never built), rebuilt: what `migrate` runs after the repeatable files.
@@ -596,6 +599,7 @@ BEGIN
     END LOOP;
 END
 $$;
+COMMENT ON FUNCTION ledger_project_outdated() IS 'callers: owner';
 
 -- Where each projection stands: its mark, the events past it (the tail a
 -- read adds), how old the oldest of them is, and whether its definition is
@@ -613,6 +617,7 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_te
       FROM ledger_projections() r LEFT JOIN projection_marks m ON m.name = r.name
      ORDER BY r.name
 $$;
+COMMENT ON FUNCTION ledger_projections_status() IS 'callers: app';
 
 -- The audit's check of projection p_name (src/operator/audit.rs): its
 -- tables plus its tail, against the delta of the whole log, for p_fleet
@@ -772,10 +777,3 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, public, pg_temp AS $$
      GROUP BY x.fleet, x.day, x.agent_id, x.domain, x.state, x.disposition, x.prior_day HAVING sum(x.u) <> 0 OR sum(x.c) <> 0
     ) AS cost_days_drift WHERE p_name = 'cost_days'
 $$;
-
--- The service's role runs the projector's steps and reads where each
--- projection stands; the rebuilds are the owner's (`migrate`, `work-ledger
--- projections rebuild`).
-REVOKE ALL ON FUNCTION ledger_project(text, integer), ledger_project_rebuild(text), ledger_project_reset(text),
-                       ledger_project_outdated(), ledger_projections_status() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION ledger_project(text, integer), ledger_projections_status() TO work_ledger_app;

@@ -32,17 +32,7 @@ BEGIN
     PERFORM set_config('work_ledger.fleet', CASE WHEN refusal IS NULL THEN who.fleet ELSE '' END, true);
 END
 $$;
-REVOKE ALL ON FUNCTION ledger_session(bytea) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION ledger_session(bytea) TO work_ledger_app;
-
-CREATE OR REPLACE VIEW v_unit_totals WITH (security_invoker = true) AS
-SELECT t.fleet, t.domain, t.state, t.disposition, t.reworked, sum(t.units)::bigint AS units,
-       sum(t.cost_cents)::bigint AS cost_cents
-  FROM (SELECT u.fleet, u.domain, u.state, u.disposition, u.reworked, u.units, u.cost_cents FROM unit_totals u
-        UNION ALL
-        SELECT u.fleet, u.domain, u.state, u.disposition, u.reworked, u.units, u.cost_cents FROM unit_totals_tail(NULL) u) t
- GROUP BY t.fleet, t.domain, t.state, t.disposition, t.reworked
-HAVING sum(t.units) <> 0;
+COMMENT ON FUNCTION ledger_session(bytea) IS 'callers: app';
 
 -- disposal_weeks with the tail's disposal days under their weeks.
 CREATE OR REPLACE FUNCTION disposal_weeks_now()
@@ -56,21 +46,6 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, public, pg_temp AS $$
       FROM disposal_days_tail(NULL) d
 $$;
 
-CREATE OR REPLACE VIEW v_verified_throughput_weekly WITH (security_invoker = true) AS
-SELECT w.fleet, (w.week::timestamp AT TIME ZONE 'UTC') AS week, sum(w.verified_units)::bigint AS units,
-       sum(w.verified_cost_cents)::bigint AS cost_cents
-  FROM disposal_weeks_now() w
- GROUP BY w.fleet, (w.week::timestamp AT TIME ZONE 'UTC')
-HAVING sum(w.verified_units) <> 0;
-
-CREATE OR REPLACE VIEW v_rework_rate_weekly WITH (security_invoker = true) AS
-SELECT w.fleet, w.week, w.disposed, w.reworked, round(w.reworked::numeric / w.disposed::numeric, 4) AS rework_rate
-  FROM (SELECT d.fleet, (d.week::timestamp AT TIME ZONE 'UTC') AS week, sum(d.units)::bigint AS disposed,
-               sum(d.reworked)::bigint AS reworked
-          FROM disposal_weeks_now() d
-         GROUP BY d.fleet, (d.week::timestamp AT TIME ZONE 'UTC')) w
- WHERE w.disposed <> 0;
-
 -- claim_days with its tail.
 CREATE OR REPLACE FUNCTION claim_days_now()
 RETURNS TABLE (fleet text, day date, claims bigint, agents bigint, verified bigint, stale bigint, never_started bigint)
@@ -79,39 +54,6 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, public, pg_temp AS $$
     UNION ALL
     SELECT * FROM claim_days_tail(NULL)
 $$;
-
-CREATE OR REPLACE VIEW v_claims_weekly WITH (security_invoker = true) AS
-SELECT w.fleet, w.week, w.claims, w.verified, round(w.verified::numeric / w.claims::numeric, 4) AS conversion, w.stale,
-       round(w.stale::numeric / w.claims::numeric, 4) AS stale_rate, w.never_transitioned
-  FROM (SELECT c.fleet, (date_trunc('week', c.day::timestamp)::date::timestamp AT TIME ZONE 'UTC') AS week,
-               sum(c.claims)::bigint AS claims, sum(c.verified)::bigint AS verified, sum(c.stale)::bigint AS stale,
-               sum(c.never_started)::bigint AS never_transitioned
-          FROM claim_days_now() c
-         GROUP BY c.fleet, (date_trunc('week', c.day::timestamp)::date::timestamp AT TIME ZONE 'UTC')) w
- WHERE w.claims <> 0;
-
-CREATE OR REPLACE VIEW v_claiming_agents_daily WITH (security_invoker = true) AS
-SELECT c.fleet, c.day, c.agents, c.claims, s.live, s.blocked, s.silent
-  FROM (SELECT d.fleet, (d.day::timestamp AT TIME ZONE 'UTC') AS day, sum(d.agents)::bigint AS agents,
-               sum(d.claims)::bigint AS claims
-          FROM claim_days_now() d
-         GROUP BY d.fleet, d.day
-        HAVING sum(d.claims) <> 0) c
-  LEFT JOIN LATERAL (
-        SELECT count(*) FILTER (WHERE v.status = 'ACTIVE') AS live, count(*) FILTER (WHERE v.status = 'BLOCKED') AS blocked,
-               count(*) FILTER (WHERE v.status = 'SILENT') AS silent
-          FROM v_agents v
-         WHERE c.day = date_trunc('day', now(), 'UTC') AND v.fleet = c.fleet AND v.claims_today > 0
-        HAVING c.day = date_trunc('day', now(), 'UTC')) s ON true;
-
-CREATE OR REPLACE VIEW v_claimed_never_transitioned WITH (security_invoker = true) AS
-SELECT a.id AS attempt_id, a.fleet, a.unit_id, u.external_ref, u.domain, a.attempt_no, a.agent_id, a.outcome,
-       n.started_at, a.ended_at
-  FROM (SELECT s.attempt_id, s.started_at FROM never_started s
-        UNION ALL
-        SELECT t.attempt_id, t.started_at FROM never_started_tail(NULL) t) n
-  JOIN work_unit_attempts a ON a.id = n.attempt_id
-  JOIN work_units u ON u.id = a.unit_id;
 
 -- Events in [p_from, p_until) of any of p_types (none: every type): the
 -- whole UTC days from event_days and its tail, the cut ends row by row.
@@ -139,6 +81,7 @@ BEGIN
                AND (every OR e.event_type::text = ANY(p_types)));
 END
 $$;
+COMMENT ON FUNCTION events_counted_in(text,text[],timestamp with time zone,timestamp with time zone) IS 'callers: app';
 
 -- The units and cost recorded in [p_from, p_until), by the units' group now
 -- (or, p_agents, by the agent billed): the whole UTC days from the cost days
@@ -208,6 +151,7 @@ BEGIN
      GROUP BY 1, 2, 3, 4, 5;
 END
 $$;
+COMMENT ON FUNCTION cost_recorded_in(text,boolean,timestamp with time zone,timestamp with time zone,text) IS 'callers: app';
 
 -- Units disposed per bucket (day or week, UTC) of [p_from, p_until) and
 -- disposition, their cost and distinct agents, of one domain or all: the
@@ -420,3 +364,4 @@ SELECT n.fleet, n.name,
   ) d ON true;
 END
 $$;
+COMMENT ON FUNCTION roster(text,text,bigint) IS 'callers: app, reader';

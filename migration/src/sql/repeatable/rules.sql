@@ -62,3 +62,71 @@ BEGIN
     RETURN ledger_is_link(p) AND ledger_is_visible(p);
 END
 $$;
+
+-- ---------------------------------------------------------------------------
+-- Rules the tables themselves hold (column defaults, CHECKs and an index use them),
+-- so this file is applied before the versioned migrations.
+-- ---------------------------------------------------------------------------
+
+-- Ids in time order (issue 28): a unit, attempt, event or question id is a
+-- UUID version 7 (RFC 9562): 48 bits of Unix milliseconds, then random bits.
+--
+-- With random (version 4) ids every write of the claim path put its index
+-- entries on a random leaf page of seven indexes keyed by an id
+-- (work_units_pkey and (fleet, id); the attempts' primary key, (fleet, id)
+-- and (unit_id, attempt_no); the events' primary key and (unit_id, ...)).
+-- After each checkpoint the first change of a page writes the whole page to
+-- the WAL, so a claim wrote 18-19 KB of WAL (85% of it page images of
+-- those leaves) against the seed claim's 6 KB; ids in creation order keep
+-- a fleet's new entries on a few pages: 6.2-6.5 KB per claim, measured
+-- with pg_waldump (docs/BENCHMARKS.md). New rows' entries also stay
+-- together in the buffer cache instead of spread over every leaf.
+--
+-- Still 74 random bits per id: an id is no easier to guess. Ids already
+-- written stay as they are; order by id is never a meaning (pages order by
+-- (created_at, id)).
+--
+-- PL/pgSQL with its search_path pinned, like every function here: one
+-- simple expression, evaluated without a plan of its own (a few µs a row).
+CREATE OR REPLACE FUNCTION ledger_new_id() RETURNS uuid
+    LANGUAGE plpgsql PARALLEL SAFE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    -- Bytes 0-5: the milliseconds; the version nibble 4 of gen_random_uuid
+    -- (0100) becomes 7 (0111) by setting bits 52 and 53.
+    RETURN encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
+                                          PLACING substring(int8send((EXTRACT(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
+                                          FROM 1 FOR 6),
+                                  52, 1), 53, 1),
+                  'hex')::uuid;
+END
+$$;
+
+-- An absolute http(s) link of at most 2048 characters with no space or
+-- control character (the service checks more; this is the floor a hand-made
+-- row must meet, so that whatever the table holds, the API can read).
+CREATE OR REPLACE FUNCTION ledger_is_link(p_url text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE STRICT
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+    SELECT char_length(p_url) <= 2048 AND p_url ~* '^https?://[^[:space:][:cntrl:]/?#]+([/?#][^[:space:][:cntrl:]]*)?$'
+$_$;
+
+-- Every element a link (no NULL element either).
+CREATE OR REPLACE FUNCTION ledger_are_links(p_urls text[]) RETURNS boolean
+    LANGUAGE sql IMMUTABLE STRICT
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    AS $$
+    SELECT coalesce(bool_and(x IS NOT NULL AND public.ledger_is_link(x)), true) FROM unnest(p_urls) AS x
+$$;
+
+-- The triage desk (issue 26): questions compare by their normalised text,
+-- so one answer can serve every identical question. The text folds case,
+-- runs of white space and trailing punctuation ("Is X used?" = "is  x used").
+CREATE OR REPLACE FUNCTION ledger_question_norm(q text) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    RETURN regexp_replace(btrim(regexp_replace(lower(q), '\s+'::text, ' '::text, 'g'::text)), '[[:space:][:punct:]]+$'::text, ''::text);
+
+COMMENT ON FUNCTION ledger_new_id() IS 'A UUID version 7: Unix milliseconds, then random bits (ids in creation order)';

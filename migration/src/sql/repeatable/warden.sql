@@ -53,9 +53,7 @@ SET search_path = pg_catalog, public, pg_temp AS $$
     )
     SELECT d.pid, d.usename, d.why, d.detail FROM doomed d WHERE pg_catalog.pg_terminate_backend(d.pid)
 $$;
-ALTER FUNCTION ledger_warden_pass(interval, integer, integer) OWNER TO work_ledger_warden;
-REVOKE ALL ON FUNCTION ledger_warden_pass(interval, integer, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION ledger_warden_pass(interval, integer, integer) TO work_ledger_app;
+COMMENT ON FUNCTION ledger_warden_pass(interval,integer,integer) IS 'callers: app';
 
 -- A login the ledger hands out, admitted to this database (and to no other:
 -- CONNECT goes to the login, not to the readers' group, which another
@@ -77,4 +75,4 @@ BEGIN
     END;
 END
 $$;
-REVOKE ALL ON FUNCTION ledger_admit_reader(name) FROM PUBLIC;
+COMMENT ON FUNCTION ledger_admit_reader(name) IS 'callers: owner';

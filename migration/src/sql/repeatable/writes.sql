@@ -959,6 +959,7 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_te
      ORDER BY u.lease_expires_at, u.id
      LIMIT p_limit;
 $$;
+COMMENT ON FUNCTION ledger_stalls_due(integer) IS 'callers: app';
 
 -- The sweeper's write: one `stalled` event per unit of p_units whose
 -- attempt's lease has expired, for every fleet. Each unit is locked (FOR
@@ -999,6 +1000,7 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_
      )
     SELECT count(*) FROM reported;
 $$;
+COMMENT ON FUNCTION ledger_report_stalls(uuid[]) IS 'callers: app';
 
 -- Tokens: created with their hash (never the secret) and an optional expiry,
 -- an instant (p_expires_at) or a lifetime from now by the database's clock
@@ -1021,12 +1023,14 @@ BEGIN
     RETURN minted;
 END
 $$;
+COMMENT ON FUNCTION ledger_token_create(text,text,text[],bytea,timestamp with time zone,interval) IS 'callers: owner';
 
 CREATE OR REPLACE FUNCTION ledger_token_revoke(p_id uuid)
 RETURNS boolean LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
     WITH r AS (UPDATE api_tokens SET revoked_at = clock_timestamp() WHERE id = p_id AND revoked_at IS NULL RETURNING 1)
     SELECT EXISTS (SELECT 1 FROM r);
 $$;
+COMMENT ON FUNCTION ledger_token_revoke(uuid) IS 'callers: owner';
 
 -- `token revoke --unused-for`: every token not yet revoked whose last use
 -- (or, never used, its creation) is older than p_unused_for; the rows as
@@ -1038,6 +1042,7 @@ RETURNS SETOF api_tokens LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path 
        AND coalesce(t.last_used_at, t.created_at) < clock_timestamp() - p_unused_for
     RETURNING t.*;
 $$;
+COMMENT ON FUNCTION ledger_token_revoke_unused(interval) IS 'callers: owner';
 
 -- A token's last use, at most one write a minute per token whatever the
 -- number of replicas and requests: the service calls this after
@@ -1060,48 +1065,4 @@ RETURNS boolean LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_cata
                 WHEN EXISTS (SELECT 1 FROM api_tokens t WHERE t.id = p_id) THEN NULL
                 ELSE false END;
 $$;
-
--- ---------------------------------------------------------------------------
--- Who owns and may call what, by name, whatever the signatures: the writes
--- of a fleet and their helpers belong to the writer role; the service's role
--- may call the writes (each acts only as the token it is given), nobody may
--- call the helpers alone. The service's own writes (stalls) belong to the
--- owner, and the token writes are the operator CLI's, as the owner: nobody
--- else may call them, but for the service's record of a token's last use.
--- ---------------------------------------------------------------------------
-DO $$
-DECLARE
-    f record;
-BEGIN
-    FOR f IN
-        SELECT p.oid::regprocedure AS signature, p.proname IN (
-                   'ledger_claim', 'ledger_heartbeat', 'ledger_transition', 'ledger_block', 'ledger_unblock',
-                   'ledger_release', 'ledger_record_cost', 'ledger_dispose', 'ledger_register') AS write
-          FROM pg_proc p
-         WHERE p.pronamespace = 'public'::regnamespace
-           AND p.proname IN ('ledger_claim', 'ledger_heartbeat', 'ledger_transition', 'ledger_block', 'ledger_unblock',
-                             'ledger_release', 'ledger_record_cost', 'ledger_dispose', 'ledger_register',
-                             'ledger_begin', 'ledger_answer', 'ledger_invalid', 'ledger_log', 'ledger_refusal',
-                             'ledger_attempt_refusal', 'ledger_pick')
-    LOOP
-        EXECUTE format('ALTER FUNCTION %s OWNER TO work_ledger_writer', f.signature);
-        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f.signature);
-        IF f.write THEN
-            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO work_ledger_app', f.signature);
-        END IF;
-    END LOOP;
-    FOR f IN
-        SELECT p.oid::regprocedure AS signature, p.proname IN ('ledger_stalls_due', 'ledger_report_stalls',
-                                                                'ledger_token_touch') AS service
-          FROM pg_proc p
-         WHERE p.pronamespace = 'public'::regnamespace
-           AND p.proname IN ('ledger_stalls_due', 'ledger_report_stalls', 'ledger_token_create', 'ledger_token_revoke',
-                             'ledger_token_revoke_unused', 'ledger_token_touch')
-    LOOP
-        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f.signature);
-        IF f.service THEN
-            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO work_ledger_app', f.signature);
-        END IF;
-    END LOOP;
-END
-$$;
+COMMENT ON FUNCTION ledger_token_touch(uuid) IS 'callers: app';

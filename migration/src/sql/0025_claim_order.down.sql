@@ -1,2 +1,0 @@
-DROP INDEX work_units_pick_idx;
-DROP INDEX work_units_pick_domain_idx;

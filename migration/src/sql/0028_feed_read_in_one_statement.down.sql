@@ -1,1 +1,0 @@
-DROP FUNCTION live_events_after(text, bigint, bigint, bigint, integer);

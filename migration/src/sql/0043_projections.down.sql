@@ -1,1 +1,0 @@
--- Forward only: the read models are the projector's (sql/repeatable/projections.sql).

@@ -1,0 +1,372 @@
+//! The schema said once: one baseline migration and repeatable files in
+//! which every function is defined once; grants derived by one rule; the
+//! committed `migration/schema.sql` is what `migrate` makes; the state
+//! machine's states as the database declares them; a database of an
+//! earlier development build or of a newer build refused; a backup made
+//! before the baseline restores into a fresh database.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use sea_orm::{ConnectionTrait, Iterable, Statement};
+use serde_json::{Value, json};
+use work_ledger::db;
+use work_ledger::db::entities::WorkState;
+
+use crate::helpers::{TestApp, spawn_app, spawn_app_on};
+use crate::operator::text;
+use crate::ws_client::Ws;
+
+fn migration_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("migration")
+}
+
+fn sql_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read migration/") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            sql_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "sql") {
+            out.push(path);
+        }
+    }
+}
+
+/// The name of every `CREATE [OR REPLACE] FUNCTION` in `sql`.
+fn functions_defined(sql: &str) -> Vec<String> {
+    let lower = sql.to_lowercase();
+    let words: Vec<&str> = lower.split_whitespace().collect();
+    let mut names = Vec::new();
+    for (i, w) in words.iter().enumerate() {
+        if *w != "function" || i == 0 {
+            continue;
+        }
+        let create = words[i - 1] == "create" || (words[i - 1] == "replace" && i >= 3 && words[i - 3] == "create");
+        if let (true, Some(next)) = (create, words.get(i + 1)) {
+            names.push(next.split('(').next().unwrap_or_default().trim_start_matches("public.").to_owned());
+        }
+    }
+    names
+}
+
+/// Every SQL file the migrator applies (`migration/src/`; `schema.sql` is
+/// the record of what they make, not a source).
+#[test]
+fn no_function_is_defined_twice_under_migration() {
+    let mut files = Vec::new();
+    sql_files(&migration_dir().join("src"), &mut files);
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for file in &files {
+        let sql = std::fs::read_to_string(file).expect("read");
+        let name = file.strip_prefix(migration_dir()).expect("under migration/").display().to_string();
+        for f in functions_defined(&sql) {
+            seen.entry(f).or_default().push(name.clone());
+        }
+    }
+    assert!(seen.len() > 100, "the scan found only {} functions", seen.len());
+    let twice: Vec<_> = seen.iter().filter(|(_, files)| files.len() > 1).collect();
+    assert!(twice.is_empty(), "defined more than once: {twice:?}");
+    // The scan itself sees a second definition.
+    assert_eq!(
+        functions_defined("CREATE FUNCTION a() ...; create or replace function public.a(x int) ..."),
+        ["a", "a"]
+    );
+}
+
+/// Every function of the ledger's schema with who may execute it, besides its owner.
+async fn function_grants(app: &TestApp) -> Vec<Value> {
+    app.sql_json(
+        "SELECT p.oid::regprocedure::text AS f, p.prosecdef AS door, p.prorettype = 'trigger'::regtype AS trigger,
+                pg_get_userbyid(p.proowner) AS owner, obj_description(p.oid, 'pg_proc') AS comment,
+                p.proacl IS NULL OR EXISTS (SELECT 1 FROM aclexplode(p.proacl) a
+                                             WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE') AS public,
+                coalesce((SELECT array_agg(r.rolname ORDER BY r.rolname) FROM aclexplode(p.proacl) a
+                            JOIN pg_roles r ON r.oid = a.grantee
+                           WHERE a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner), '{}') AS callers
+           FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace ORDER BY 1",
+    )
+    .await
+}
+
+/// Every function of `app`'s database is executable by exactly whom the
+/// rule of `grants.sql` says, and owned by the role the rule gives it.
+async fn assert_the_rule(app: &TestApp) {
+    let migrator = app.sql_json("SELECT current_user AS u").await[0]["u"].as_str().expect("user").to_owned();
+    let all = ["work_ledger_app", "work_ledger_reader", "work_ledger_warden", "work_ledger_writer"];
+    let functions = function_grants(app).await;
+    assert!(functions.len() > 100);
+    let mut doors = 0;
+    for f in &functions {
+        let name = f["f"].as_str().expect("f");
+        let owner = f["owner"].as_str().expect("owner");
+        let callers: BTreeSet<&str> =
+            f["callers"].as_array().expect("callers").iter().filter_map(Value::as_str).collect();
+        assert_eq!(f["public"], false, "PUBLIC may execute {name}");
+        // No function is owned by a role outside the rule: the writes and
+        // their helpers by the writer role, the warden's pass by the warden.
+        match owner {
+            "work_ledger_writer" => assert!(name.starts_with("ledger_"), "the writer role owns {name}"),
+            "work_ledger_warden" => assert!(name.starts_with("ledger_warden_pass("), "the warden owns {name}"),
+            o => assert_eq!(o, migrator, "{name} is owned by {o}"),
+        }
+        let declared = f["comment"].as_str().and_then(|c| c.strip_prefix("callers: "));
+        let expected: BTreeSet<&str> = if let Some(d) = declared {
+            d.split(", ")
+                .filter(|r| *r != "owner")
+                .map(|r| all.iter().find(|a| a.ends_with(r)).expect("a role"))
+                .copied()
+                .collect()
+        } else if f["trigger"] == true {
+            BTreeSet::new()
+        } else if f["door"] == true {
+            assert_eq!(owner, "work_ledger_writer", "{name} runs as its owner and names no callers");
+            BTreeSet::from(["work_ledger_app"])
+        } else if owner == "work_ledger_writer" {
+            BTreeSet::new()
+        } else {
+            all.iter().copied().filter(|r| *r != owner).collect()
+        };
+        if f["door"] == true && f["trigger"] == false {
+            doors += 1;
+        }
+        assert_eq!(callers, expected, "who may execute {name}");
+    }
+    assert!(doors >= 20, "only {doors} doors");
+}
+
+#[tokio::test]
+async fn every_grant_follows_the_one_rule() {
+    let app = spawn_app().await;
+    assert_the_rule(&app).await;
+
+    // A door that names no callers stops the migration; PUBLIC gets nothing
+    // on a function made later either (default privileges).
+    app.sql("CREATE FUNCTION ledger_forgotten() RETURNS int LANGUAGE sql SECURITY DEFINER AS 'SELECT 1'").await;
+    let refused = db::migrate(&app.db_url).await.expect_err("a door without callers");
+    assert!(refused.to_string().contains("ledger_forgotten() runs as its owner and names no callers"), "{refused}");
+    let public = app.sql_json("SELECT has_function_privilege('public', 'ledger_forgotten()', 'EXECUTE') AS p").await;
+    assert_eq!(public[0]["p"], false);
+    app.sql("COMMENT ON FUNCTION ledger_forgotten() IS 'callers: reader'").await;
+    db::migrate(&app.db_url).await.expect("migrate with the callers named");
+    let after = function_grants(&app).await;
+    let forgotten = after.iter().find(|f| f["f"] == "ledger_forgotten()").expect("the function");
+    assert_eq!(forgotten["callers"], json!(["work_ledger_reader"]));
+}
+
+/// `pg_dump --schema-only` of `url`, without what differs by login or by
+/// `pg_dump`'s version: owners, privileges (the rule test above reads them),
+/// comments, settings and the `\restrict` guard lines.
+fn schema_of(url: &str) -> String {
+    let pg_dump = work_ledger::embedded_pg::client_tool("pg_dump").expect("pg_dump");
+    let out = std::process::Command::new(pg_dump)
+        .args(["--schema-only", "--no-owner", "--no-privileges", "--dbname", url])
+        .output()
+        .expect("pg_dump");
+    assert!(out.status.success(), "pg_dump: {}", text(&out.stderr));
+    let mut schema = String::new();
+    for line in text(&out.stdout).lines() {
+        let noise = line.starts_with("--")
+            || line.starts_with("SET ")
+            || line.starts_with("SELECT pg_catalog.set_config")
+            || line.starts_with("\\restrict")
+            || line.starts_with("\\unrestrict");
+        if noise || (line.is_empty() && schema.ends_with("\n\n")) {
+            continue;
+        }
+        schema.push_str(line);
+        schema.push('\n');
+    }
+    schema.trim().to_owned() + "\n"
+}
+
+/// `migration/schema.sql` is what `migrate` makes of an empty database
+/// (`WL_WRITE_SCHEMA=1` writes it again after a deliberate change).
+#[tokio::test]
+async fn the_committed_schema_is_what_migrate_makes() {
+    let app = spawn_app().await;
+    let made = schema_of(&app.db_url);
+    let path = migration_dir().join("schema.sql");
+    if std::env::var("WL_WRITE_SCHEMA").is_ok_and(|v| v == "1") {
+        std::fs::write(&path, &made).expect("write migration/schema.sql");
+    }
+    let committed = std::fs::read_to_string(&path).expect("migration/schema.sql");
+    assert!(committed.contains("CREATE TABLE public.work_unit_events"));
+    if committed != made {
+        let first = committed.lines().zip(made.lines()).position(|(a, b)| a != b).unwrap_or(0);
+        panic!(
+            "migrate no longer makes migration/schema.sql (first difference at line {}: committed {:?}, made {:?}); \
+             if the change is meant, run WL_WRITE_SCHEMA=1 cargo test --test api -- schema_once::the_committed",
+            first + 1,
+            committed.lines().nth(first),
+            made.lines().nth(first)
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_rust_states_are_the_databases() {
+    let app = spawn_app().await;
+    let row = &app
+        .sql_json(
+            "SELECT enum_range(NULL::work_state)::text[] AS states, ledger_held_states()::text[] AS held,
+                    ledger_terminal_states()::text[] AS terminal",
+        )
+        .await[0];
+    let list = |key: &str| -> BTreeSet<String> {
+        row[key].as_array().expect("array").iter().filter_map(Value::as_str).map(str::to_owned).collect()
+    };
+    let rust = |keep: fn(WorkState) -> bool| -> BTreeSet<String> {
+        WorkState::iter().filter(|s| keep(*s)).map(|s| s.as_sql().to_owned()).collect()
+    };
+    assert_eq!(list("states"), rust(|_| true));
+    assert_eq!(list("held"), rust(WorkState::is_live_claim));
+    assert_eq!(list("terminal"), rust(WorkState::is_terminal));
+}
+
+#[tokio::test]
+async fn a_schema_newer_than_this_build_is_refused_naming_both() {
+    let app = spawn_app().await;
+    app.sql(
+        "INSERT INTO seaql_migrations (version, applied_at) VALUES ('m20991231_000001_future', 0);
+         INSERT INTO schema_breaking_changes (migration) VALUES ('m20991231_000001_future');",
+    )
+    .await;
+    let refused = db::migrate(&app.db_url).await.expect_err("a newer schema");
+    let said = refused.to_string();
+    for part in ["m20991231_000001_future", "m20261207_000001_baseline", "breaks older builds"] {
+        assert!(said.contains(part), "{said}");
+    }
+    app.sql("DELETE FROM seaql_migrations WHERE version = 'm20991231_000001_future'").await;
+    db::migrate(&app.db_url).await.expect("back at this build's schema");
+
+    // A repeatable file a newer build applied after this build's.
+    app.sql("UPDATE schema_repeatable SET checksum = md5('a newer writes.sql') WHERE name = 'writes'").await;
+    let refused = db::migrate(&app.db_url).await.expect_err("an older build's writes.sql");
+    assert!(refused.to_string().contains("newer writes.sql"), "{refused}");
+    let kept = app.sql_json("SELECT checksum FROM schema_repeatable WHERE name = 'writes'").await;
+    assert_eq!(kept[0]["checksum"], app.sql_json("SELECT md5('a newer writes.sql') AS m").await[0]["m"]);
+}
+
+/// A fresh database in the test cluster, empty, named for this process.
+async fn empty_database(app: &TestApp, tag: &str) -> String {
+    let name = format!("wlt_{}_{tag}", std::process::id());
+    app.create_closed_database(&name).await;
+    let mut url = url::Url::parse(&app.db_url).expect("url");
+    url.set_path(&format!("/{name}"));
+    url.to_string()
+}
+
+fn fixture(name: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+/// Every row of the ledger's five tables, as JSON in UTC, by table.
+async fn rows(url: &str) -> BTreeMap<String, Value> {
+    let conn = db::connect(url, 1).await.expect("connect");
+    conn.execute_unprepared("SET TIME ZONE 'UTC'").await.expect("utc");
+    let mut all = BTreeMap::new();
+    for t in ["work_units", "work_unit_attempts", "work_unit_events", "blocking_questions", "api_tokens"] {
+        let sql = format!("SELECT coalesce(json_agg(to_jsonb(x) ORDER BY x.id), '[]')::text AS j FROM {t} x");
+        let row = conn
+            .query_one_raw(Statement::from_string(sea_orm::DbBackend::Postgres, sql))
+            .await
+            .expect("rows")
+            .expect("a row");
+        let j: String = row.try_get("", "j").expect("j");
+        all.insert(t.to_owned(), serde_json::from_str(&j).expect("json"));
+    }
+    conn.close().await.expect("close");
+    all
+}
+
+fn work_ledger_on(url: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_work-ledger"))
+        .args(args)
+        .env("DATABASE_URL", url)
+        .output()
+        .expect("run work-ledger")
+}
+
+const EVENTS: &str = "subscription($after: String) { ledgerEvents(after: $after) { id cursor } }";
+
+/// `tests/fixtures/pre-baseline.dump` is `work-ledger backup` of a worked
+/// ledger made by the last development build before the baseline (b0a4117);
+/// `pre-baseline.json` holds its tokens, rows, and the cursor a subscriber
+/// of `ledgerEvents` held when the backup was taken.
+#[tokio::test]
+async fn a_backup_made_before_the_baseline_restores_into_a_fresh_database() {
+    let app = spawn_app().await;
+    let made: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("pre-baseline.json")).expect("fixture")).expect("json");
+    let dump = fixture("pre-baseline.dump");
+    let dump = dump.to_str().expect("path");
+
+    // That database itself, as its build left it, is refused by `migrate`,
+    // which says how to move its data.
+    let old = empty_database(&app, "pre_baseline").await;
+    let pg_restore = work_ledger::embedded_pg::client_tool("pg_restore").expect("pg_restore");
+    let out = std::process::Command::new(pg_restore)
+        .args(["--no-owner", "--exit-on-error", "--dbname", &old, dump])
+        .output()
+        .expect("pg_restore");
+    assert!(out.status.success(), "pg_restore: {}", text(&out.stderr));
+    let refused = work_ledger_on(&old, &["migrate"]);
+    assert!(!refused.status.success());
+    let said = text(&refused.stderr);
+    for part in
+        ["before the schema baseline", "m20261216_000043_projections", "work-ledger backup", "work-ledger restore"]
+    {
+        assert!(said.contains(part), "{said}");
+    }
+    // Moving it as the message says: a backup of it, restored into an empty database.
+    let dir = tempfile::Builder::new().prefix("wl-baseline-").tempdir().expect("tempdir");
+    let again = dir.path().join("again.dump");
+    let again = again.to_str().expect("path");
+    let backup = work_ledger_on(&old, &["backup", "--out", again]);
+    assert!(backup.status.success(), "{}", text(&backup.stderr));
+    let fresh = empty_database(&app, "restored").await;
+    let restore = work_ledger_on(&fresh, &["restore", again]);
+    assert!(restore.status.success(), "{}", text(&restore.stderr));
+
+    // Every unit, attempt, event, question and token came back as it was.
+    let restored = rows(&fresh).await;
+    for (table, expected) in made["rows"].as_object().expect("rows") {
+        assert_eq!(&restored[table], expected, "{table}");
+    }
+    // ... in a schema that is the baseline's.
+    assert_eq!(schema_of(&fresh), schema_of(&app.db_url), "the restored schema is the baseline's");
+
+    let server = spawn_app_on(&fresh).await;
+    // ... with its owners and grants by the rule (a restore without owners
+    // hands every function to the restoring login; migrate gives them back).
+    assert_the_rule(&server).await;
+    let tokens = &made["tokens"];
+    let token = |name: &str| tokens[name].as_str().expect("token").to_owned();
+    // The stream resumes from the cursor a subscriber held before the backup.
+    let mut ws = Ws::subscription(&server, &token("reader-1"), EVENTS, json!({ "after": made["stream_cursor"] })).await;
+    for expected in made["events_after_cursor"].as_array().expect("ids") {
+        let event = tokio::time::timeout(Duration::from_secs(5), ws.next_data()).await.expect("prompt");
+        assert_eq!(&event["ledgerEvents"]["id"], expected);
+    }
+    // The tokens work as they did: the revoked one is refused, the agent
+    // goes on with the unit it holds, and its event follows on the stream.
+    let refused = server.gql(&token("agent-gone"), "{ me { name } }", json!({})).await;
+    refused.assert_code("UNAUTHENTICATED");
+    let agent = token("agent-1");
+    let me = server.gql(&agent, "{ me { name heldUnit { id state } } }", json!({})).await;
+    let held = me.data()["me"]["heldUnit"].clone();
+    assert_eq!(held["state"], "IN_PROGRESS");
+    let verified = server
+        .gql(
+            &agent,
+            "mutation($u: UUID!) { transition(unitId: $u, to: VERIFIED, evidenceUrl: \"https://ci.example/after\") { state } }",
+            json!({ "u": held["id"] }),
+        )
+        .await;
+    assert_eq!(verified.data()["transition"]["state"], "VERIFIED");
+    let event = tokio::time::timeout(Duration::from_secs(5), ws.next_data()).await.expect("the new event, live");
+    assert!(event["ledgerEvents"]["id"].is_string());
+    let audit = work_ledger_on(&fresh, &["audit"]);
+    assert!(audit.status.success(), "{}{}", text(&audit.stdout), text(&audit.stderr));
+}
