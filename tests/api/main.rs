@@ -46,6 +46,7 @@ mod register;
 mod restart;
 mod roster;
 mod round_trips;
+mod said_once;
 mod schema;
 mod shared_pools;
 mod shared_reads;

@@ -44,6 +44,31 @@ SELECT t.fleet, t.domain, t.state, t.disposition, t.reworked, sum(t.units)::bigi
  GROUP BY t.fleet, t.domain, t.state, t.disposition, t.reworked
 HAVING sum(t.units) <> 0;
 
+-- Work per domain from the totals: the open states, then the finished
+-- units (`done`: DONE; `disposed`: every unit with a disposition, DONE ones
+-- included), so a finished domain reads as finished rather than as absent;
+-- stalled (a lease that ran out, a fact of now) from the live-lease index,
+-- which holds only live claims. (Columns are only ever appended: the view
+-- is replaced in place.)
+CREATE OR REPLACE VIEW v_queue_depth WITH (security_invoker = true) AS
+SELECT t.fleet, t.domain, t.ready, t.claimed, t.in_progress, t.blocked, t.verified, coalesce(s.stalled, 0) AS stalled,
+       t.done, t.disposed
+  FROM (SELECT fleet, domain,
+               coalesce(sum(units) FILTER (WHERE state = 'ready'), 0)::bigint           AS ready,
+               coalesce(sum(units) FILTER (WHERE state = 'claimed'), 0)::bigint         AS claimed,
+               coalesce(sum(units) FILTER (WHERE state = 'in_progress'), 0)::bigint     AS in_progress,
+               coalesce(sum(units) FILTER (WHERE state = 'blocked'), 0)::bigint         AS blocked,
+               coalesce(sum(units) FILTER (WHERE state = 'verified'), 0)::bigint        AS verified,
+               coalesce(sum(units) FILTER (WHERE state = 'done'), 0)::bigint            AS done,
+               coalesce(sum(units) FILTER (WHERE disposition IS NOT NULL), 0)::bigint   AS disposed
+          FROM v_unit_totals
+         GROUP BY fleet, domain) t
+  LEFT JOIN (SELECT fleet, domain, count(*) AS stalled
+               FROM work_units
+              WHERE state IN ('claimed', 'in_progress') AND lease_expires_at < now()
+              GROUP BY fleet, domain) s
+    ON s.fleet = t.fleet AND s.domain = t.domain;
+
 -- disposal_weeks with the tail's disposal days under their weeks.
 CREATE OR REPLACE FUNCTION disposal_weeks_now()
 RETURNS TABLE (fleet text, week date, units bigint, cost_cents bigint, reworked bigint, verified_units bigint,
