@@ -3549,22 +3549,25 @@ CREATE VIEW public.v_queue_depth WITH (security_invoker='true') AS
     t.in_progress,
     t.blocked,
     t.verified,
-    COALESCE(s.stalled, (0)::bigint) AS stalled
+    COALESCE(s.stalled, (0)::bigint) AS stalled,
+    t.done,
+    t.disposed
    FROM (( SELECT v_unit_totals.fleet,
             v_unit_totals.domain,
             (COALESCE(sum(v_unit_totals.units) FILTER (WHERE (v_unit_totals.state = 'ready'::public.work_state)), (0)::numeric))::bigint AS ready,
             (COALESCE(sum(v_unit_totals.units) FILTER (WHERE (v_unit_totals.state = 'claimed'::public.work_state)), (0)::numeric))::bigint AS claimed,
             (COALESCE(sum(v_unit_totals.units) FILTER (WHERE (v_unit_totals.state = 'in_progress'::public.work_state)), (0)::numeric))::bigint AS in_progress,
             (COALESCE(sum(v_unit_totals.units) FILTER (WHERE (v_unit_totals.state = 'blocked'::public.work_state)), (0)::numeric))::bigint AS blocked,
-            (COALESCE(sum(v_unit_totals.units) FILTER (WHERE (v_unit_totals.state = 'verified'::public.work_state)), (0)::numeric))::bigint AS verified
+            (COALESCE(sum(v_unit_totals.units) FILTER (WHERE (v_unit_totals.state = 'verified'::public.work_state)), (0)::numeric))::bigint AS verified,
+            (COALESCE(sum(v_unit_totals.units) FILTER (WHERE (v_unit_totals.state = 'done'::public.work_state)), (0)::numeric))::bigint AS done,
+            (COALESCE(sum(v_unit_totals.units) FILTER (WHERE (v_unit_totals.disposition IS NOT NULL)), (0)::numeric))::bigint AS disposed
            FROM public.v_unit_totals
-          WHERE (v_unit_totals.state <> ALL (ARRAY['done'::public.work_state, 'abandoned'::public.work_state]))
           GROUP BY v_unit_totals.fleet, v_unit_totals.domain) t
      LEFT JOIN ( SELECT work_units.fleet,
             work_units.domain,
             count(*) AS stalled
            FROM public.work_units
-          WHERE ((work_units.state = ANY (ARRAY['claimed'::public.work_state, 'in_progress'::public.work_state])) AND (work_units.lease_expires_at < now()))
+          WHERE ((work_units.state = ANY (public.ledger_working_states())) AND (work_units.lease_expires_at < now()))
           GROUP BY work_units.fleet, work_units.domain) s ON (((s.fleet = t.fleet) AND (s.domain = t.domain))));
 
 CREATE VIEW public.v_rework WITH (security_invoker='true') AS

@@ -59,6 +59,23 @@ impl Permission {
             Self::TokensManage => "tokens:manage",
         }
     }
+
+    /// What the permission lets a token do, said to its holder beside the
+    /// name (a name alone undersells `units:claim`, which works the claimed
+    /// unit through to its disposition).
+    pub fn allows(self) -> &'static str {
+        match self {
+            Self::LedgerRead => "read the fleet's units, attempts, questions, events, queue depth and reports",
+            Self::UnitsRegister => "register units (registerUnits, import)",
+            Self::UnitsClaim => {
+                "claim units and work the one you hold to its end: start, heartbeat, verify, block, wait for the \
+                 answer, release, record its cost and dispose of it"
+            }
+            Self::QuestionsAnswer => "answer the questions of blocked units (unblock), also several alike at once",
+            Self::UnitsDisposeAny => "dispose of any unit of the fleet and record cost on any attempt (an operator)",
+            Self::TokensManage => "mint, list and revoke the fleet's tokens",
+        }
+    }
 }
 
 impl AsRef<str> for Permission {

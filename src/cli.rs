@@ -21,6 +21,19 @@ use crate::http::Application;
 use crate::ledger::Ledger;
 use crate::operator::{AnyError, audit, backup, import, projections};
 
+/// True unless the command line asks for the service (`serve`): a one-shot
+/// command (`token create`, `migrate`, `import`, ...) is quiet on success,
+/// its logs at `warn` unless `WORK_LEDGER_LOG` says otherwise; what it has to
+/// say it prints itself. A command line that does not parse counts as one
+/// (`run` reports it).
+pub fn one_shot() -> bool {
+    let mut argv = std::env::args_os().skip(1);
+    if argv.next().is_some_and(|arg| arg == "agent") {
+        return true;
+    }
+    Cli::try_parse().map_or(true, |cli| !matches!(cli.command, Command::Serve(_)))
+}
+
 pub async fn run() -> Result<ExitCode, AnyError> {
     // `work-ledger agent ...` is an HTTP client with a grammar of its own: the
     // database flags of the other commands are not its flags.

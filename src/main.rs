@@ -7,7 +7,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     // Held to the end: dropping it flushes the spans still queued for export.
-    let telemetry = work_ledger::telemetry::init();
+    let telemetry = work_ledger::telemetry::init(work_ledger::cli::one_shot());
     let code = match work_ledger::cli::run().await {
         Ok(code) => code,
         Err(err) => {

@@ -39,11 +39,13 @@ pub fn otlp_configured() -> bool {
         .any(|var| std::env::var(var).is_ok_and(|v| !v.trim().is_empty()))
 }
 
-/// Installs the global subscriber: stderr logs, and OTLP export when
-/// configured. A broken OTLP configuration is reported and the service runs
-/// without export rather than not at all.
-pub fn init() -> Telemetry {
-    let filter = || EnvFilter::try_from_env("WORK_LEDGER_LOG").unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+/// Installs the global subscriber: stderr logs (at `info` for the service,
+/// `warn` for a `quiet` one-shot command, unless `WORK_LEDGER_LOG` is set),
+/// and OTLP export when configured. A broken OTLP configuration is reported
+/// and the service runs without export rather than not at all.
+pub fn init(quiet: bool) -> Telemetry {
+    let default = if quiet { "warn" } else { "info,sqlx=warn" };
+    let filter = || EnvFilter::try_from_env("WORK_LEDGER_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

@@ -32,8 +32,9 @@ Connection: WORK_LEDGER_URL (e.g. http://127.0.0.1:8080) and WORK_LEDGER_TOKEN, 
 The unit: the one the server says your token's agent holds (or --unit ID). The attempt: the one this
 session last claimed, kept in --state (WORK_LEDGER_STATE; default one file per URL and token under
 $XDG_STATE_HOME/work-ledger): a session whose unit was claimed again since gets LEASE_LOST.
-Output: the same JSON object the MCP tool returns: {\"unit\": {...}} with the unit's `legalActions`
-(the verbs you may run next), its `questions` with answers and its `attempts`; `claim` adds `outcome`.
+Output: the same JSON object the MCP tool returns: {\"unit\": {...}}, the unit as it is now with its
+`legalActions` (the verbs you may run next); `status` and `wait` add its `questions` with answers and
+its `attempts`; `claim` adds `outcome` (and, with no unit, the domain's counts).
 Errors: one JSON line on stderr: {\"code\", \"message\", \"argument\", \"unitId\", \"state\", \"legalActions\", ...}.
 Writes carry a fresh idempotency key per invocation; a network error, HTTP 5xx or
 UNAVAILABLE is retried with the same key (--retries, --retry-backoff), so a retried
@@ -119,11 +120,11 @@ async fn execute(args: AgentArgs) -> Result<Value, Failure> {
     let verb = &args.command;
     let ops: Vec<&Operation> = crate::contract::verb(&verb.name).collect();
     // `claim` is `claimNext`, or `claimUnit` when a unit is named.
-    let takes_id = |op: &Operation| op.args().iter().any(|arg| arg.name == "id");
+    let takes_unit = |op: &Operation| op.args().iter().any(|arg| arg.name == "unitId");
     let op = match ops.as_slice() {
         [] => return Err(Failure::usage(format!("no verb `{}`", verb.name))),
         [op] => Some(*op),
-        _ => ops.iter().copied().find(|op| takes_id(op) == args.unit.is_some()),
+        _ => ops.iter().copied().find(|op| takes_unit(op) == args.unit.is_some()),
     }
     .ok_or_else(|| Failure::usage(format!("`{}` cannot take --unit", verb.name)))?;
     let mut given = verbs::given(op, &verb.matches).map_err(Failure::usage)?;
@@ -158,8 +159,8 @@ impl Agent {
         envelope::result(op, &response, Surface::Cli).map_err(Failure::from_envelope)
     }
 
-    /// Fills what the CLI supplies itself: `id` from `--unit`; `unitId` with
-    /// the unit this agent holds (or `--unit`); `attemptId` with this
+    /// Fills what the CLI supplies itself: `unitId` with the unit this agent
+    /// holds (or `--unit`); `attemptId` with this
     /// session's last claim of that unit, else its current attempt (an
     /// optional `attemptId` beside a required `unitId` is the attempt fence;
     /// a required one names the attempt, as `heartbeat` does); a fresh
@@ -174,9 +175,6 @@ impl Agent {
         let takes = |name: &str| args.iter().find(|arg| arg.name == name);
         if takes("idempotencyKey").is_some() {
             given.insert("idempotencyKey".into(), json!(format!("agent-cli-{}", Uuid::new_v4())));
-        }
-        if takes("id").is_some() {
-            given.insert("id".into(), json!(unit));
         }
         let unit_arg = takes("unitId");
         let attempt_arg = takes("attemptId");
@@ -208,7 +206,7 @@ impl Agent {
         if let Some(id) = unit {
             // The contract's own read of a unit (`get_unit`), as every surface renders it.
             let read = bound(crate::contract::tool("get_unit"), "get_unit")?;
-            let found = self.call(read, json!({ "id": id }).as_object().cloned().unwrap_or_default()).await?;
+            let found = self.call(read, json!({ "unitId": id }).as_object().cloned().unwrap_or_default()).await?;
             return match found.get("unit") {
                 Some(unit) if !unit.is_null() => Ok(unit.clone()),
                 _ => Err(Failure::new("NOT_FOUND", format!("no unit with id {id} exists in your fleet"))),

@@ -11,7 +11,7 @@ use clap::{Arg, ArgAction, ArgMatches, Command, FromArgMatches, Subcommand};
 use serde_json::{Map, Value, json};
 
 use crate::contract::shape::{self, Arg as FieldArg};
-use crate::contract::{CLI_FILLS, OPERATIONS, Operation, kebab};
+use crate::contract::{CLI_FILLS, OPERATIONS, Operation, Surface, kebab};
 
 /// Flags every verb has already (the connection): a field argument never
 /// takes their names.
@@ -63,8 +63,8 @@ fn verb_names() -> impl Iterator<Item = &'static str> {
 }
 
 /// A verb's arguments: those of its operations, less what the CLI fills.
-fn verb_args(verb: &str) -> Vec<(&'static Operation, &'static FieldArg)> {
-    let mut args: Vec<(&'static Operation, &'static FieldArg)> = Vec::new();
+fn verb_args(verb: &str) -> Vec<(&'static Operation, FieldArg)> {
+    let mut args: Vec<(&'static Operation, FieldArg)> = Vec::new();
     for op in crate::contract::verb(verb) {
         for arg in op.args() {
             if !CLI_FILLS.contains(&arg.name.as_str()) && !args.iter().any(|(_, seen)| seen.name == arg.name) {
@@ -87,18 +87,18 @@ pub fn flag(arg: &str) -> String {
 
 fn command(verb: &'static str) -> Command {
     let ops: Vec<&Operation> = crate::contract::verb(verb).collect();
-    let about = ops.first().map(|op| op.description()).unwrap_or_default();
-    let first_line = about.split(['\n']).next().unwrap_or_default().to_owned();
-    let mut command = Command::new(verb).about(first_line).long_about(about);
+    let about = ops.first().map(|op| op.description(Surface::Cli)).unwrap_or_default();
+    let summary = ops.first().map(|op| op.summary(Surface::Cli)).unwrap_or_default();
+    let mut command = Command::new(verb).about(summary).long_about(about);
     for (op, arg) in verb_args(verb) {
         let mut help = arg.description.clone().unwrap_or_default();
-        if value_name(arg) == "DURATION" {
+        if value_name(&arg) == "DURATION" {
             help.push_str(" Here a duration: 90s, 15m, 1h (a bare number is seconds).");
         }
         let mut cli = if op.positional == Some(arg.name.as_str()) {
             Arg::new(arg.name.clone()).required(true).value_name(kebab(&arg.name).to_uppercase())
         } else {
-            Arg::new(arg.name.clone()).long(flag(&arg.name)).action(ArgAction::Set).value_name(value_name(arg))
+            Arg::new(arg.name.clone()).long(flag(&arg.name)).action(ArgAction::Set).value_name(value_name(&arg))
         };
         cli = cli.help(help).allow_negative_numbers(arg.base() == "Int");
         if let Some(values) = shape::enum_values(arg.base()) {

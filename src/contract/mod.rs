@@ -14,7 +14,7 @@ pub mod envelope;
 pub mod shape;
 
 use crate::auth::{Permission, Principal};
-use crate::ledger::state_machine::{ACTIONS, Action};
+use crate::ledger::state_machine::{ACTIONS, Action, HOLDER_LOOP};
 
 /// Which door a request came through; `legalActions` speak its language.
 #[derive(async_graphql::Enum, Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -71,11 +71,22 @@ pub struct Operation {
     /// What a tool's or verb's user needs to know beyond the field's
     /// documentation (appended to it).
     pub note: &'static str,
+    /// What this binding alone does, said instead of the field's
+    /// documentation: for a binding that fixes arguments of a field that
+    /// does more (`start_work` and `verify` are both `transition`).
+    pub doc: &'static str,
+    /// Arguments this binding names otherwise than its field, (binding's
+    /// name, field's name): every tool and verb calls the unit `unitId`,
+    /// also where the GraphQL field's argument is `unit(id:)`.
+    pub renamed: &'static [(&'static str, &'static str)],
+    /// Optional arguments of the field this binding does not take, because
+    /// what it does never uses them (`start_work` takes no evidence).
+    pub omits: &'static [&'static str],
 }
 
-/// The fields of a unit every binding returns: what an agent needs to decide
-/// (its questions with answers, its attempts with outcomes, what it may do
-/// next). `SURFACE` is replaced by the binding's [`Surface`], and `$UNIT` in
+/// The fields of a unit every read binding returns (writes return
+/// [`UNIT_NOW`]): what an agent needs to decide (its questions with
+/// answers, its attempts with outcomes, what it may do next). `SURFACE` is replaced by the binding's [`Surface`], and `$UNIT` in
 /// another selection by this one.
 pub const UNIT: &str = "{ id externalRef domain workflowId state disposition disposedAt dispositionReason disposedBy \
     claimedBy currentAttemptId leaseExpiresAt lastHeartbeatAt stalled attemptCount costCents evidenceUrls createdAt \
@@ -83,12 +94,22 @@ pub const UNIT: &str = "{ id externalRef domain workflowId state disposition dis
     openQuestion { id question status assigneeGroup askedBy createdAt \
     similarAnswered { id unitId question answer answeredBy answeredAt } } \
     questions { id question status answer answeredBy answeredAt askedBy createdAt cancelledAt } \
-    attempts { id attemptNo agentId outcome endReason endedBy costCents evidenceUrl startedAt endedAt } }";
+    attempts { id attemptNo agentId outcome endReason endedBy reclaimedBy costCents evidenceUrl startedAt endedAt } }";
+
+/// The unit as a write leaves it, what an agent needs for its next step:
+/// its state, current attempt, lease, open question (with the answers to
+/// the same question elsewhere) and `legalActions`. Its history (attempts
+/// and questions) is one `get_unit` away; a write does not resend it.
+pub const UNIT_NOW: &str = "{ id externalRef domain workflowId state disposition claimedBy currentAttemptId \
+    leaseExpiresAt lastHeartbeatAt stalled attemptCount costCents evidenceUrls updatedAt legalActions(surface: SURFACE) \
+    currentAttempt { id attemptNo agentId costCents startedAt } \
+    openQuestion { id question status assigneeGroup askedBy createdAt \
+    similarAnswered { id unitId question answer answeredBy answeredAt } } }";
 
 const QUESTIONS: &str = "{ totalCount pageInfo { hasNextPage endCursor } nodes { id unitId question status \
     assigneeGroup askedBy createdAt openForSeconds similarAnswered { id question answer answeredBy answeredAt } } }";
-const QUEUE_DEPTH: &str = "{ domain ready claimed inProgress blocked verified stalled }";
-const MY_WORK: &str = "{ fleet name permissions heldUnit $UNIT awaitingDisposition $UNIT }";
+const QUEUE_DEPTH: &str = "{ domain ready claimed inProgress blocked verified stalled done disposed }";
+const MY_WORK: &str = "{ fleet name grants { permission allows } heldUnit $UNIT awaitingDisposition $UNIT }";
 
 const AGENT: &[Permission] = &[Permission::UnitsClaim];
 const BILLING: &[Permission] = &[Permission::UnitsClaim, Permission::UnitsDisposeAny];
@@ -104,26 +125,29 @@ const fn op(field: &'static str, root: Root, needs: &'static [Permission]) -> Op
         preset: &[],
         positional: None,
         needs,
-        selection: UNIT,
+        selection: match root {
+            Root::Query => UNIT,
+            Root::Mutation => UNIT_NOW,
+        },
         result: "unit",
         note: "",
+        doc: "",
+        renamed: &[],
+        omits: &[],
     }
 }
+
+/// `unitId` for a field's `id`.
+const UNIT_ID: &[(&str, &str)] = &[("unitId", "id")];
 
 /// Every bound operation. A GraphQL field without a row here is GraphQL
 /// only (the operator's reads, registration, tokens).
 pub const OPERATIONS: &[Operation] = &[
-    Operation {
-        tool: Some("claim_next"),
-        verb: Some("claim"),
-        note: "Here `outcome` (and, with no unit, `ready`, `stale`, `blocked`, `leased`, `earliestLeaseEnd`) are \
-               fields of the result.",
-        ..op("claimNext", Root::Mutation, AGENT)
-    },
+    Operation { tool: Some("claim_next"), verb: Some("claim"), ..op("claimNext", Root::Mutation, AGENT) },
     Operation {
         tool: Some("claim_unit"),
         verb: Some("claim"),
-        note: "Here `outcome` is a field of the result.",
+        renamed: UNIT_ID,
         ..op("claimUnit", Root::Mutation, AGENT)
     },
     Operation { tool: Some("heartbeat"), verb: Some("heartbeat"), ..op("heartbeat", Root::Mutation, AGENT) },
@@ -131,7 +155,8 @@ pub const OPERATIONS: &[Operation] = &[
         tool: Some("start_work"),
         verb: Some("start"),
         preset: &[("to", "IN_PROGRESS")],
-        note: "Here: CLAIMED -> IN_PROGRESS.",
+        omits: &["evidenceUrl"],
+        doc: "Starts work on the unit you claimed: CLAIMED -> IN_PROGRESS. Heartbeat before the lease runs out.",
         ..op("transition", Root::Mutation, AGENT)
     },
     Operation {
@@ -139,8 +164,9 @@ pub const OPERATIONS: &[Operation] = &[
         verb: Some("verify"),
         preset: &[("to", "VERIFIED")],
         positional: Some("evidenceUrl"),
-        note: "Here: IN_PROGRESS -> VERIFIED with `evidenceUrl`. Your attempt ends: claim your next unit, and still \
-               dispose of this one with MIGRATED.",
+        doc: "Records that the work is done and verified: IN_PROGRESS -> VERIFIED, with `evidenceUrl` a link to the \
+              evidence (a pull request, a CI run). Your attempt ends and the lease is cleared: claim your next unit, \
+              and still dispose of this one with MIGRATED.",
         ..op("transition", Root::Mutation, AGENT)
     },
     Operation {
@@ -179,7 +205,7 @@ pub const OPERATIONS: &[Operation] = &[
         note: "Use it instead of polling while your unit is BLOCKED.",
         ..op("waitForAnswer", Root::Query, AGENT)
     },
-    Operation { tool: Some("get_unit"), ..op("unit", Root::Query, READER) },
+    Operation { tool: Some("get_unit"), renamed: UNIT_ID, ..op("unit", Root::Query, READER) },
     Operation { tool: Some("get_unit_by_ref"), ..op("unitByRef", Root::Query, READER) },
     Operation {
         tool: Some("open_questions"),
@@ -216,7 +242,7 @@ pub const OPERATIONS: &[Operation] = &[
 /// Arguments every CLI verb fills itself: the unit (the one you hold, or
 /// `--unit`), your attempt (the CLI's own record of its last claim) and a
 /// fresh idempotency key per invocation.
-pub const CLI_FILLS: &[&str] = &["unitId", "id", "attemptId", "idempotencyKey"];
+pub const CLI_FILLS: &[&str] = &["unitId", "attemptId", "idempotencyKey"];
 
 impl Operation {
     pub fn permitted(&self, who: &Principal) -> bool {
@@ -291,6 +317,18 @@ pub fn render_action(action: &Action, surface: Surface) -> Option<String> {
         }
     }
     Some(words.join(" "))
+}
+
+/// The holder's loop ([`HOLDER_LOOP`]) in `surface`'s words, one line per
+/// state: `- IN_PROGRESS: heartbeat(attemptId), verify(evidenceUrl), ...:
+/// what to do.` The same rows give the holder its `legalActions`, so what
+/// the instructions name in a state is what the unit then offers.
+pub fn holder_loop(surface: Surface) -> String {
+    let lines = HOLDER_LOOP.iter().map(|step| {
+        let actions: Vec<String> = step.actions.iter().filter_map(|action| render_action(action, surface)).collect();
+        format!("- {}: {}: {}.", step.state.api_name(), actions.join(", "), step.says)
+    });
+    lines.collect::<Vec<_>>().join("\n")
 }
 
 /// A GraphQL action string (as `legalActions` and error extensions carry

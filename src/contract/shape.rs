@@ -111,22 +111,49 @@ impl Operation {
             .ok_or_else(|| LedgerError::internal(format!("operation `{}` has no GraphQL field", self.field)))
     }
 
-    /// The arguments a caller of this binding gives (the field's, less the presets).
-    pub fn args(&self) -> Vec<&'static Arg> {
-        self.field_shape()
-            .map(|shape| {
-                shape.args.iter().filter(|arg| !self.preset.iter().any(|(name, _)| *name == arg.name)).collect()
+    /// The arguments a caller of this binding gives (the field's, less the
+    /// presets and what it omits), under the binding's names.
+    pub fn args(&self) -> Vec<Arg> {
+        let Some(shape) = self.field_shape() else { return Vec::new() };
+        let given = shape.args.iter().filter(|arg| {
+            !self.preset.iter().any(|(name, _)| *name == arg.name) && !self.omits.contains(&arg.name.as_str())
+        });
+        given
+            .map(|arg| match self.renamed.iter().find(|(_, field)| *field == arg.name) {
+                Some((name, _)) => Arg { name: (*name).to_owned(), ..arg.clone() },
+                None => arg.clone(),
             })
-            .unwrap_or_default()
+            .collect()
     }
 
-    /// The field's documentation, then the binding's note.
-    pub fn description(&self) -> String {
+    /// The field's name of an argument this binding calls `name`.
+    fn field_arg<'a>(&self, name: &'a str) -> &'a str {
+        self.renamed.iter().find(|(ours, _)| *ours == name).map_or(name, |(_, field)| field)
+    }
+
+    /// What the binding does on `surface`: its own documentation, or the
+    /// field's followed by the binding's note; on MCP and the CLI in their
+    /// words ([`in_words_of`]).
+    pub fn description(&self, surface: Surface) -> String {
         let field = self.field_shape().and_then(|shape| shape.description.clone()).unwrap_or_default();
-        match (field.is_empty(), self.note.is_empty()) {
+        let field = if self.doc.is_empty() { field } else { self.doc.to_owned() };
+        let text = match (field.is_empty(), self.note.is_empty()) {
             (_, true) => field,
             (true, false) => self.note.to_owned(),
             (false, false) => format!("{field}\n\n{}", self.note),
+        };
+        in_words_of(&text, surface)
+    }
+
+    /// The first sentence of [`Self::description`], on one line (a verb's
+    /// line in `--help`, a tool's in the quick start).
+    pub fn summary(&self, surface: Surface) -> String {
+        let text = self.description(surface);
+        let paragraph = text.split("\n\n").next().unwrap_or_default();
+        let line = paragraph.split_whitespace().collect::<Vec<_>>().join(" ");
+        match line.find(". ") {
+            Some(end) => line[..=end].to_owned(),
+            None => line,
         }
     }
 
@@ -173,11 +200,11 @@ impl Operation {
             let what = missing.description.as_deref().unwrap_or("see the input schema");
             return Err(LedgerError::invalid(missing.name.clone(), format!("required ({}): {what}", missing.ty)));
         }
-        let used: Vec<&&Arg> = args.iter().filter(|arg| given.contains_key(&arg.name)).collect();
+        let used: Vec<&Arg> = args.iter().filter(|arg| given.contains_key(&arg.name)).collect();
         let variables: Vec<String> = used.iter().map(|arg| format!("${}: {}", arg.name, arg.ty)).collect();
         let passed = used
             .iter()
-            .map(|arg| format!("{0}: ${0}", arg.name))
+            .map(|arg| format!("{}: ${}", self.field_arg(&arg.name), arg.name))
             .chain(self.preset.iter().map(|(name, value)| format!("{name}: {value}")));
         let passed: Vec<String> = passed.collect();
         let keyword = match self.root {
@@ -188,6 +215,50 @@ impl Operation {
         let call = if passed.is_empty() { String::new() } else { format!("({})", passed.join(", ")) };
         Ok(format!("{keyword}{declared} {{ result: {}{call} {} }}", self.field, self.selection_for(surface)))
     }
+}
+
+/// `text` (a field's documentation) as a caller of `surface` reads it. The
+/// response's extensions are fields of the result on MCP and the CLI
+/// ([`super::envelope::result`]): "the response's `extensions.claim`" is
+/// "the result" there and `extensions.claim.outcome` is `outcome`. A field
+/// named in backquotes is its tool or verb when it has exactly one.
+fn in_words_of(text: &str, surface: Surface) -> String {
+    if surface == Surface::Graphql {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len());
+    // Odd parts are quoted, even parts are prose.
+    for (i, part) in text.split('`').enumerate() {
+        if i % 2 == 0 {
+            out.push_str(part);
+            continue;
+        }
+        let Some(path) = part.strip_prefix("extensions.") else {
+            out.push('`');
+            out.push_str(surface_name(part, surface).unwrap_or(part));
+            out.push('`');
+            continue;
+        };
+        let field = path.split_once('.').map(|(_, field)| field);
+        for (said, result) in [("the response's ", "the result"), ("The response's ", "The result")] {
+            if let Some(kept) = out.strip_suffix(said) {
+                out = format!("{kept}{result}{}", if field.is_some() { "'s " } else { "" });
+            }
+        }
+        if let Some(field) = field {
+            out.push('`');
+            out.push_str(field);
+            out.push('`');
+        }
+    }
+    out
+}
+
+/// The tool or verb of a root field that has exactly one on `surface`.
+fn surface_name(field: &str, surface: Surface) -> Option<&'static str> {
+    let mut bound = super::OPERATIONS.iter().filter(|op| op.field == field).filter_map(|op| op.binding(surface));
+    let first = bound.next()?;
+    bound.all(|other| other == first).then_some(first)
 }
 
 /// A GraphQL input type as JSON Schema.
@@ -230,10 +301,18 @@ mod tests {
             for (preset, _) in op.preset {
                 assert!(shape.args.iter().any(|arg| arg.name == *preset), "{}: no argument {preset}", op.field);
             }
+            for omitted in op.omits {
+                let arg = shape.args.iter().find(|arg| arg.name == *omitted);
+                assert!(
+                    arg.is_some_and(|arg| !arg.required),
+                    "{}: omits {omitted}, not an optional argument",
+                    op.field
+                );
+            }
             if let Some(positional) = op.positional {
                 assert!(op.args().iter().any(|arg| arg.name == positional), "{}: positional {positional}", op.field);
             }
-            assert!(!op.description().is_empty(), "{} has no documentation", op.field);
+            assert!(!op.description(Surface::Mcp).is_empty(), "{} has no documentation", op.field);
         }
     }
 

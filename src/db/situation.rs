@@ -1,13 +1,13 @@
 //! SQL of `claimSituation`: what is left to claim in a fleet or one of its
 //! domains, counted over the claim path's own partial indexes (never a scan
-//! of the fleet's finished units), and whether a domain exists at all.
+//! of the fleet's finished units; those are counted from the unit totals).
 //!
 //! Each scope (fleet, or fleet and domain) has a statement text of its own
 //! rather than `($2 IS NULL OR domain = $2)`, which a generic plan could
 //! only serve with the wider index.
 
 use chrono::{DateTime, Utc};
-use sea_orm::{ConnectionTrait, DatabaseTransaction, DbErr, FromQueryResult};
+use sea_orm::{DatabaseTransaction, DbErr, FromQueryResult};
 
 use super::stmt;
 
@@ -25,6 +25,10 @@ pub struct SituationRow {
     pub earliest_lease_end: Option<DateTime<Utc>>,
     /// BLOCKED units (held or released), waiting for an answer.
     pub blocked: i64,
+    /// DONE units (disposed MIGRATED), from the unit totals.
+    pub done: i64,
+    /// Units with a disposition (DONE and ABANDONED), from the unit totals.
+    pub disposed: i64,
 }
 
 /// READY units are counted on the claimable index of the scope (an
@@ -35,19 +39,25 @@ pub struct SituationRow {
 /// keeps the planner from reaching a domain's live units through the domain
 /// index instead, which would read every finished unit of the domain (the
 /// state conditions cannot be index conditions under row-level security:
-/// enum equality is not leakproof).
+/// enum equality is not leakproof). The finished units are counted from
+/// the unit totals (a projection: a few rows per domain), never read.
 fn statement(domain: bool) -> String {
     let (ready_domain, live_domain) = if domain { (" AND domain = $2", " WHERE domain = $2") } else { ("", "") };
     format!(
         "WITH live AS MATERIALIZED (
              SELECT domain, state, lease_expires_at FROM work_units
-              WHERE fleet = $1 AND state = ANY (ledger_held_states()))
+              WHERE fleet = $1 AND state = ANY (ledger_held_states())),
+         finished AS (
+             SELECT coalesce(sum(units) FILTER (WHERE state = 'done'), 0)::bigint AS done,
+                    coalesce(sum(units) FILTER (WHERE disposition IS NOT NULL), 0)::bigint AS disposed
+               FROM v_unit_totals WHERE fleet = $1{ready_domain})
          SELECT (SELECT count(*) FROM work_units WHERE fleet = $1 AND state = 'ready'{ready_domain}) AS ready,
                 count(*) FILTER (WHERE state <> 'blocked' AND lease_expires_at < now()) AS stale,
                 count(*) FILTER (WHERE state <> 'blocked' AND lease_expires_at >= now()) AS leased,
                 min(lease_expires_at) FILTER (WHERE state <> 'blocked' AND lease_expires_at >= now())
                     AS earliest_lease_end,
-                count(*) FILTER (WHERE state = 'blocked') AS blocked
+                count(*) FILTER (WHERE state = 'blocked') AS blocked,
+                (SELECT done FROM finished) AS done, (SELECT disposed FROM finished) AS disposed
            FROM live{live_domain}"
     )
 }
@@ -63,14 +73,4 @@ pub async fn situation(tx: &DatabaseTransaction, fleet: &str, domain: Option<&st
         .one(tx)
         .await?
         .ok_or_else(|| DbErr::RecordNotFound("claim situation answered no row".to_owned()))
-}
-
-/// True when `fleet` has any unit in `domain`, finished ones too: the unit
-/// totals (migration 0018, a few hundred rows) hold a group of it.
-pub async fn domain_exists(tx: &DatabaseTransaction, fleet: &str, domain: &str) -> Result<bool, DbErr> {
-    let statement = stmt(
-        "SELECT 1 AS found FROM v_unit_totals WHERE fleet = $1 AND domain = $2 LIMIT 1",
-        [fleet.into(), domain.into()],
-    );
-    Ok(tx.query_one_raw(statement).await?.is_some())
 }

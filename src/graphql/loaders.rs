@@ -87,7 +87,7 @@ async fn relations(
     let attempts = async {
         if attempts.exists() {
             let found = load_now(loaders, ids().map(AttemptsOf).collect()).await?;
-            if attempts.field("endReason").exists() || attempts.field("endedBy").exists() {
+            if ["endReason", "endedBy", "reclaimedBy"].iter().any(|end| attempts.field(end).exists()) {
                 // Only an ended attempt has an end (its resolvers ask for no other).
                 let ended = found.values().flatten().filter(|a| a.outcome.is_some()).map(|a| AttemptEndOf(a.id));
                 load_now(loaders, ended.collect()).await?;

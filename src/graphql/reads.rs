@@ -88,7 +88,8 @@ impl From<Option<TimeRange>> for Range {
     }
 }
 
-/// Open work of one domain (`v_queue_depth`).
+/// The work of one domain (`v_queue_depth`): its open units by state, then
+/// its finished ones.
 #[derive(SimpleObject)]
 pub struct QueueDepth {
     pub domain: String,
@@ -99,12 +100,18 @@ pub struct QueueDepth {
     pub verified: i64,
     /// CLAIMED or IN_PROGRESS with an expired lease.
     pub stalled: i64,
+    /// DONE units (disposed MIGRATED).
+    pub done: i64,
+    /// Units with a permanent disposition: the DONE ones and the ABANDONED
+    /// ones (DROPPED, DEFERRED, DEAD). A domain with nothing open and units
+    /// disposed is finished.
+    pub disposed: i64,
 }
 
 impl From<QueueDepthRow> for QueueDepth {
     fn from(r: QueueDepthRow) -> Self {
-        let QueueDepthRow { domain, ready, claimed, in_progress, blocked, verified, stalled } = r;
-        Self { domain, ready, claimed, in_progress, blocked, verified, stalled }
+        let QueueDepthRow { domain, ready, claimed, in_progress, blocked, verified, stalled, done, disposed } = r;
+        Self { domain, ready, claimed, in_progress, blocked, verified, stalled, done, disposed }
     }
 }
 
@@ -204,8 +211,9 @@ impl ReadQuery {
         Ok(connection(page, List::Questions, key, BlockingQuestion))
     }
 
-    /// Open work per domain (`v_queue_depth`); an empty fleet gives an empty list. A
-    /// `domain` whose units are all finished gives one row of zeros; an unknown one, none.
+    /// The work of each domain (`v_queue_depth`): its open units by state and its
+    /// finished ones (`done`, `disposed`), for every domain with units, finished
+    /// ones too; an empty fleet gives an empty list, an unknown `domain` no row.
     async fn queue_depth(&self, ctx: &Context<'_>, domain: Option<String>) -> Result<Vec<QueueDepth>> {
         Ok(ledger(ctx).queue_depth(principal(ctx)?, domain).await?.into_iter().map(QueueDepth::from).collect())
     }

@@ -14,6 +14,7 @@ use crate::contract::{self, Surface};
 use crate::db::entities::{
     AttemptOutcome, Disposition, EventType, QuestionStatus, WorkState, attempt, event, question, work_unit,
 };
+use crate::db::reads::AttemptEndRow;
 use crate::ledger::cursor::{Cursor, EventCursor, List};
 use crate::ledger::reads::PageArgs;
 use crate::ledger::state_machine;
@@ -35,9 +36,13 @@ impl PrincipalObject {
     async fn name(&self) -> &str {
         &self.0.name
     }
-    /// Explicit permissions, e.g. `units:claim`.
+    /// Explicit permissions, e.g. `units:claim`; `grants` says what each allows.
     async fn permissions(&self) -> Vec<&'static str> {
         self.0.permissions.iter().map(|p| p.as_str()).collect()
+    }
+    /// Each permission of the token with what it allows.
+    async fn grants(&self) -> Vec<Grant> {
+        self.0.permissions.iter().map(|p| Grant { permission: p.as_str(), allows: p.allows() }).collect()
     }
     /// The unit you hold: your live claim (CLAIMED, IN_PROGRESS or BLOCKED), at most one.
     /// Null when you hold none and may `claimNext`.
@@ -49,6 +54,15 @@ impl PrincipalObject {
     async fn awaiting_disposition(&self, ctx: &Context<'_>) -> Result<Vec<WorkUnit>> {
         Ok(WorkUnit::returned_all(ctx, ledger(ctx).awaiting_disposition(&self.0).await?).await)
     }
+}
+
+/// A permission and what it allows.
+#[derive(async_graphql::SimpleObject)]
+pub struct Grant {
+    /// Its name, e.g. `units:claim`.
+    pub permission: &'static str,
+    /// What it lets the token do.
+    pub allows: &'static str,
 }
 
 /// A unit of work: one claimant, one state, one permanent disposition, one cost.
@@ -205,6 +219,16 @@ impl WorkUnit {
 /// One claim of a unit by one agent.
 pub struct Attempt(pub attempt::Model);
 
+impl Attempt {
+    /// How the attempt ended (the event that ended it); none while it runs.
+    async fn end(&self, ctx: &Context<'_>) -> Result<Option<AttemptEndRow>> {
+        if self.0.outcome.is_none() {
+            return Ok(None);
+        }
+        loaders(ctx)?.load_one(AttemptEndOf(self.0.id)).await
+    }
+}
+
 #[Object]
 impl Attempt {
     async fn id(&self) -> Uuid {
@@ -236,22 +260,27 @@ impl Attempt {
     async fn ended_at(&self) -> Option<DateTime<Utc>> {
         self.0.ended_at
     }
-    /// The reason given by the write that ended the attempt (a release or a
-    /// dispose); null while it runs, and when none was given (a verification,
-    /// a reclaim, a release without a reason).
+    /// Why the attempt ended: the reason given by the write that ended it (a
+    /// release or a dispose), or for a SUPERSEDED one that its lease expired
+    /// and who reclaimed the unit; null while it runs, and when no reason was
+    /// given (a verification, a release without a reason).
     async fn end_reason(&self, ctx: &Context<'_>) -> Result<Option<String>> {
-        if self.0.outcome.is_none() {
-            return Ok(None);
+        let Some(end) = self.end(ctx).await? else { return Ok(None) };
+        if let (None, true, Some(by)) = (&end.end_reason, end.reclaimed(), &end.ended_by) {
+            return Ok(Some(format!("the lease expired and {by} reclaimed the unit")));
         }
-        Ok(loaders(ctx)?.load_one(AttemptEndOf(self.0.id)).await?.and_then(|e| e.end_reason))
+        Ok(end.end_reason)
     }
-    /// Whose write ended the attempt: its agent (verify, release), the agent
-    /// that reclaimed it (superseded), or whoever disposed of the unit; null while it runs.
+    /// Whose write ended the attempt: its agent (verify, release), or whoever
+    /// disposed of the unit; null while it runs and for a SUPERSEDED attempt,
+    /// which its expired lease ended (`reclaimedBy` says who took the unit).
     async fn ended_by(&self, ctx: &Context<'_>) -> Result<Option<String>> {
-        if self.0.outcome.is_none() {
-            return Ok(None);
-        }
-        Ok(loaders(ctx)?.load_one(AttemptEndOf(self.0.id)).await?.and_then(|e| e.ended_by))
+        Ok(self.end(ctx).await?.filter(|end| !end.reclaimed()).and_then(|end| end.ended_by))
+    }
+    /// For a SUPERSEDED attempt, the agent whose claim took the unit after
+    /// the lease expired; null otherwise.
+    async fn reclaimed_by(&self, ctx: &Context<'_>) -> Result<Option<String>> {
+        Ok(self.end(ctx).await?.filter(AttemptEndRow::reclaimed).and_then(|end| end.ended_by))
     }
     async fn unit(&self, ctx: &Context<'_>) -> Result<Option<WorkUnit>> {
         Ok(loaders(ctx)?.load_one(UnitId(self.0.unit_id)).await?.map(WorkUnit))

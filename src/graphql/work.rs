@@ -11,8 +11,8 @@ use uuid::Uuid;
 use super::notes::note;
 use super::types::WorkUnit;
 use super::{Result, ledger, principal};
-use crate::db::entities::{AttemptOutcome, Disposition, WorkState};
-use crate::ledger::{ClaimSituation, CostTarget, Dispose, LedgerError, Release, Unblock};
+use crate::db::entities::{Disposition, WorkState};
+use crate::ledger::{ClaimSituation, CostTarget, Dispose, LedgerError, Release, ReleaseOutcome, Unblock};
 
 #[derive(Default)]
 pub struct WorkMutation;
@@ -34,6 +34,9 @@ macro_rules! work_mutation {
         /// `renewed` (the unit you already hold, lease extended) or `held` (your BLOCKED unit, nothing
         /// written); with null, `drained` (nothing left in the domain: stop) or `busy` (units blocked or
         /// leased elsewhere; `blocked`, `leased` and `earliestLeaseEnd` say how many and until when).
+        /// With null, the response's `extensions.claim` also counts the domain's finished units:
+        /// `done` (DONE) and `disposed` (every disposition, DONE included); both zero means no unit
+        /// was ever registered there.
         async fn claim_next(
             &self,
             ctx: &Context<'_>,
@@ -48,9 +51,11 @@ macro_rules! work_mutation {
                 // Nothing claimable: say whether to stop or to wait, and for how long.
                 let situation = ledger.claim_situation(who, domain).await?;
                 let outcome = if situation.drained { "drained" } else { "busy" };
-                let ClaimSituation { ready, stale, blocked, leased, earliest_lease_end, .. } = situation;
+                let ClaimSituation { ready, stale, blocked, leased, earliest_lease_end, done, disposed, .. } =
+                    situation;
                 let said = json!({ "outcome": outcome, "ready": ready, "stale": stale, "blocked": blocked,
-                                   "leased": leased, "earliestLeaseEnd": earliest_lease_end });
+                                   "leased": leased, "earliestLeaseEnd": earliest_lease_end, "done": done,
+                                   "disposed": disposed });
                 note(ctx, "claim", said);
                 return Ok(None);
             };
@@ -58,7 +63,8 @@ macro_rules! work_mutation {
             Ok(Some(WorkUnit::returned(ctx, unit).await))
         }
 
-        /// Claims a named unit that is READY or stale (`extensions.claim.outcome` as for `claimNext`).
+        /// Claims a named unit that is READY or stale; the response's `extensions.claim.outcome` says
+        /// what happened, as for `claimNext`.
         async fn claim_unit(
             &self,
             ctx: &Context<'_>,
@@ -89,6 +95,7 @@ macro_rules! work_mutation {
             ctx: &Context<'_>,
             unit_id: Uuid,
             to: WorkState,
+            #[graphql(desc = "A link to the evidence (a pull request, a CI run): an absolute http(s) URL, required for VERIFIED.")]
             evidence_url: Option<String>,
             #[graphql(desc = $key)]
             idempotency_key: Option<String>,
@@ -120,7 +127,7 @@ macro_rules! work_mutation {
         /// Answers a blocked unit's question: back to IN_PROGRESS for its holder, or READY when it was released.
         /// With `alsoAnswerSimilar: true` the same answer also answers every other OPEN question of the fleet with
         /// the same normalised text (case, white space and trailing punctuation folded), each unit with its own
-        /// `unblocked` event, in the same transaction. The result is the named unit; the response's
+        /// `unblocked` event, in the same transaction. It returns the named unit; the response's
         /// `extensions.unblock` holds `alsoAnswered` (how many others this call answered) and
         /// `alsoAnsweredUnitIds`.
         async fn unblock(
@@ -155,7 +162,8 @@ macro_rules! work_mutation {
             ctx: &Context<'_>,
             unit_id: Uuid,
             reason: Option<String>,
-            outcome: Option<AttemptOutcome>,
+            #[graphql(desc = "How your attempt ends: ABANDONED (the default) or FAILED (another agent gets the unit first).")]
+            outcome: Option<ReleaseOutcome>,
             #[graphql(desc = $key)]
             idempotency_key: Option<String>,
             #[graphql(desc = $fence)]

@@ -30,7 +30,26 @@ pub struct Release {
     /// The caller's attempt, when it fences the write to it.
     pub attempt_id: Option<Uuid>,
     pub reason: Option<String>,
-    pub outcome: Option<AttemptOutcome>,
+    pub outcome: Option<ReleaseOutcome>,
+}
+
+/// How a release ends the attempt: the two outcomes that mean giving a unit
+/// up (the others are set by a verification, a block or a reclaim).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, async_graphql::Enum)]
+pub enum ReleaseOutcome {
+    /// Given up without a verdict on the unit (the default).
+    Abandoned,
+    /// Tried and failed: `claimNext` hands the unit to another agent first.
+    Failed,
+}
+
+impl From<ReleaseOutcome> for AttemptOutcome {
+    fn from(outcome: ReleaseOutcome) -> Self {
+        match outcome {
+            ReleaseOutcome::Abandoned => Self::Abandoned,
+            ReleaseOutcome::Failed => Self::Failed,
+        }
+    }
 }
 
 /// What `recordCost` bills: an attempt, or the caller's attempt of a unit.
@@ -148,15 +167,8 @@ impl Ledger {
         key: Option<String>,
     ) -> Result<UnitModel, LedgerError> {
         who.require(Permission::UnitsClaim)?;
-        let requested = input.outcome.unwrap_or(AttemptOutcome::Abandoned);
+        let requested = AttemptOutcome::from(input.outcome.unwrap_or(ReleaseOutcome::Abandoned));
         let checks = validate::idempotency_key(key.as_deref())
-            .and_then(|()| match requested {
-                AttemptOutcome::Abandoned | AttemptOutcome::Failed => Ok(()),
-                other => Err(LedgerError::invalid(
-                    "outcome",
-                    format!("a release ends the attempt as ABANDONED or FAILED, not {other:?}"),
-                )),
-            })
             .and_then(|()| input.reason.as_deref().map_or(Ok(()), |r| validate::long_text("reason", r)));
         self.check_args(who, input.unit_id, "READY (release)", false, checks).await?;
         let Release { unit_id, attempt_id, reason, .. } = input;

@@ -29,7 +29,7 @@ mod write;
 
 pub use claims::ClaimOutcome;
 pub use error::{LedgerError, UnitFacts};
-pub use lifecycle::{CostTarget, Dispose, Release, Unblock};
+pub use lifecycle::{CostTarget, Dispose, Release, ReleaseOutcome, Unblock};
 pub use situation::ClaimSituation;
 use std::sync::Arc;
 

@@ -11,7 +11,7 @@ use crate::db::reads::{
     self, AgentRow, AgentStatus, AttemptEndRow, CostRow, DisposalRow, DispositionRow, Query, QueueDepthRow, UnitCount,
 };
 pub use crate::db::reads::{EventFilter, QuestionFilter, Range, UnitFilter};
-use crate::db::{aggregates, events, situation};
+use crate::db::{aggregates, events};
 
 /// One page of a keyset list.
 pub struct Page<T> {
@@ -35,11 +35,6 @@ fn split<T>(mut rows: Vec<T>, first: i32, total: Total) -> Page<T> {
     let has_next = rows.len() > first as usize;
     rows.truncate(first as usize);
     Page { items: rows, has_next, total }
-}
-
-/// The `v_queue_depth` row of a domain whose units are all finished.
-fn no_open_work(domain: String) -> QueueDepthRow {
-    QueueDepthRow { domain, ready: 0, claimed: 0, in_progress: 0, blocked: 0, verified: 0, stalled: 0 }
 }
 
 /// What a list of units selects: units (alias `u`), or a view's units.
@@ -237,9 +232,8 @@ impl Ledger {
         Ok(split(rows, first, total))
     }
 
-    /// Open work per domain (`v_queue_depth`). A domain asked by name that
-    /// has units but none open reads as one row of zeros (the view has no
-    /// row for it); an unknown domain as no row.
+    /// The work of each domain (`v_queue_depth`): every domain with units,
+    /// finished ones too; an unknown domain has no row.
     pub async fn queue_depth(
         &self,
         who: &Principal,
@@ -247,18 +241,8 @@ impl Ledger {
     ) -> Result<Vec<QueueDepthRow>, LedgerError> {
         validate::filter("domain", domain.as_deref())?;
         let fleet = who.fleet.clone();
-        self.scan(who, move |tx| {
-            Box::pin(async move {
-                let rows = reads::queue_depth(tx, &fleet, domain.as_deref()).await?;
-                match domain {
-                    Some(domain) if rows.is_empty() && situation::domain_exists(tx, &fleet, &domain).await? => {
-                        Ok(vec![no_open_work(domain)])
-                    }
-                    _ => Ok(rows),
-                }
-            })
-        })
-        .await
+        self.scan(who, move |tx| Box::pin(async move { Ok(reads::queue_depth(tx, &fleet, domain.as_deref()).await?) }))
+            .await
     }
 
     pub async fn disposition_summary(

@@ -31,13 +31,20 @@ pub struct ClaimSituation {
     /// finished (only VERIFIED units awaiting `dispose` and terminal ones are
     /// left) and claiming there is over until new units are registered. Stop.
     pub drained: bool,
+    /// DONE units (disposed MIGRATED). With `disposed`, what tells a
+    /// finished domain (drained, units disposed) from one where nothing was
+    /// ever registered (drained, both zero).
+    pub done: i64,
+    /// Units with a permanent disposition: DONE ones and ABANDONED ones
+    /// (DROPPED, DEFERRED or DEAD).
+    pub disposed: i64,
 }
 
 impl From<SituationRow> for ClaimSituation {
     fn from(row: SituationRow) -> Self {
-        let SituationRow { ready, stale, leased, earliest_lease_end, blocked } = row;
+        let SituationRow { ready, stale, leased, earliest_lease_end, blocked, done, disposed } = row;
         let drained = ready == 0 && stale == 0 && blocked == 0 && leased == 0;
-        Self { ready, stale, blocked, leased, earliest_lease_end, drained }
+        Self { ready, stale, blocked, leased, earliest_lease_end, drained, done, disposed }
     }
 }
 

@@ -53,6 +53,7 @@ pub const BLOCK: Action = action("block", &[], &["question"]);
 pub const RELEASE: Action = action("release", &[], &[]);
 pub const RECORD_COST: Action = action("recordCost", &[], &["unitId", "cents", "idempotencyKey"]);
 pub const UNBLOCK: Action = action("unblock", &[], &["questionId", "answer"]);
+pub const WAIT_FOR_ANSWER: Action = action("waitForAnswer", &[], &[]);
 pub const DISPOSE_MIGRATED: Action = action("dispose", &[("disposition", "MIGRATED")], &[]);
 pub const DISPOSE_ABANDON: Action = action("dispose", &[("disposition", "DROPPED|DEFERRED|DEAD")], &["evidenceUrl"]);
 
@@ -67,9 +68,54 @@ pub const ACTIONS: &[&Action] = &[
     &RELEASE,
     &RECORD_COST,
     &UNBLOCK,
+    &WAIT_FOR_ANSWER,
     &DISPOSE_MIGRATED,
     &DISPOSE_ABANDON,
 ];
+
+/// One state of the holder's loop: what the agent that holds a unit in
+/// `state` may do with it, and what to do then in a sentence.
+pub struct Step {
+    pub state: WorkState,
+    pub actions: &'static [&'static Action],
+    pub says: &'static str,
+}
+
+/// The holder's loop, declared once: [`next_actions`] gives these actions
+/// to the holder (an agent's `legalActions`), and the MCP instructions are
+/// written from the same rows ([`crate::contract::holder_loop`]). VERIFIED
+/// is no longer held (the attempt ended) but the agent is still its
+/// holder of record, the one that disposes of it.
+pub const HOLDER_LOOP: &[Step] = &[
+    Step {
+        state: WorkState::Claimed,
+        actions: &[&HEARTBEAT, &START, &RELEASE, &RECORD_COST],
+        says: "start work (or release the unit if it is not for you)",
+    },
+    Step {
+        state: WorkState::InProgress,
+        actions: &[&HEARTBEAT, &VERIFY, &BLOCK, &RELEASE, &RECORD_COST, &DISPOSE_ABANDON],
+        says: "heartbeat before the lease runs out; verify with an evidence link when done; block with a question \
+               when stuck; dispose DROPPED, DEFERRED or DEAD with evidence when the unit should not be migrated",
+    },
+    Step {
+        state: WorkState::Blocked,
+        actions: &[&WAIT_FOR_ANSWER, &RELEASE, &RECORD_COST, &DISPOSE_ABANDON],
+        says: "wait for the answer (it returns the unit IN_PROGRESS with the answer in its `questions`), or \
+               release the unit to take other work",
+    },
+    Step {
+        state: WorkState::Verified,
+        actions: &[&DISPOSE_MIGRATED, &RECORD_COST, &CLAIM_NEXT],
+        says: "the attempt has ended and you hold nothing: claim your next unit, and still dispose of this one \
+               with MIGRATED",
+    },
+];
+
+/// The holder's actions in `state` (none where the loop has no step).
+pub fn holder_actions(state: WorkState) -> &'static [&'static Action] {
+    HOLDER_LOOP.iter().find(|step| step.state == state).map_or(&[], |step| step.actions)
+}
 
 /// Where a disposition leads and from which states it may be set.
 pub struct DisposeRule {
@@ -115,52 +161,48 @@ pub fn legal_actions(unit: &work_unit::Model, who: &Principal, now: DateTime<Utc
     next_actions(unit, who, now).into_iter().map(ToString::to_string).collect()
 }
 
-/// What `who` may do next with `unit`.
+/// What `who` may do next with `unit`: the holder's loop for its holder,
+/// a claim for a claimant of a claimable unit, and what an answerer or an
+/// operator may do besides.
 pub fn next_actions(unit: &work_unit::Model, who: &Principal, now: DateTime<Utc>) -> Vec<&'static Action> {
     let holder = is_holder(unit, who) && who.has(Permission::UnitsClaim);
     let operator = who.has(Permission::UnitsDisposeAny);
     let mut actions: Vec<&'static Action> = Vec::new();
-    match unit.state {
-        WorkState::Ready => {
-            if who.has(Permission::UnitsClaim) {
-                actions.extend([&CLAIM_UNIT, &CLAIM_NEXT]);
-            }
+    if holder {
+        actions.extend(holder_actions(unit.state));
+    } else if who.has(Permission::UnitsClaim) {
+        match unit.state {
+            WorkState::Ready => actions.extend([&CLAIM_UNIT, &CLAIM_NEXT]),
+            WorkState::Claimed | WorkState::InProgress if is_stale(unit, now) => actions.push(&CLAIM_UNIT),
+            _ => {}
         }
-        WorkState::Claimed | WorkState::InProgress if holder => {
-            actions.push(&HEARTBEAT);
-            if unit.state == WorkState::Claimed {
-                actions.push(&START);
-            } else {
-                actions.extend([&VERIFY, &BLOCK]);
-            }
-            actions.extend([&RELEASE, &RECORD_COST]);
-        }
-        WorkState::Claimed | WorkState::InProgress => {
-            if is_stale(unit, now) && who.has(Permission::UnitsClaim) {
-                actions.push(&CLAIM_UNIT);
-            }
-        }
-        WorkState::Blocked => {
-            if holder {
-                actions.extend([&RELEASE, &RECORD_COST]);
-            }
-            if who.has(Permission::QuestionsAnswer) {
-                actions.push(&UNBLOCK);
-            }
-        }
-        WorkState::Verified => {
-            if holder || operator {
-                actions.push(&DISPOSE_MIGRATED);
-            }
-            if holder {
-                actions.push(&RECORD_COST);
-            }
-        }
-        WorkState::Done | WorkState::Abandoned => {}
     }
-    let holder_may_abandon = holder && matches!(unit.state, WorkState::InProgress | WorkState::Blocked);
-    if !unit.state.is_terminal() && (operator || holder_may_abandon) {
+    if unit.state == WorkState::Blocked && who.has(Permission::QuestionsAnswer) {
+        // Before a dispose: answering is what a blocked unit waits for.
+        let at = actions.iter().position(|a| *a == &DISPOSE_ABANDON).unwrap_or(actions.len());
+        actions.insert(at, &UNBLOCK);
+    }
+    if operator && unit.state == WorkState::Verified && !actions.contains(&&DISPOSE_MIGRATED) {
+        actions.insert(0, &DISPOSE_MIGRATED);
+    }
+    if operator && !unit.state.is_terminal() && !actions.contains(&&DISPOSE_ABANDON) {
         actions.push(&DISPOSE_ABANDON);
     }
     actions
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loop_names_each_holding_state_once() {
+        let mut states: Vec<String> = HOLDER_LOOP.iter().map(|step| format!("{:?}", step.state)).collect();
+        let count = states.len();
+        states.dedup();
+        assert_eq!(states.len(), count);
+        assert!(holder_actions(WorkState::Blocked).contains(&&WAIT_FOR_ANSWER));
+        assert!(holder_actions(WorkState::Verified).contains(&&CLAIM_NEXT));
+        assert!(holder_actions(WorkState::Done).is_empty());
+    }
 }

@@ -6,8 +6,8 @@
 //! description and input schema are derived from the GraphQL field it is
 //! bound to, and a call runs that field through the schema (the same
 //! resolver, checks, metrics and spans as `/graphql`). The result is the
-//! field's value as structured content (a unit with its questions, attempts
-//! and `legalActions` as tool names); a refusal is a tool error carrying the
+//! field's value as structured content (a write's unit as it is now, a
+//! read's with its history; `legalActions` as tool names); a refusal is a tool error carrying the
 //! envelope every surface shares ([`crate::contract::envelope`]). `tools/list`
 //! shows only the tools the token's permissions allow. What the transport
 //! refuses is a JSON-RPC error ([`rpc_errors`]).
@@ -39,20 +39,27 @@ use crate::graphql::{LedgerSchema, error_object};
 use crate::http::HttpConfig;
 use crate::ledger::{Ledger, LedgerError};
 
-const INSTRUCTIONS: &str = "work-ledger: the system of record for a fleet of coding agents. \
+/// The server's instructions: how the loop goes, with the holder's loop of
+/// the state machine ([`contract::holder_loop`]) in tool names.
+fn instructions() -> String {
+    format!(
+        "work-ledger: the system of record for a fleet of coding agents. \
 Loop: `claim_next` gives you one unit (you hold at most one live claim: CLAIMED, IN_PROGRESS or BLOCKED) and \
 says its `outcome`; with no unit, `drained` means the domain is finished (stop) and `busy` says how many units \
-are blocked or leased elsewhere and when the earliest lease ends. `start_work`; `heartbeat` before the lease \
-runs out; `record_cost` as bills arrive; `verify` with an evidence link when done (the unit is then no longer \
-held: claim your next one, and still `dispose` of the verified one with MIGRATED); `block` with a question \
-when stuck, then `wait_for_answer` (the answer is in the unit's `questions`), or `release` to give the unit \
-up. A unit shows its earlier `attempts` (who, outcome, why) and `questions` with their answers. \
-Every result carries `legalActions`: the tools you may call next. `my_work` says what you hold. \
+are blocked or leased elsewhere and when the earliest lease ends; `done` and `disposed` count the domain's \
+finished units (zero: nothing was ever registered there).\n\
+What you may do with your unit, by its state (every result's `legalActions` names the same tools):\n{}\n\
+Writes answer with the unit as it is now (state, current attempt, lease, open question, `legalActions`); \
+`get_unit` shows its history: earlier `attempts` (who, outcome, why) and `questions` with their answers. \
+`my_work` says what you hold and what awaits your disposition. \
 Pass your `currentAttemptId` as `attemptId` to `start_work`, `verify`, `block`, `release` and `dispose`: if \
 your lease ran out and the unit was reclaimed, the write is refused with LEASE_LOST instead of acting on \
 another agent's work. \
 Give every write an `idempotencyKey`; after an UNAVAILABLE error (the database failing over) or a lost \
-answer, call again with the same arguments and the same key: a write that did land is returned, not made twice.";
+answer, call again with the same arguments and the same key: a write that did land is returned, not made twice.",
+        contract::holder_loop(Surface::Mcp)
+    )
+}
 
 /// The `/mcp` routes over `ledger`, stopped by `stop`. Their layers run
 /// only for `/mcp` (other paths get the server's 404, unauthenticated):
@@ -141,8 +148,8 @@ fn principal(context: &RequestContext<RoleServer>) -> Result<Principal, ErrorDat
 
 impl ServerHandler for LedgerTools {
     fn get_info(&self) -> McpServerConfig {
-        let mut info =
-            McpServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_instructions(INSTRUCTIONS);
+        let mut info = McpServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_instructions(instructions());
         info.server_info = Implementation::new("work-ledger", env!("CARGO_PKG_VERSION"));
         info
     }
@@ -155,7 +162,7 @@ impl ServerHandler for LedgerTools {
         let who = principal(&context)?;
         let tools = contract::OPERATIONS.iter().filter(|op| op.permitted(&who)).filter_map(|op| {
             let name = op.tool?;
-            Some(Tool::new(name, op.description(), Arc::new(op.input_schema())))
+            Some(Tool::new(name, op.description(Surface::Mcp), Arc::new(op.input_schema())))
         });
         Ok(ListToolsResult::with_all_items(tools.collect()))
     }
@@ -204,5 +211,5 @@ impl LedgerTools {
 
 /// The tools and their descriptions' first lines, for the quick start.
 pub fn tool_names() -> impl Iterator<Item = (&'static str, String)> {
-    contract::OPERATIONS.iter().filter_map(|op| Some((op.tool?, op.description())))
+    contract::OPERATIONS.iter().filter_map(|op| Some((op.tool?, op.description(Surface::Mcp))))
 }

@@ -121,29 +121,62 @@ async fn claim_situation_needs_ledger_read_and_a_valid_domain() {
     }
 }
 
+/// A late agent tells a finished domain from one never seeded (issue 56):
+/// `queueDepth` lists every domain with units, finished ones too, with their
+/// `done` and `disposed` counts, with or without a domain named; a drained
+/// claim carries the same counts; an unknown domain has no row and zeros.
 #[tokio::test]
-async fn queue_depth_of_a_finished_domain_is_a_row_of_zeros_and_of_an_unknown_one_empty() {
+async fn a_finished_domain_is_listed_with_its_done_and_disposed_counts() {
     let app = spawn_app().await;
     let op = Agent::new(&app, "f", "op", Role::Operator).await;
-    let done = register_in(&op, "done-dom", &["d1", "d2"]).await;
+    let done = register_in(&op, "done-dom", &["d1", "d2", "d3"]).await;
     register_in(&op, "open-dom", &["o1"]).await;
-    for unit in &done {
+    for unit in &done[1..] {
         op.dispose(unit, "DROPPED", json!({ "evidence": "https://wiki.example/dropped" })).await.data();
     }
-    const DEPTH: &str =
-        "query($d: String) { queueDepth(domain: $d) { domain ready claimed inProgress blocked verified stalled } }";
-    let zeros = json!([{ "domain": "done-dom", "ready": 0, "claimed": 0, "inProgress": 0, "blocked": 0,
-                         "verified": 0, "stalled": 0 }]);
-    assert_eq!(op.run(DEPTH, json!({ "d": "done-dom" })).await.data()["queueDepth"], zeros);
+    let agent = Agent::new(&app, "f", "late", Role::Agent).await;
+    agent.claim_unit(&done[0], json!({})).await.data();
+    agent.transition(&done[0], "IN_PROGRESS", json!({})).await.data();
+    agent.transition(&done[0], "VERIFIED", json!({ "evidence": "https://ci.example/d1" })).await.data();
+    agent.dispose(&done[0], "MIGRATED", json!({})).await.data();
+
+    const DEPTH: &str = "query($d: String) { queueDepth(domain: $d) { domain ready claimed inProgress blocked verified \
+        stalled done disposed } }";
+    let finished = json!({ "domain": "done-dom", "ready": 0, "claimed": 0, "inProgress": 0, "blocked": 0,
+                           "verified": 0, "stalled": 0, "done": 1, "disposed": 3 });
+    let open = json!({ "domain": "open-dom", "ready": 1, "claimed": 0, "inProgress": 0, "blocked": 0,
+                       "verified": 0, "stalled": 0, "done": 0, "disposed": 0 });
+    assert_eq!(op.run(DEPTH, json!({ "d": "done-dom" })).await.data()["queueDepth"], json!([finished]));
+    assert_eq!(op.run(DEPTH, json!({})).await.data()["queueDepth"], json!([finished, open]));
     assert_eq!(op.run(DEPTH, json!({ "d": "no-such-dom" })).await.data()["queueDepth"], json!([]));
-    // Without a domain: open domains only, as before.
-    let all = op.run(DEPTH, json!({})).await;
-    let domains: Vec<&str> =
-        all.data()["queueDepth"].as_array().expect("rows").iter().filter_map(|r| r["domain"].as_str()).collect();
-    assert_eq!(domains, ["open-dom"]);
+    // The same through MCP, and for Grafana.
+    let depth = crate::mcp::tool(&app, &agent.token, "queue_depth", json!({})).await;
+    assert_eq!(depth["structuredContent"]["queueDepth"], json!([finished, open]), "{depth:#}");
+    let view = app.app_role_query(Some("f"), "SELECT domain, done, disposed FROM v_queue_depth ORDER BY domain").await;
+    assert_eq!(view[0], json!({ "domain": "done-dom", "done": 1, "disposed": 3 }));
+
+    // A drained claim says the same of its domain; a domain never seeded reads zeros.
+    let drained = crate::mcp::tool(&app, &agent.token, "claim_next", json!({ "domain": "done-dom" })).await;
+    let said = &drained["structuredContent"];
+    assert_eq!(
+        (&said["outcome"], &said["done"], &said["disposed"]),
+        (&json!("drained"), &json!(1), &json!(3)),
+        "{said}"
+    );
+    let never = crate::mcp::tool(&app, &agent.token, "claim_next", json!({ "domain": "no-such-dom" })).await;
+    let said = &never["structuredContent"];
+    assert_eq!(
+        (&said["outcome"], &said["done"], &said["disposed"]),
+        (&json!("drained"), &json!(0), &json!(0)),
+        "{said}"
+    );
+    let situation = agent.run("{ s: claimSituation(domain: \"done-dom\") { drained done disposed } }", json!({})).await;
+    assert_eq!(situation.data()["s"], json!({ "drained": true, "done": 1, "disposed": 3 }));
+
     // Another fleet does not learn that the domain exists.
     let outsider = Agent::new(&app, "g", "reader", Role::Reader).await;
     assert_eq!(outsider.run(DEPTH, json!({ "d": "done-dom" })).await.data()["queueDepth"], json!([]));
+    assert_eq!(outsider.run(DEPTH, json!({})).await.data()["queueDepth"], json!([]));
 }
 
 /// An operator, an agent and a triage service of fleet `f`.

@@ -74,7 +74,7 @@ async fn a_disposed_unit_is_refused_as_such_before_any_argument_is_checked() {
     assert_unit_facts(&r, &unit, "DONE");
     let r = agent.block(&unit, &"?".repeat(9000), json!({})).await;
     r.assert_code("ILLEGAL_TRANSITION");
-    let r = agent.release(&unit, json!({ "outcome": "VERIFIED" })).await;
+    let r = agent.release(&unit, json!({ "outcome": "FAILED" })).await;
     r.assert_code("ILLEGAL_TRANSITION");
     assert_eq!(app.event_count().await, events, "refusals write nothing");
 

@@ -354,7 +354,7 @@ async fn four_agents_work_a_domain_through_mcp_alone() {
     .await;
     assert_eq!(
         v["structuredContent"]["unit"]["legalActions"],
-        json!(["dispose(disposition: MIGRATED)", "record_cost(unitId, cents, idempotencyKey)"]),
+        json!(["dispose(disposition: MIGRATED)", "record_cost(unitId, cents, idempotencyKey)", "claim_next"]),
         "{v:#}"
     );
     let done = tool(&app, a, "dispose", json!({ "unitId": u, "disposition": "MIGRATED" })).await;
@@ -405,9 +405,13 @@ async fn four_agents_work_a_domain_through_mcp_alone() {
     let retry = tool(&app, other, "claim_next", json!({ "domain": "trial" })).await;
     let unit = &retry["structuredContent"]["unit"];
     assert_eq!(unit["id"], u.as_str(), "{retry:#}");
-    assert_eq!(unit["attempts"][0]["outcome"], "FAILED", "{retry:#}");
-    assert_eq!(unit["attempts"][0]["endReason"], "tests do not build", "{retry:#}");
-    assert_ne!(unit["attempts"][0]["agentId"], unit["attempts"][1]["agentId"], "{retry:#}");
+    assert_eq!(unit["attemptCount"], 2, "{retry:#}");
+    // The history is one get_unit away.
+    let read = tool(&app, other, "get_unit", json!({ "unitId": u })).await;
+    let history = &read["structuredContent"]["unit"];
+    assert_eq!(history["attempts"][0]["outcome"], "FAILED", "{read:#}");
+    assert_eq!(history["attempts"][0]["endReason"], "tests do not build", "{read:#}");
+    assert_ne!(history["attempts"][0]["agentId"], history["attempts"][1]["agentId"], "{read:#}");
 
     // The domain is busy while that unit is held, drained once it is done.
     let busy = tool(&app, &failer, "claim_next", json!({ "domain": "trial" })).await;

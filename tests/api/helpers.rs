@@ -665,7 +665,7 @@ impl<'a> Agent<'a> {
 
     pub async fn release(&self, unit: &str, vars: Value) -> Gql {
         let q = format!(
-            "mutation($u: UUID!, $reason: String, $outcome: AttemptOutcome, $key: String) {{ r: release(unitId: $u, reason: $reason, outcome: $outcome, idempotencyKey: $key) {{ {UNIT} }} }}"
+            "mutation($u: UUID!, $reason: String, $outcome: ReleaseOutcome, $key: String) {{ r: release(unitId: $u, reason: $reason, outcome: $outcome, idempotencyKey: $key) {{ {UNIT} }} }}"
         );
         self.run(&q, merge(json!({ "u": unit }), vars)).await
     }

@@ -191,7 +191,7 @@ async fn a_replayed_claim_answers_the_first_calls_outcome() {
     let before = app.snapshot(&other).await;
     let replay = agent.claim_unit(&other, json!({ "key": "k-named" })).await;
     assert_eq!(outcome(&replay), "claimed", "{:#}", replay.body);
-    let by_tool = tool(&app, &agent.token, "claim_unit", json!({ "id": other, "idempotencyKey": "k-named" })).await;
+    let by_tool = tool(&app, &agent.token, "claim_unit", json!({ "unitId": other, "idempotencyKey": "k-named" })).await;
     assert_eq!(by_tool["structuredContent"]["outcome"], "claimed", "{by_tool:#}");
     app.assert_unchanged(&other, &before, "the replay of claimUnit").await;
 }

@@ -47,6 +47,7 @@ mod register;
 mod restart;
 mod roster;
 mod round_trips;
+mod said_once;
 mod schema;
 mod schema_once;
 mod shared_pools;

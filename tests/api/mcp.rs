@@ -222,7 +222,7 @@ async fn another_fleets_ids_are_not_found_through_every_tool_and_change_nothing(
     let asked = tool(&app, &asker, "block", json!({ "unitId": blocked, "question": "which codepage?" })).await;
     assert_eq!(asked["structuredContent"]["unit"]["state"], "BLOCKED", "{asked:#}");
     // The ids are right: fleet a's own operator reads the unit by them.
-    let own = tool(&app, &op_a, "get_unit", json!({ "id": unit })).await;
+    let own = tool(&app, &op_a, "get_unit", json!({ "unitId": unit })).await;
     assert_eq!(own["structuredContent"]["unit"]["state"], "IN_PROGRESS", "{own:#}");
 
     let stranger = app.token("b", "op", Role::Operator).await;
@@ -231,14 +231,14 @@ async fn another_fleets_ids_are_not_found_through_every_tool_and_change_nothing(
     let url = "https://ci.example/b";
     // The reads answer as for an id that does not exist: no unit.
     for (name, args) in
-        [("get_unit", json!({ "id": unit })), ("get_unit_by_ref", json!({ "externalRef": "a-working" }))]
+        [("get_unit", json!({ "unitId": unit })), ("get_unit_by_ref", json!({ "externalRef": "a-working" }))]
     {
         let read = tool(&app, &stranger, name, args).await;
         assert_eq!(read["isError"], false, "{read:#}");
         assert_eq!(read["structuredContent"], json!({ "unit": null }), "{name}: {read:#}");
     }
     for (name, args) in [
-        ("claim_unit", json!({ "id": unit })),
+        ("claim_unit", json!({ "unitId": unit })),
         ("heartbeat", json!({ "attemptId": attempt })),
         ("start_work", json!({ "unitId": unit, "attemptId": attempt })),
         ("record_cost", json!({ "unitId": unit, "cents": 5, "idempotencyKey": "b-cost" })),

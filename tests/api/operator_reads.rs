@@ -285,7 +285,7 @@ async fn stall_edges_and_question_ages_are_measured_on_the_servers_clock() {
 
 const REASONS: &str = "query($r: String!) { unitByRef(externalRef: $r) {
     disposition dispositionReason disposedBy
-    attempts { attemptNo outcome endReason endedBy } } }";
+    attempts { attemptNo outcome endReason endedBy reclaimedBy } } }";
 
 #[tokio::test]
 async fn reasons_and_who_are_fields_derived_from_the_events() {
@@ -304,7 +304,7 @@ async fn reasons_and_who_are_fields_derived_from_the_events() {
         let op = &op;
         async move { op.run(REASONS, json!({ "r": r })).await.data()["unitByRef"].clone() }
     };
-    let attempt = |no: i64, outcome: &str, reason: Value, by: &str| json!({ "attemptNo": no, "outcome": outcome, "endReason": reason, "endedBy": by });
+    let attempt = |no: i64, outcome: &str, reason: Value, by: &str| json!({ "attemptNo": no, "outcome": outcome, "endReason": reason, "endedBy": by, "reclaimedBy": null });
     assert_eq!(
         unit("x1").await,
         json!({ "disposition": "DEAD", "dispositionReason": "no source left", "disposedBy": "a-x1",
@@ -317,7 +317,11 @@ async fn reasons_and_who_are_fields_derived_from_the_events() {
     assert_eq!(
         unit("d1").await,
         json!({ "disposition": "MIGRATED", "dispositionReason": null, "disposedBy": "a-d1",
-                "attempts": [attempt(1, "SUPERSEDED", Value::Null, "a-d1"), attempt(2, "VERIFIED", Value::Null, "a-d1")] })
+                "attempts": [
+                    // Its lease ended it, not a write: who reclaimed the unit is not who ended the attempt.
+                    json!({ "attemptNo": 1, "outcome": "SUPERSEDED", "endReason": "the lease expired and a-d1 reclaimed the unit",
+                            "endedBy": null, "reclaimedBy": "a-d1" }),
+                    attempt(2, "VERIFIED", Value::Null, "a-d1")] })
     );
     assert_eq!(
         unit("c1").await,
@@ -326,7 +330,7 @@ async fn reasons_and_who_are_fields_derived_from_the_events() {
     );
     assert_eq!(
         unit("s1").await["attempts"],
-        json!([{ "attemptNo": 1, "outcome": null, "endReason": null, "endedBy": null }])
+        json!([{ "attemptNo": 1, "outcome": null, "endReason": null, "endedBy": null, "reclaimedBy": null }])
     );
 
     // The same, for Grafana: views derived from the events, under row-level security.

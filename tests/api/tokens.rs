@@ -362,3 +362,25 @@ async fn bad_expiry_flags_are_usage_errors_that_name_the_flag_and_create_nothing
     assert!(both.contains("not both"), "{both}");
     assert_eq!(app.sql_i64("SELECT count(*) FROM api_tokens").await, 0);
 }
+
+/// One-shot commands are quiet on success (issue 56): `token create` prints
+/// the token alone, no migration logs on stderr; `migrate` its one line.
+#[tokio::test]
+async fn one_shot_commands_are_quiet_on_success() {
+    let app = spawn_app().await;
+    let run = |args: &'static [&'static str]| {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_work-ledger"))
+            .args(args)
+            .env("DATABASE_URL", &app.db_url)
+            .env_remove("WORK_LEDGER_LOG")
+            .output()
+    };
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    let out = run(&["token", "create", "--fleet", "f", "--name", "quiet", "--role", "agent"]).await.expect("run");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stderr), "", "stderr of a successful token create");
+    assert_eq!(text(&out.stdout).lines().count(), 1, "the token alone: {}", text(&out.stdout));
+    let out = run(&["migrate"]).await.expect("run");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stderr).trim(), "migrations applied");
+}

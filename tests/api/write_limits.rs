@@ -49,7 +49,6 @@ async fn write_path_limits_are_invalid_input_and_write_nothing() {
         refused(&app, u, "evidenceUrl", agent.transition(&unit, "VERIFIED", json!({ "evidence": bad }))).await;
         refused(&app, u, "evidenceUrl", agent.dispose(&unit, "DEAD", json!({ "evidence": bad }))).await;
     }
-    refused(&app, u, "outcome", agent.release(&unit, json!({ "outcome": "VERIFIED" }))).await;
     refused(&app, u, "reason", agent.release(&unit, json!({ "reason": long }))).await;
 
     // Beyond 32 bits is the GraphQL layer's own validation error, naming the

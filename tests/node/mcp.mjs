@@ -57,7 +57,7 @@ try {
   const reader = await connect(readerToken);
   print({ step: 'reader tools', tools: (await reader.listTools()).tools.map((t) => t.name).sort() });
   print({ step: 'reader claim_next', ...(await call(reader, 'claim_next', {})) });
-  print({ step: 'reader get_unit', ...(await call(reader, 'get_unit', { id: unitId })) });
+  print({ step: 'reader get_unit', ...(await call(reader, 'get_unit', { unitId })) });
   await reader.close();
   print({ step: 'done' });
 } catch (err) {

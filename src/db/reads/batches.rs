@@ -91,12 +91,24 @@ pub async fn disposals_of_units(tx: &DatabaseTransaction, units: &[Uuid]) -> Res
 #[derive(Debug, Clone, FromQueryResult)]
 pub struct AttemptEndRow {
     pub attempt_id: Uuid,
+    /// The agent of the ending event (for a reclaim, the reclaiming agent).
     pub ended_by: Option<String>,
     pub end_reason: Option<String>,
+    /// The type of the ending event (`stale_reclaimed` for a reclaim).
+    pub end_event: Option<String>,
+}
+
+impl AttemptEndRow {
+    /// True when a reclaim ended the attempt: its lease ran out and another
+    /// claim superseded it, nobody's write ended it.
+    pub fn reclaimed(&self) -> bool {
+        self.end_event.as_deref() == Some("stale_reclaimed")
+    }
 }
 
 pub async fn attempt_ends(tx: &DatabaseTransaction, attempts: &[Uuid]) -> Result<Vec<AttemptEndRow>, DbErr> {
-    let sql = "SELECT x.attempt_id, x.ended_by, x.end_reason FROM v_attempt_end x WHERE x.attempt_id = ANY($1)";
+    let sql = "SELECT x.attempt_id, x.ended_by, x.end_reason, x.end_event::text AS end_event \
+                 FROM v_attempt_end x WHERE x.attempt_id = ANY($1)";
     AttemptEndRow::find_by_statement(stmt(sql, [attempts.to_vec().into()])).all(tx).await
 }
 

@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use super::query::Query;
 
-/// Open work of one domain (`v_queue_depth`).
+/// The work of one domain (`v_queue_depth`).
 #[derive(Debug, Clone, FromQueryResult)]
 pub struct QueueDepthRow {
     pub domain: String,
@@ -17,6 +17,10 @@ pub struct QueueDepthRow {
     pub verified: i64,
     /// CLAIMED or IN_PROGRESS with an expired lease.
     pub stalled: i64,
+    /// DONE units.
+    pub done: i64,
+    /// Units with a disposition (DONE and ABANDONED).
+    pub disposed: i64,
 }
 
 pub async fn queue_depth(
@@ -25,7 +29,8 @@ pub async fn queue_depth(
     domain: Option<&str>,
 ) -> Result<Vec<QueueDepthRow>, DbErr> {
     let mut q = Query::new(
-        "SELECT domain, ready, claimed, in_progress, blocked, verified, stalled FROM v_queue_depth WHERE fleet = ",
+        "SELECT domain, ready, claimed, in_progress, blocked, verified, stalled, done, disposed FROM v_queue_depth \
+         WHERE fleet = ",
     );
     let p = q.bind(fleet);
     q.push(&p);

@@ -155,31 +155,30 @@ CREATE OR REPLACE VIEW v_disposition_summary WITH (security_invoker='true') AS
   WHERE (v_unit_totals.disposition IS NOT NULL)
   GROUP BY v_unit_totals.fleet, v_unit_totals.domain, v_unit_totals.disposition;
 
-CREATE OR REPLACE VIEW v_queue_depth WITH (security_invoker='true') AS
- SELECT t.fleet,
-    t.domain,
-    t.ready,
-    t.claimed,
-    t.in_progress,
-    t.blocked,
-    t.verified,
-    COALESCE(s.stalled, (0)::bigint) AS stalled
-   FROM (( SELECT v_unit_totals.fleet,
-            v_unit_totals.domain,
-            (COALESCE(sum(v_unit_totals.units) FILTER (WHERE (v_unit_totals.state = 'ready'::work_state)), (0)::numeric))::bigint AS ready,
-            (COALESCE(sum(v_unit_totals.units) FILTER (WHERE (v_unit_totals.state = 'claimed'::work_state)), (0)::numeric))::bigint AS claimed,
-            (COALESCE(sum(v_unit_totals.units) FILTER (WHERE (v_unit_totals.state = 'in_progress'::work_state)), (0)::numeric))::bigint AS in_progress,
-            (COALESCE(sum(v_unit_totals.units) FILTER (WHERE (v_unit_totals.state = 'blocked'::work_state)), (0)::numeric))::bigint AS blocked,
-            (COALESCE(sum(v_unit_totals.units) FILTER (WHERE (v_unit_totals.state = 'verified'::work_state)), (0)::numeric))::bigint AS verified
-           FROM v_unit_totals
-          WHERE (v_unit_totals.state <> ALL (ARRAY['done'::work_state, 'abandoned'::work_state]))
-          GROUP BY v_unit_totals.fleet, v_unit_totals.domain) t
-     LEFT JOIN ( SELECT work_units.fleet,
-            work_units.domain,
-            count(*) AS stalled
-           FROM work_units
-          WHERE ((work_units.state = ANY (ARRAY['claimed'::work_state, 'in_progress'::work_state])) AND (work_units.lease_expires_at < now()))
-          GROUP BY work_units.fleet, work_units.domain) s ON (((s.fleet = t.fleet) AND (s.domain = t.domain))));
+-- Work per domain from the totals: the open states, then the finished
+-- units (`done`: DONE; `disposed`: every unit with a disposition, DONE ones
+-- included), so a finished domain reads as finished rather than as absent;
+-- stalled (a lease that ran out, a fact of now) from the live-lease index,
+-- which holds only live claims. (Columns are only ever appended: the view
+-- is replaced in place.)
+CREATE OR REPLACE VIEW v_queue_depth WITH (security_invoker = true) AS
+SELECT t.fleet, t.domain, t.ready, t.claimed, t.in_progress, t.blocked, t.verified, coalesce(s.stalled, 0) AS stalled,
+       t.done, t.disposed
+  FROM (SELECT fleet, domain,
+               coalesce(sum(units) FILTER (WHERE state = 'ready'), 0)::bigint           AS ready,
+               coalesce(sum(units) FILTER (WHERE state = 'claimed'), 0)::bigint         AS claimed,
+               coalesce(sum(units) FILTER (WHERE state = 'in_progress'), 0)::bigint     AS in_progress,
+               coalesce(sum(units) FILTER (WHERE state = 'blocked'), 0)::bigint         AS blocked,
+               coalesce(sum(units) FILTER (WHERE state = 'verified'), 0)::bigint        AS verified,
+               coalesce(sum(units) FILTER (WHERE state = 'done'), 0)::bigint            AS done,
+               coalesce(sum(units) FILTER (WHERE disposition IS NOT NULL), 0)::bigint   AS disposed
+          FROM v_unit_totals
+         GROUP BY fleet, domain) t
+  LEFT JOIN (SELECT fleet, domain, count(*) AS stalled
+               FROM work_units
+              WHERE state = ANY (ledger_working_states()) AND lease_expires_at < now()
+              GROUP BY fleet, domain) s
+    ON s.fleet = t.fleet AND s.domain = t.domain;
 
 CREATE OR REPLACE VIEW v_rework WITH (security_invoker='true') AS
  SELECT work_units.id AS unit_id,
