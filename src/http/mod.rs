@@ -1,14 +1,19 @@
 //! The HTTP surface: `POST /graphql` ([`graphql`]), `GET /graphql/ws`
 //! (subscriptions, [`ws`]), GraphiQL on `/` ([`graphiql`]), health and
-//! readiness. `Application::build` binds (port 0 in tests) and returns before
-//! serving, so callers learn the address first; `run_until` serves HTTP and
-//! runs the live subsystem's background tasks (listener, sweeper) beside it,
-//! all stopped by the same signal.
+//! readiness, and `GET /metrics` on a listener of its own ([`metrics`]); the
+//! one authentication of every surface ([`authentication`]); what `serve`
+//! configures ([`config`]). `Application::build` binds (port 0 in tests) and
+//! returns before serving, so callers learn the address first; `run_until`
+//! serves HTTP and runs the live subsystem's background tasks (listener,
+//! sweeper) beside it, all stopped by the same signal.
 
+mod authentication;
 mod body;
+mod config;
 pub mod graphiql;
 mod graphql;
 pub mod listener;
+mod metrics;
 pub mod quickstart;
 pub mod surface;
 pub mod ws;
@@ -30,17 +35,19 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 pub use crate::db::SessionLimits;
+pub(crate) use authentication::{auth_status, authenticate_token};
 pub(crate) use body::read_body;
+pub use config::{HttpConfig, METRICS_MAX_CONNECTIONS, ServerConfig};
 pub use graphql::MediaType;
 pub(crate) use graphql::is_json;
 pub use surface::SurfaceConfig;
 pub use ws::WsConfig;
 
-use crate::auth::{self, Principal};
+use crate::auth::Principal;
 use crate::db;
 use crate::graphql::{LedgerSchema, build_schema, error_body};
 use crate::ledger::{Ledger, LedgerError};
-use crate::live::{Live, LiveConfig};
+use crate::live::Live;
 
 /// SPEC §9.
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
@@ -49,48 +56,6 @@ pub const MAX_BODY_BYTES: usize = 256 * 1024;
 /// limit on a URI (64 KiB), which a `GET /graphql` carries its document in.
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 pub const MAX_BATCH: usize = 10;
-
-/// Everything `serve` configures beyond the database and the address.
-#[derive(Debug, Clone, Default)]
-pub struct ServerConfig {
-    pub live: LiveConfig,
-    pub ws: WsConfig,
-    /// Where `GET /metrics` (Prometheus) listens; `None`: nowhere.
-    pub metrics_listen: Option<String>,
-    pub surface: SurfaceConfig,
-    pub http: HttpConfig,
-    /// The request pool's statement and lock timeouts (applied where the
-    /// pool is opened: [`db::connect_limited`]).
-    pub db: db::SessionLimits,
-}
-
-/// Slow and greedy clients (SPEC §9, §10), on every listener: how long a
-/// client may take to send a request's headers (then the connection is
-/// closed) and its body (then 408), and how many connections each listener
-/// keeps open at once ([`listener`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HttpConfig {
-    pub header_read_timeout: Duration,
-    pub body_read_timeout: Duration,
-    /// Open connections of the API listener, WebSockets included.
-    pub max_connections: usize,
-    /// Open connections of the metrics listener.
-    pub metrics_max_connections: usize,
-}
-
-/// The metrics listener's default cap: a scraper or two, and room for a flood to evict itself.
-pub const METRICS_MAX_CONNECTIONS: usize = 64;
-
-impl Default for HttpConfig {
-    fn default() -> Self {
-        Self {
-            header_read_timeout: Duration::from_secs(10),
-            body_read_timeout: Duration::from_secs(30),
-            max_connections: listener::default_max_connections(),
-            metrics_max_connections: METRICS_MAX_CONNECTIONS,
-        }
-    }
-}
 
 #[derive(Clone)]
 struct AppState {
@@ -176,8 +141,10 @@ impl Application {
             .fallback(surface::not_found);
         let router = surface::guard(router, policy).layer(middleware::from_fn(request_span));
         let metrics = metrics_listener.zip(metrics_policy).map(|(l, policy)| {
-            let router =
-                Router::new().route("/metrics", get(metrics)).with_state(state).fallback(surface::not_found_on_metrics);
+            let router = Router::new()
+                .route("/metrics", get(metrics::scrape))
+                .with_state(state)
+                .fallback(surface::not_found_on_metrics);
             (l, surface::guard(router, policy))
         });
         let registry = ledger.metrics().clone();
@@ -302,59 +269,6 @@ async fn bind(addr: &str, what: &str, setting: &str) -> std::io::Result<TcpListe
     })
 }
 
-/// `GET /metrics` on the metrics listener: Prometheus text, the states
-/// sampled now (the last audit results read from the database).
-async fn metrics(State(state): State<AppState>) -> Response {
-    // The pools first: the audit query below takes a connection.
-    let pool = state.ledger.db().get_postgres_connection_pool();
-    let requests_pool = crate::metrics::PoolSample { size: pool.size(), idle: pool.num_idle() };
-    let requests_waiting = crate::db::waiters(state.ledger.db(), &state.ledger.metrics().pool_users);
-    let (live_pool, live_waiting) = state.live.pool_sample();
-    // On the live pool, bounded: a saturated request pool must not stall the
-    // scrape that shows it.
-    let read = crate::operator::audit::last_runs(state.live.pool());
-    let audits = match tokio::time::timeout(Duration::from_secs(2), read).await {
-        Ok(Ok(audits)) => Some(audits),
-        Ok(Err(err)) => {
-            tracing::warn!(error = %err, "cannot read the last audit results for the metrics");
-            None
-        }
-        Err(_) => {
-            tracing::warn!("the last audit results took over 2 s to read; the metrics keep the previous ones");
-            None
-        }
-    };
-    let projections =
-        match tokio::time::timeout(Duration::from_secs(2), crate::projector::status::all(state.live.pool())).await {
-            Ok(Ok(projections)) => Some(projections),
-            Ok(Err(err)) => {
-                tracing::warn!(error = %err, "cannot read the projections' state for the metrics");
-                None
-            }
-            Err(_) => None,
-        };
-    let sample = crate::metrics::Sample {
-        projections,
-        requests_pool,
-        requests_waiting,
-        live_pool,
-        live_waiting,
-        listener_connects: *state.live.listener_connects().borrow(),
-        listener_up: state.live.is_listening(),
-        queue_usage: *state.live.notification_queue_usage().borrow(),
-        oldest_writer_age: state
-            .live
-            .oldest_event_writer_sampled()
-            .borrow()
-            .as_ref()
-            .map(|w| w.age.map(|a| a.as_secs_f64()).unwrap_or(0.0)),
-        websockets: state.connections.len(),
-        audits,
-    };
-    let text = state.ledger.metrics().render(sample);
-    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response()
-}
-
 /// One span per HTTP request (the parent of its ledger operations' spans):
 /// method, path (never the query string, which may carry a GraphQL document
 /// or variables) and status. The token is a header and is never recorded.
@@ -416,41 +330,4 @@ fn error_response(status: StatusCode, media: MediaType, err: LedgerError) -> Res
 async fn authenticate(state: &AppState, headers: &HeaderMap, client: SocketAddr) -> Result<Principal, LedgerError> {
     let value = headers.get(header::AUTHORIZATION).map(|v| v.to_str().unwrap_or(""));
     Ok(authenticate_token(&state.ledger, value, Some(client), "http").await?.0)
-}
-
-/// The one authentication of every surface (`http`, `websocket`, `mcp`):
-/// the token looked up on every request (so a revocation or an expiry counts
-/// at once), a failure logged and counted for `surface` ([`auth_failed`]).
-pub(crate) async fn authenticate_token(
-    ledger: &Ledger,
-    authorization: Option<&str>,
-    client: Option<SocketAddr>,
-    surface: &'static str,
-) -> Result<(Principal, auth::Credential), LedgerError> {
-    let authenticated = ledger.authenticate(authorization).await;
-    if let Err(err) = &authenticated {
-        auth_failed(ledger, client, surface, err);
-    }
-    Ok(authenticated?)
-}
-
-/// The HTTP status of a failed authentication: 401 for the token, 503 when
-/// the database could not be asked.
-pub(crate) fn auth_status(err: &LedgerError) -> StatusCode {
-    if matches!(err, LedgerError::Unauthenticated(_)) {
-        StatusCode::UNAUTHORIZED
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    }
-}
-
-/// A failed authentication on any surface (`http`, `websocket`, `mcp`):
-/// logged with the client's address at a bounded rate, and counted in
-/// `work_ledger_auth_failures_total{surface}`. A database that could not be
-/// asked is not a failed authentication.
-fn auth_failed(ledger: &Ledger, client: Option<SocketAddr>, surface: &'static str, err: &auth::AuthError) {
-    if matches!(err, auth::AuthError::Unauthenticated(_)) {
-        auth::log_failure(client, surface, err);
-        ledger.metrics().auth_failed(surface);
-    }
 }

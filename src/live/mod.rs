@@ -14,12 +14,20 @@
 //! The event table is the truth and notifications are only hints, which
 //! is what makes reconnects, replicas, resumed streams and forged
 //! notifications harmless.
+//!
+//! A subscription's own reads beside the feed (its starting point, its
+//! catch-up, their patience) are in [`reads`]; the tokens of open
+//! connections, checked again on revocations, in [`tokens`]; what the
+//! listener's health ticks sample, in [`health`].
 
 pub mod feed;
+mod health;
 pub mod listener;
 pub mod memo;
+mod reads;
 pub mod sweeper;
 pub mod tail;
+mod tokens;
 pub mod wait;
 pub mod warden;
 pub mod watermark;
@@ -29,7 +37,7 @@ use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_graphql::dataloader::{DataLoader, Loader};
+use async_graphql::dataloader::DataLoader;
 use sea_orm::{DatabaseConnection, DbErr};
 use tokio::sync::{Notify, broadcast, watch};
 use tokio_util::sync::CancellationToken;
@@ -42,11 +50,15 @@ pub use warden::WardenConfig;
 use crate::db;
 use crate::db::entities::{attempt, question};
 pub use crate::db::events::EventWriter;
-use crate::ledger::{Ledger, LedgerError};
+use crate::ledger::Ledger;
 use crate::metrics::PoolSample;
 
 use feed::Feeds;
+pub use health::{QUEUE_USAGE_WARNING, WRITER_AGE_WARNING};
+use reads::Starts;
 use sweeper::Sweeper;
+use tokens::TokenChecks;
+pub use tokens::TrackedToken;
 use warden::Warden;
 
 use crate::projector::{Projector, ProjectorConfig};
@@ -141,57 +153,6 @@ struct Inner {
     stop: CancellationToken,
 }
 
-/// "Now" in the event log for many subscriptions starting at once, from one
-/// read on the request pool. A starting point (the delivery watermark and a
-/// snapshot, [`crate::db::events::start`]) reads no fleet's rows, so one read
-/// serves every fleet of the batch; the batch is read after each of its
-/// subscriptions joined its fleet's broadcast, which is all a start needs
-/// ([`tail`]). No cache: a later subscription gets a later read.
-struct Starts {
-    requests: DatabaseConnection,
-    users: Arc<AtomicI64>,
-}
-
-impl Loader<String> for Starts {
-    type Value = db::events::Start;
-    type Error = Arc<DbErr>;
-
-    async fn load(&self, fleets: &[String]) -> Result<HashMap<String, Self::Value>, Self::Error> {
-        let Some(fleet) = fleets.first() else { return Ok(HashMap::new()) };
-        let start = db::in_fleet_counted::<_, DbErr, _>(&self.requests, Some(&self.users), fleet, |tx| {
-            Box::pin(async move { db::events::start(tx).await })
-        })
-        .await
-        .map_err(Arc::new)?;
-        Ok(fleets.iter().map(|f| (f.clone(), start.clone())).collect())
-    }
-}
-
-/// Which of many tokens no longer work, in one statement on the live pool:
-/// a reconnect storm of 10,000 subscriptions asks a few times, not 10,000.
-/// No cache: each batch is read after every check in it was asked.
-struct TokenChecks(DatabaseConnection);
-
-impl Loader<Uuid> for TokenChecks {
-    type Value = db::tokens::Dead;
-    type Error = Arc<DbErr>;
-
-    async fn load(&self, keys: &[Uuid]) -> Result<HashMap<Uuid, Self::Value>, Self::Error> {
-        Ok(db::tokens::dead_among(&self.0, keys.to_vec()).await.map_err(Arc::new)?.into_iter().collect())
-    }
-}
-
-/// The first and the longest pause between tries of a subscription's read
-/// ([`Live::patiently`]).
-const RETRY_MIN: Duration = Duration::from_millis(100);
-const RETRY_MAX: Duration = Duration::from_secs(2);
-
-/// Past this share of the notification queue, the listener warns: once the
-/// queue is full, every write's `pg_notify` fails.
-pub const QUEUE_USAGE_WARNING: f64 = 0.5;
-/// An event writer open this long is logged at every health tick: it holds
-/// live delivery back for every fleet until it ends.
-pub const WRITER_AGE_WARNING: Duration = Duration::from_secs(30);
 /// Streamed payloads kept: a reconnected subscriber's catch-up (its fleet's
 /// last minute or so, 100 fleets) still finds what the others resolved.
 const PAYLOADS: usize = 32 * 1024;
@@ -251,18 +212,6 @@ impl Live {
         tokio::join!(listener::run(self.clone()), self.check_tokens_on_notice());
     }
 
-    /// `pg_notification_queue_usage()` (0 to 1) as the listener last saw it,
-    /// as it changes; `None` before the first health tick.
-    pub fn notification_queue_usage(&self) -> watch::Receiver<Option<f64>> {
-        self.0.queue_usage.subscribe()
-    }
-
-    /// The oldest in-flight transaction that appended events in this
-    /// database, asked now. Only such transactions hold live delivery back.
-    pub async fn oldest_event_writer(&self) -> Result<Option<EventWriter>, DbErr> {
-        db::events::oldest_event_writer(&self.0.db).await
-    }
-
     /// The live pool (feeds, sweeper, health ticks; the metrics' own reads).
     pub fn pool(&self) -> &DatabaseConnection {
         &self.0.db
@@ -272,36 +221,6 @@ impl Live {
     pub fn pool_sample(&self) -> (PoolSample, i64) {
         let pool = self.0.db.get_postgres_connection_pool();
         (PoolSample { size: pool.size(), idle: pool.num_idle() }, crate::db::waiters(&self.0.db, &self.0.waiting))
-    }
-
-    /// The oldest in-flight event writer as the last health tick saw it.
-    pub fn oldest_event_writer_sampled(&self) -> watch::Receiver<Option<EventWriter>> {
-        self.0.oldest_writer.subscribe()
-    }
-
-    fn record_queue_usage(&self, usage: f64) {
-        if usage > QUEUE_USAGE_WARNING {
-            tracing::warn!(
-                usage = format!("{:.1}%", usage * 100.0),
-                "the notification queue is more than half full; a session that LISTENs and stays in a \
-                 transaction holds it (see pg_stat_activity); when it is full every write fails"
-            );
-        }
-        self.0.queue_usage.send_replace(Some(usage));
-    }
-
-    async fn sample_event_writers(&self, limit: Duration) {
-        let Ok(Ok(writer)) = tokio::time::timeout(limit, self.oldest_event_writer()).await else { return };
-        if let Some(EventWriter { pid, age: Some(age) }) = &writer
-            && *age >= WRITER_AGE_WARNING
-        {
-            tracing::warn!(
-                pid,
-                open_for = ?age,
-                "live delivery is held back by a transaction that appended events and is still open"
-            );
-        }
-        self.0.oldest_writer.send_replace(writer);
     }
 
     /// The sweeper until [`Live::stop`].
@@ -425,135 +344,6 @@ impl Live {
         self.0.listening.send_replace(up);
     }
 
-    /// Ids of tokens revoked from now on (the `work_ledger_tokens` channel).
-    pub fn revocations(&self) -> broadcast::Receiver<Uuid> {
-        self.0.revoked.subscribe()
-    }
-
-    fn token_revoked(&self, token: Uuid) {
-        let _ = self.0.revoked.send(token);
-    }
-
-    /// Some token was revoked (the notice says not which, nor of what
-    /// fleet): check the open connections' tokens.
-    fn recheck_tokens(&self) {
-        self.0.known_tokens.forget_all();
-        self.0.token_check.notify_one();
-    }
-
-    async fn check_tokens_on_notice(&self) {
-        loop {
-            tokio::select! {
-                _ = self.stopping() => return,
-                _ = self.0.token_check.notified() => self.check_tokens().await,
-            }
-        }
-    }
-
-    /// Why `token` no longer works, asked now (`None`: it does): a
-    /// subscription asks once its tail has its starting point, before it
-    /// sends anything, so that a revocation takes effect on the next request
-    /// (SPEC §8) and not only when its notice arrives.
-    /// Checks asked at once share one statement.
-    pub async fn token_dead(&self, token: Uuid) -> Result<Option<db::tokens::Dead>, LedgerError> {
-        Ok(self.0.token_checks.load_one(token).await.map_err(unshare)?)
-    }
-
-    /// Up to [`feed::BATCH`] events of `fleet` after `after` for a catching-up
-    /// subscription, below the watermark `below` (`None`: a new one), from a
-    /// statement of its own on the request pool ([`feed::read`]).
-    pub async fn catch_up_read(
-        &self,
-        fleet: &str,
-        after: db::events::Position,
-        below: Option<i64>,
-    ) -> Result<db::events::Batch, LedgerError> {
-        Ok(feed::read(&self.0.requests, &self.0.request_users, &self.0.known, fleet, after, below).await?)
-    }
-
-    /// The newest delivery watermark a read of this process returned (None
-    /// before the first): a read that starts after this call may stop there
-    /// ([`watermark::Known`]).
-    pub fn known_watermark(&self) -> Option<i64> {
-        self.0.known.get()
-    }
-
-    /// Notes the watermark of a read made elsewhere (a resume).
-    pub fn note_watermark(&self, watermark: i64) {
-        self.0.known.note(watermark);
-    }
-
-    /// `read` until it succeeds, fails for good, or has failed transiently
-    /// (UNAVAILABLE: [`LedgerError::is_transient`]) for longer than the
-    /// configured patience: a subscription's reads wait out a restart of the
-    /// database or a moment of overload instead of ending the subscription,
-    /// whose client would then come back through a new connection, a token
-    /// lookup and a resume further back, and add to the load that failed the
-    /// read. Tries are spaced from 100 ms doubling to 2 s, with jitter so that
-    /// subscriptions failed together do not come back together.
-    pub async fn patiently<T, F, Fut>(&self, mut read: F) -> Result<T, LedgerError>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Result<T, LedgerError>>,
-    {
-        let give_up = tokio::time::Instant::now() + self.0.config.read_patience;
-        let mut wait = RETRY_MIN;
-        loop {
-            match read().await {
-                Err(err) if err.is_transient() => {
-                    let pause = wait.mul_f64(rand::random_range(0.5..=1.0));
-                    if tokio::time::Instant::now() + pause >= give_up {
-                        return Err(err);
-                    }
-                    self.0.read_retries.inc();
-                    tokio::time::sleep(pause).await;
-                    wait = (wait * 2).min(RETRY_MAX);
-                }
-                done => return done,
-            }
-        }
-    }
-
-    /// Where the event log is now, for a subscription of `fleet` that has
-    /// joined its fleet's broadcast; starts asked at once share one read.
-    pub async fn start_now(&self, fleet: &str) -> Result<db::events::Start, LedgerError> {
-        let start = self.0.starts.load_one(fleet.to_owned()).await.map_err(unshare)?;
-        let start = start.ok_or_else(|| DbErr::RecordNotFound("the event log's starting point".into()))?;
-        self.note_watermark(start.watermark);
-        Ok(start)
-    }
-
-    /// Closes the connections of every tracked token that was revoked,
-    /// deleted or expired (an expired one's connections close on their own
-    /// timers; this catches any left).
-    async fn check_tokens(&self) {
-        let tokens: Vec<Uuid> = self.0.tokens.lock().unwrap_or_else(|e| e.into_inner()).keys().copied().collect();
-        if tokens.is_empty() {
-            return;
-        }
-        match db::tokens::dead_among(&self.0.db, tokens).await {
-            Ok(dead) => dead.into_iter().for_each(|(t, _)| self.token_revoked(t)),
-            Err(err) => tracing::warn!(error = %err, "cannot re-check the tokens of open subscriptions"),
-        }
-    }
-
-    /// Registers an open connection's token, so that after a reconnect (when
-    /// revocation notices may have been lost) it is checked again; unless the
-    /// token already has `max` open connections (SPEC §9: WebSockets per
-    /// token), checked and counted under one lock.
-    pub fn try_track_token(&self, token: Uuid, max: usize) -> Option<TrackedToken> {
-        let mut tokens = self.0.tokens.lock().unwrap_or_else(|e| e.into_inner());
-        let open = tokens.entry(token).or_default();
-        if *open >= max {
-            if *open == 0 {
-                tokens.remove(&token);
-            }
-            return None;
-        }
-        *open += 1;
-        Some(TrackedToken { live: self.clone(), token })
-    }
-
     /// After (re)connecting: every feed reads what it missed, and the tokens
     /// of open connections are checked for revocations missed meanwhile.
     async fn catch_up(&self) {
@@ -574,22 +364,4 @@ fn unshare(shared: Arc<DbErr>) -> DbErr {
             DbErr::Custom("a shared read failed".into())
         }
     })
-}
-
-/// A WebSocket connection's token, counted while the connection is open.
-pub struct TrackedToken {
-    live: Live,
-    token: Uuid,
-}
-
-impl Drop for TrackedToken {
-    fn drop(&mut self) {
-        let mut tokens = self.live.0.tokens.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = tokens.get_mut(&self.token) {
-            *n -= 1;
-            if *n == 0 {
-                tokens.remove(&self.token);
-            }
-        }
-    }
 }

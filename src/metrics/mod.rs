@@ -9,10 +9,12 @@
 //! listeners are the two of the process, audit scopes are the fleets an
 //! operator audits. No agent or unit label.
 
+mod labels;
+mod sample;
+
 use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::sync::{Arc, Mutex};
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -20,52 +22,11 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct Operation {
-    pub operation: String,
-    pub code: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OperationName {
-    pub operation: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DispositionLabel {
-    pub disposition: String,
-}
-
-/// `requests` (GraphQL and MCP) or `live` (feeds, sweeper, health ticks).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PoolLabel {
-    pub pool: &'static str,
-}
-
-/// The fleet an audit run covered, `*` for all fleets; and one of its rules.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct AuditLabel {
-    pub scope: String,
-    pub rule: String,
-}
-
-/// `http`, `websocket` or `mcp`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SurfaceLabel {
-    pub surface: &'static str,
-}
-
-/// A projection of `sql/repeatable/projections.sql`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ProjectionLabel {
-    pub projection: String,
-}
-
-/// `api` or `metrics`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ListenerLabel {
-    pub listener: &'static str,
-}
+pub use labels::{
+    AuditLabel, DispositionLabel, ListenerLabel, Operation, OperationName, PoolLabel, ProjectionLabel, ScopeLabel,
+    SurfaceLabel,
+};
+pub use sample::{AuditSample, PoolSample, Sample};
 
 /// One listener's connections, counted by its door ([`crate::http::listener`]).
 #[derive(Clone, Debug)]
@@ -77,11 +38,6 @@ pub struct DoorCounts {
     pub evicted: Counter,
     /// Newcomers refused with 503: every place held a request in flight or a WebSocket.
     pub refused: Counter,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ScopeLabel {
-    pub scope: String,
 }
 
 fn latency_histogram() -> Histogram {
@@ -143,45 +99,6 @@ pub struct Metrics {
     pub projected: Counter,
     projection_lag: Family<ProjectionLabel, FloatGauge>,
     projection_behind: Family<ProjectionLabel, Gauge>,
-}
-
-/// One pool's state.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PoolSample {
-    pub size: u32,
-    pub idle: usize,
-}
-
-/// The last recorded `work-ledger audit` of one scope.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AuditSample {
-    pub scope: String,
-    /// Unix seconds.
-    pub finished_at: f64,
-    /// Findings per rule (every rule, zeros included).
-    pub findings: Vec<(String, i64)>,
-}
-
-/// States read at scrape time.
-#[derive(Debug, Default)]
-pub struct Sample {
-    pub requests_pool: PoolSample,
-    /// Request tasks waiting for a request-pool connection: its users beyond its size.
-    pub requests_waiting: i64,
-    pub live_pool: PoolSample,
-    /// Tasks waiting for a live-pool connection (not counted: always 0 unless known).
-    pub live_waiting: i64,
-    pub listener_connects: u64,
-    pub listener_up: bool,
-    /// `pg_notification_queue_usage()` at the last health tick.
-    pub queue_usage: Option<f64>,
-    /// Age in seconds of the oldest in-flight event writer at the last health tick (0: none).
-    pub oldest_writer_age: Option<f64>,
-    pub websockets: usize,
-    /// `None` when the audit table could not be read (the gauges keep their values).
-    pub audits: Option<Vec<AuditSample>>,
-    /// `None` when the projections' state could not be read (likewise).
-    pub projections: Option<Vec<crate::projector::status::Status>>,
 }
 
 impl Default for Metrics {

@@ -13,7 +13,7 @@
 //! | step | what runs |
 //! | --- | --- |
 //! | parse | the document is parsed here once (async-graphql takes it as parsed): the code of a parse error; [`read_budget`]: fleet-wide reads (a batch's together) and aliases; [`request_errors`]: subscriptions over HTTP, required variables |
-//! | data | [`notes`]: the response notes' store; [`loaders`]: the request's DataLoaders and clock |
+//! | data | [`notes`]: the response notes' store; [`loaders`](super::loaders): the request's DataLoaders and clock |
 //! | execute | in the ledger operation's span ([`operation_metrics`]) |
 //! | answer | a request refused before execution: the code of validation errors and [`guidance`]'s names meant; an executed one: [`notes`] into the response; [`operation_metrics`]: counted and timed by root field and code |
 //!
@@ -21,8 +21,13 @@
 //! DataLoader that caches nothing (made when a payload first needs one);
 //! subscriptions are not counted as requests, and a payload has no span of
 //! its own. A query or mutation over WebSocket runs in its span as over HTTP.
+//!
+//! The parse and the checks are in [`prepare`]; identical queries over HTTP
+//! sharing one execution, in [`shared`].
 
-use std::any::{Any, TypeId};
+mod prepare;
+mod shared;
+
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -31,19 +36,17 @@ use async_graphql::parser::types::OperationType;
 use async_graphql::registry::Registry;
 use async_graphql::{Data, Executor, OutputType, Request, Response, Schema, ServerError, SubscriptionType};
 use axum::body::Bytes;
-use chrono::Utc;
 use tracing::Instrument;
 
 use super::documents::Documents;
-use super::loaders::{RequestLoaders, RequestTime};
 use super::notes::{self, Notes};
 use super::operation_metrics::{self, Root};
-use super::request_errors::{self, OverHttp, PARSE_FAILED, VALIDATION_FAILED, with_code};
+use super::request_errors::{self, VALIDATION_FAILED, with_code};
 use super::selection_order::Order;
-use super::shared_reads::{Gate, Key, Turn};
+use super::shared_reads::{Gate, Key};
 use super::{Mutation, Query, Subscription, guidance, read_budget};
 use crate::auth::Principal;
-use crate::ledger::{Ledger, LedgerError};
+use crate::ledger::Ledger;
 
 type Raw = Schema<Query, Mutation, Subscription>;
 
@@ -140,7 +143,7 @@ impl LedgerSchema {
     }
 
     /// Runs a query or mutation (a subscription is refused with a code when
-    /// the HTTP layer's [`OverHttp`] is in the request).
+    /// the HTTP layer's [`OverHttp`](request_errors::OverHttp) is in the request).
     pub async fn execute(&self, request: impl Into<Request>) -> Response {
         let began = Instant::now();
         let (root, response) = match self.prepare(request.into(), None) {
@@ -198,77 +201,6 @@ impl LedgerSchema {
         Answer(written)
     }
 
-    /// A query's answer from the execution it shares with its twins under
-    /// `key`, `who` among its callers.
-    async fn shared(
-        &self,
-        request: Request,
-        run: &Run,
-        span: tracing::Span,
-        key: Key,
-        who: Principal,
-        write: Write,
-    ) -> Arc<Written> {
-        let panicked = || {
-            let err = async_graphql::Error::from(LedgerError::internal("a shared read's execution panicked"));
-            Arc::new(Written::new(Response::from_errors(vec![err.into_server_error(Default::default())]), write))
-        };
-        let work = {
-            let (this, run, span) = (self.clone(), run.clone(), span.clone());
-            move |members: Vec<Principal>| this.run_as(request, run, span, members, write)
-        };
-        match self.0.reads.enter(key.clone(), who.clone(), work) {
-            Turn::Leads(outcome) => outcome.await.unwrap_or_else(panicked),
-            Turn::Joins(outcome, work) => {
-                self.0.ledger.metrics().shared_reads.inc();
-                // The execution authenticates the caller it runs as; a
-                // request that joins it has its own token checked meanwhile,
-                // in one statement, so a revocation refuses it too.
-                let (outcome, live) = tokio::join!(outcome, self.0.ledger.still_live(&who));
-                if let Err(err) = live {
-                    let err = async_graphql::Error::from(err).into_server_error(Default::default());
-                    let answer = Arc::new(Written::new(Response::from_errors(vec![err]), write));
-                    run.root.finish(&span, &answer.response);
-                    return answer;
-                }
-                let answer = match outcome {
-                    Some(shared) if shared.response.errors.is_empty() => shared,
-                    // The error may be the running caller's own (its turn
-                    // for a fleet-wide read): the twins that waited for it
-                    // go once more through the gate (one execution more,
-                    // not one each), then take what comes.
-                    _ => match self.0.reads.enter(key, who, work) {
-                        Turn::Leads(outcome) | Turn::Joins(outcome, _) => outcome.await.unwrap_or_else(panicked),
-                    },
-                };
-                run.root.finish(&span, &answer.response);
-                answer
-            }
-        }
-    }
-
-    /// Executes a checked query as one of `members` whose token has its
-    /// turn for a fleet-wide read free (they are callers of one fleet and
-    /// permissions, whose answers are the same), else as its own caller;
-    /// its clock starts now, with the execution, after its twins arrived.
-    async fn run_as(
-        self,
-        request: Request,
-        run: Run,
-        span: tracing::Span,
-        members: Vec<Principal>,
-        write: Write,
-    ) -> Written {
-        let own = run.who.as_ref().map(|who| who.token_id);
-        let free = members.into_iter().find(|who| self.0.ledger.scan_turn_free(who));
-        let mut request = request.data(RequestTime(Utc::now()));
-        if let Some(who) = free.filter(|who| Some(who.token_id) != own) {
-            let loaders = RequestLoaders::new(&self.0.ledger, &who, false);
-            request = request.data(loaders).data(who);
-        }
-        Written::new(self.run(request, &run, span).await, write)
-    }
-
     /// Executes a checked request in `span` and answers it.
     async fn run(&self, request: Request, run: &Run, span: tracing::Span) -> Response {
         let response = self.0.raw.execute(request).instrument(span.clone()).await;
@@ -311,18 +243,6 @@ impl LedgerSchema {
         stream::once(once.instrument(span)).boxed()
     }
 
-    /// The request checked ([`LedgerSchema::check`]) and given its data,
-    /// with what its answer needs and, for a query over HTTP, the key it
-    /// may share an execution under (with its caller); `session` is a
-    /// WebSocket connection's.
-    fn prepare(&self, mut request: Request, session: Option<&Data>) -> Prepared {
-        let over_http = data_of::<OverHttp>(&request.data).is_some();
-        let who = data_of::<Principal>(&request.data).or_else(|| session.and_then(data_of::<Principal>)).cloned();
-        let (root, reads, shared, order) = self.check(&mut request, over_http, who.as_ref())?;
-        let run = Run { root, who, notes: Arc::default(), reads, order: Arc::new(order) };
-        Ok((self.with_data(request, &run), run, shared))
-    }
-
     /// An executed query's or mutation's answer ([`LedgerSchema::answer`]),
     /// its outcome recorded on `span`.
     fn conclude(&self, response: Response, run: &Run, span: &tracing::Span) -> Response {
@@ -332,50 +252,6 @@ impl LedgerSchema {
             run.root.finish(span, &response);
         }
         response
-    }
-
-    /// Parses the document and checks it before async-graphql validates it
-    /// (which then takes it as parsed): what the request's metrics and span
-    /// need to know of it, its fleet-wide reads and, for `who`'s query over
-    /// HTTP, the key it may share an execution under
-    /// ([`shared_reads`](super::shared_reads)); or the refusal.
-    fn check(
-        &self,
-        request: &mut Request,
-        over_http: bool,
-        who: Option<&Principal>,
-    ) -> Result<(Root, usize, Shareable, Order), ServerError> {
-        let document =
-            self.0.documents.parse(&request.query).map_err(|err| with_code(ServerError::from(err), PARSE_FAILED))?;
-        let name = request.operation_name.as_deref();
-        let operation = request_errors::selected(&document, name);
-        let reads = read_budget::check(&document, operation)?;
-        let order = operation.map(|op| Order::of(&document, &op.node.selection_set.node)).unwrap_or_default();
-        request_errors::check_parsed(&self.0.registry, over_http, &document, &request.variables, name)?;
-        // A document without the named operation: async-graphql refuses it.
-        let mut root = Root::of(&document, name, &request.variables).unwrap_or_else(Root::unknown);
-        // Spans and metrics are named after the schema's fields, never
-        // after a name only the client knows.
-        root.field = root.field.filter(|field| self.is_root_field(root.ty, field));
-        let shareable = over_http && root.ty == OperationType::Query && root.field.is_some();
-        let shared = who.filter(|_| shareable).and_then(|who| Some((Key::of(who, &document, request)?, who.clone())));
-        request.set_parsed_query(document);
-        Ok((root, reads, shared, order))
-    }
-
-    /// The request with its notes' store and, for a caller, its loaders (a
-    /// query or mutation also its clock; a subscription's payloads each read
-    /// the clock as they are resolved).
-    fn with_data(&self, request: Request, run: &Run) -> Request {
-        let mut request = request.data(run.notes.clone());
-        if let Some(who) = &run.who {
-            let subscription = run.root.ty == OperationType::Subscription;
-            request = request.data(RequestLoaders::new(&self.0.ledger, who, subscription));
-            if !subscription {
-                request = request.data(RequestTime(Utc::now()));
-            }
-        }
-        request
     }
 
     /// An executed response gets the notes its resolvers left; a request
@@ -394,18 +270,6 @@ impl LedgerSchema {
         }
         (response, executed)
     }
-
-    /// Whether the root type of `ty` has the field `name`.
-    fn is_root_field(&self, ty: OperationType, name: &str) -> bool {
-        let registry = &self.0.registry;
-        let root = match ty {
-            OperationType::Query => Some(&registry.query_type),
-            OperationType::Mutation => registry.mutation_type.as_ref(),
-            OperationType::Subscription => registry.subscription_type.as_ref(),
-        };
-        let introspection = ty == OperationType::Query && matches!(name, "__schema" | "__type" | "__typename");
-        introspection || root.and_then(|root| registry.types.get(root)).is_some_and(|t| t.field_by_name(name).is_some())
-    }
 }
 
 impl Executor for LedgerSchema {
@@ -416,11 +280,6 @@ impl Executor for LedgerSchema {
     fn execute_stream(&self, request: Request, session_data: Option<Arc<Data>>) -> BoxStream<'static, Response> {
         self.stream(request, session_data)
     }
-}
-
-/// The value of type `T` in `data`, if any.
-fn data_of<T: Any>(data: &Data) -> Option<&T> {
-    data.get(&TypeId::of::<T>()).and_then(|d| d.downcast_ref::<T>())
 }
 
 /// The types of the schema, as async-graphql registers them when it builds

@@ -6,27 +6,32 @@
 //!
 //! Tokens are 32 random bytes shown once as `wl_<base64url>`; the database
 //! keeps only their SHA-256. A high-entropy secret needs no slow hash: the
-//! hash only has to make a leaked table useless.
+//! hash only has to make a leaked table useless ([`bearer`]). What the
+//! process remembers of tokens is in [`known`], their last use in
+//! [`last_use`], refusals counted and logged in [`failures`].
+
+mod bearer;
+mod failures;
+mod known;
+mod last_use;
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::fmt;
-use std::net::SocketAddr;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, SecondsFormat, Utc};
-use rand::RngCore;
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr};
-use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::db;
 use crate::db::tokens::{LiveToken, Lookup};
+
+use bearer::parse_bearer;
+pub use bearer::{MISSING_TOKEN, hash_token, new_token};
+pub use failures::{failed_authentications, log_failure};
+pub use known::Known;
+pub use last_use::LastUse;
 
 /// An explicit permission. Code checks these, never role names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -244,62 +249,6 @@ pub async fn authenticate(
     known.remember(&principal, expiry.map(|e| e.at));
     Ok((principal, Credential { hash, expiry }))
 }
-
-/// What never changes about the tokens this process authenticated, by hash:
-/// the principal and the expiry (at most [`Known::CAPACITY`] tokens; when
-/// full it starts over). Whether a token is still live is never read from
-/// here for a request that reads or writes: the database says it in that
-/// request's first statement ([`authenticate`]).
-#[derive(Default)]
-pub struct Known {
-    tokens: Mutex<HashMap<TokenHash, KnownToken>>,
-}
-
-/// A token's principal and expiry.
-type KnownToken = (Principal, Option<DateTime<Utc>>);
-
-impl fmt::Debug for Known {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Known").field("tokens", &self.len()).finish()
-    }
-}
-
-impl Known {
-    /// Tokens kept before the memory starts over.
-    pub const CAPACITY: usize = 65_536;
-
-    fn get(&self, hash: &TokenHash) -> Option<KnownToken> {
-        self.tokens.lock().unwrap_or_else(|e| e.into_inner()).get(hash).cloned()
-    }
-
-    fn remember(&self, principal: &Principal, expires_at: Option<DateTime<Utc>>) {
-        let mut tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
-        if tokens.len() >= Self::CAPACITY {
-            tokens.clear();
-        }
-        tokens.insert(principal.token_hash, (principal.clone(), expires_at));
-    }
-
-    /// Forgets the token known by `hash` (the database refused it).
-    pub fn forget(&self, hash: &TokenHash) {
-        self.tokens.lock().unwrap_or_else(|e| e.into_inner()).remove(hash);
-    }
-
-    /// Forgets every token (a token was revoked, or notices were missed).
-    pub fn forget_all(&self) {
-        self.tokens.lock().unwrap_or_else(|e| e.into_inner()).clear();
-    }
-
-    /// Tokens known.
-    pub fn len(&self) -> usize {
-        self.tokens.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
 /// The principal of a live token, `None` when it is unknown, revoked or expired.
 pub async fn principal_of(db: &impl ConnectionTrait, hash: &TokenHash) -> Result<Option<Principal>, DbErr> {
     Ok(match db::tokens::authenticate(db, hash).await? {
@@ -327,99 +276,6 @@ pub fn expired(at: DateTime<Utc>) -> String {
         at.to_rfc3339_opts(SecondsFormat::Secs, true)
     )
 }
-
-/// Records tokens' last use (`api_tokens.last_used_at`) off the requests'
-/// path: a call that is due (the lookup found the last record older than a
-/// minute) is queued and nobody waits for it, and the process sends at
-/// most one a minute per token (a burst of requests of one token would
-/// otherwise each send one before the first commits). One sender at a time
-/// writes everything queued in one statement, so that a thousand tokens
-/// connecting at once (a fleet's reconnect) cost a few commits, not a
-/// thousand. The database keeps it to one write a minute across replicas
-/// (`ledger_token_touch`). One per [`crate::ledger::Ledger`].
-#[derive(Debug, Default)]
-pub struct LastUse {
-    /// When this process last sent a token's record.
-    sent: Arc<Mutex<HashMap<Uuid, Instant>>>,
-    /// Records due and not sent yet, and whether a sender is running.
-    queue: Arc<Mutex<Queued>>,
-}
-
-#[derive(Debug, Default)]
-struct Queued {
-    due: Vec<Uuid>,
-    sending: bool,
-}
-
-impl LastUse {
-    /// A token's use is recorded at most this often.
-    const EVERY: Duration = Duration::from_secs(60);
-    /// Tokens remembered before the ones sent over a minute ago are forgotten.
-    const REMEMBERED: usize = 4096;
-    /// Records per statement.
-    const BATCH: usize = 1000;
-
-    /// Records a use of `token` in the background, unless this process did
-    /// within the minute. A failure is logged: it costs only the record.
-    pub fn record(&self, db: &DatabaseConnection, token: Uuid) {
-        if !self.admit(token, Instant::now()) {
-            return;
-        }
-        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        queue.due.push(token);
-        if std::mem::replace(&mut queue.sending, true) {
-            return;
-        }
-        drop(queue);
-        let (db, sent, queue) = (db.clone(), self.sent.clone(), self.queue.clone());
-        tokio::spawn(async move {
-            loop {
-                let due: Vec<Uuid> = {
-                    let mut queue = queue.lock().unwrap_or_else(|e| e.into_inner());
-                    if queue.due.is_empty() {
-                        queue.sending = false;
-                        return;
-                    }
-                    let n = queue.due.len().min(Self::BATCH);
-                    queue.due.drain(..n).collect()
-                };
-                match db::tokens::touch_all(&db, due).await {
-                    // A busy row: the next request of that token tries again.
-                    Ok(touched) => {
-                        let mut sent = sent.lock().unwrap_or_else(|e| e.into_inner());
-                        touched.iter().filter(|(_, t)| t.is_none()).for_each(|(id, _)| _ = sent.remove(id));
-                    }
-                    Err(err) => tracing::warn!(error = %err, "cannot record the tokens' last use"),
-                }
-            }
-        });
-    }
-
-    fn admit(&self, token: Uuid, now: Instant) -> bool {
-        let mut sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
-        let recent = |at: &Instant| now.duration_since(*at) < Self::EVERY;
-        if sent.get(&token).is_some_and(recent) {
-            return false;
-        }
-        if sent.len() >= Self::REMEMBERED {
-            sent.retain(|_, at| recent(at));
-        }
-        sent.insert(token, now);
-        true
-    }
-}
-
-const TOKEN_PREFIX: &str = "wl_";
-
-/// A fresh secret and its hash. The secret is shown once and never stored.
-pub fn new_token() -> (String, TokenHash) {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    let secret = format!("{TOKEN_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes));
-    let hash = hash_token(&secret);
-    (secret, hash)
-}
-
 /// A principal of the process's own, for writes it makes as the operator
 /// (`work-ledger import`): every write acts as a token (SPEC §8), so this
 /// mints one (the secret is thrown away) that expires after `lifetime`;
@@ -437,110 +293,12 @@ pub async fn mint(
     Ok(Principal { token_id, token_hash, fleet: fleet.to_owned(), name: name.to_owned(), permissions })
 }
 
-pub fn hash_token(secret: &str) -> TokenHash {
-    Sha256::digest(secret.as_bytes()).into()
-}
-
-/// Extracts the secret from an `Authorization` header value
-/// (`Bearer <token>`, scheme case-insensitive).
-fn parse_bearer(header: Option<&str>) -> Result<&str, AuthError> {
-    let header = header.ok_or(AuthError::Unauthenticated(MISSING_TOKEN.into()))?;
-    let malformed = || AuthError::Unauthenticated(MALFORMED_TOKEN.into());
-    let (scheme, token) = header.trim().split_once(' ').ok_or_else(malformed)?;
-    let token = token.trim();
-    let well_formed = scheme.eq_ignore_ascii_case("bearer")
-        && token.starts_with(TOKEN_PREFIX)
-        && token.len() == TOKEN_PREFIX.len() + 43
-        && URL_SAFE_NO_PAD.decode(&token[TOKEN_PREFIX.len()..]).is_ok();
-    if well_formed { Ok(token) } else { Err(malformed()) }
-}
-
-pub const MISSING_TOKEN: &str = "missing token: send `Authorization: Bearer <token>`; an operator mints tokens with \
-    `work-ledger token create`. `GET /` (without a browser) serves a quick start";
-const MALFORMED_TOKEN: &str = "malformed Authorization header: expected `Bearer <token>` with a token minted by \
-    `work-ledger token create`. `GET /` (without a browser) serves a quick start";
 pub(crate) const UNKNOWN_TOKEN: &str =
     "unknown or revoked token: ask an operator for a valid one. `GET /` (without a browser) serves a quick start";
-
-/// Failed authentications since the process started.
-static FAILURES: AtomicU64 = AtomicU64::new(0);
-static FAILURE_LOG: LazyLock<Mutex<RateLimit>> = LazyLock::new(|| Mutex::new(RateLimit::new(Instant::now())));
-
-/// Counts a refused token and logs it with the client's address (`via`: the
-/// transport), at most [`RateLimit::BURST`] lines a minute: a client trying
-/// tokens cannot flood the log. The lines left out are counted in the next.
-pub fn log_failure(client: Option<SocketAddr>, via: &'static str, err: &AuthError) {
-    let AuthError::Unauthenticated(reason) = err else { return };
-    let total = FAILURES.fetch_add(1, Ordering::Relaxed) + 1;
-    let admitted = FAILURE_LOG.lock().unwrap_or_else(|e| e.into_inner()).admit(Instant::now());
-    if let Some(left_out) = admitted {
-        let client = client.map_or_else(|| "unknown".to_owned(), |a| a.to_string());
-        tracing::warn!(%client, via, %reason, total, left_out, "authentication failed");
-    }
-}
-
-/// Failed authentications counted by [`log_failure`] so far.
-pub fn failed_authentications() -> u64 {
-    FAILURES.load(Ordering::Relaxed)
-}
-
-/// At most `BURST` admissions per `WINDOW`.
-#[derive(Debug)]
-struct RateLimit {
-    window_start: Instant,
-    admitted: u32,
-    left_out: u64,
-}
-
-impl RateLimit {
-    const BURST: u32 = 10;
-    const WINDOW: Duration = Duration::from_secs(60);
-
-    fn new(now: Instant) -> Self {
-        Self { window_start: now, admitted: 0, left_out: 0 }
-    }
-
-    /// `Some(events left out before this one)` when this one may be logged.
-    fn admit(&mut self, now: Instant) -> Option<u64> {
-        if now.duration_since(self.window_start) >= Self::WINDOW {
-            self.window_start = now;
-            self.admitted = 0;
-        }
-        if self.admitted < Self::BURST {
-            self.admitted += 1;
-            Some(std::mem::take(&mut self.left_out))
-        } else {
-            self.left_out += 1;
-            None
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn failure_logging_is_bounded_and_counts_what_it_leaves_out() {
-        let start = Instant::now();
-        let mut limit = RateLimit::new(start);
-        let logged = (0..1000).filter(|_| limit.admit(start + Duration::from_secs(1)).is_some()).count();
-        assert_eq!(logged, RateLimit::BURST as usize);
-        // The next window's first line says how many were left out.
-        assert_eq!(limit.admit(start + RateLimit::WINDOW + Duration::from_secs(1)), Some(990));
-        assert_eq!(limit.admit(start + RateLimit::WINDOW + Duration::from_secs(2)), Some(0));
-    }
-
-    #[test]
-    fn a_token_s_last_use_is_sent_at_most_once_a_minute() {
-        let last_use = LastUse::default();
-        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
-        let start = Instant::now();
-        assert!(last_use.admit(a, start));
-        assert!(!last_use.admit(a, start + Duration::from_secs(59)), "a burst sends one");
-        assert!(last_use.admit(b, start + Duration::from_secs(1)), "each token its own");
-        assert!(last_use.admit(a, start + LastUse::EVERY), "and again after the minute");
-    }
 
     #[test]
     fn an_expiry_refusal_fits_a_websocket_close_reason() {
