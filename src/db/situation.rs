@@ -1,6 +1,7 @@
 //! SQL of `claimSituation`: what is left to claim in a fleet or one of its
 //! domains, counted over the claim path's own partial indexes (never a scan
-//! of the fleet's finished units; those are counted from the unit totals).
+//! of the fleet's finished units; those are counted from the unit totals,
+//! and only when nothing is left to claim).
 //!
 //! Each scope (fleet, or fleet and domain) has a statement text of its own
 //! rather than `($2 IS NULL OR domain = $2)`, which a generic plan could
@@ -25,10 +26,12 @@ pub struct SituationRow {
     pub earliest_lease_end: Option<DateTime<Utc>>,
     /// BLOCKED units (held or released), waiting for an answer.
     pub blocked: i64,
-    /// DONE units (disposed MIGRATED), from the unit totals.
-    pub done: i64,
-    /// Units with a disposition (DONE and ABANDONED), from the unit totals.
-    pub disposed: i64,
+    /// DONE units (disposed MIGRATED), from the unit totals; only when
+    /// nothing is left to claim (null otherwise: the totals' unfolded tail
+    /// is never read on a busy claimer's path).
+    pub done: Option<i64>,
+    /// Units with a disposition (DONE and ABANDONED), likewise.
+    pub disposed: Option<i64>,
 }
 
 /// READY units are counted on the claimable index of the scope (an
@@ -43,21 +46,28 @@ pub struct SituationRow {
 /// the unit totals (a projection: a few rows per domain), never read.
 fn statement(domain: bool) -> String {
     let (ready_domain, live_domain) = if domain { (" AND domain = $2", " WHERE domain = $2") } else { ("", "") };
+    let tail_domain = if domain { " WHERE t.domain = $2" } else { "" };
     format!(
         "WITH live AS MATERIALIZED (
              SELECT domain, state, lease_expires_at FROM work_units
               WHERE fleet = $1 AND state = ANY (ledger_held_states())),
-         finished AS (
-             SELECT coalesce(sum(units) FILTER (WHERE state = 'done'), 0)::bigint AS done,
-                    coalesce(sum(units) FILTER (WHERE disposition IS NOT NULL), 0)::bigint AS disposed
-               FROM v_unit_totals WHERE fleet = $1{ready_domain})
-         SELECT (SELECT count(*) FROM work_units WHERE fleet = $1 AND state = 'ready'{ready_domain}) AS ready,
+         ready AS MATERIALIZED (
+             SELECT count(*) AS n FROM work_units WHERE fleet = $1 AND state = 'ready'{ready_domain}),
+         finished AS MATERIALIZED (
+             SELECT coalesce(sum(t.units) FILTER (WHERE t.state = 'done'), 0)::bigint AS done,
+                    coalesce(sum(t.units) FILTER (WHERE t.disposition IS NOT NULL), 0)::bigint AS disposed
+               FROM (SELECT u.domain, u.state, u.disposition, u.units FROM unit_totals u WHERE u.fleet = $1
+                     UNION ALL
+                     SELECT u.domain, u.state, u.disposition, u.units FROM unit_totals_tail($1) u) t{tail_domain})
+         SELECT (SELECT n FROM ready) AS ready,
                 count(*) FILTER (WHERE state <> 'blocked' AND lease_expires_at < now()) AS stale,
                 count(*) FILTER (WHERE state <> 'blocked' AND lease_expires_at >= now()) AS leased,
                 min(lease_expires_at) FILTER (WHERE state <> 'blocked' AND lease_expires_at >= now())
                     AS earliest_lease_end,
                 count(*) FILTER (WHERE state = 'blocked') AS blocked,
-                (SELECT done FROM finished) AS done, (SELECT disposed FROM finished) AS disposed
+                CASE WHEN count(*) = 0 AND (SELECT n FROM ready) = 0 THEN (SELECT done FROM finished) END AS done,
+                CASE WHEN count(*) = 0 AND (SELECT n FROM ready) = 0 THEN (SELECT disposed FROM finished) END
+                    AS disposed
            FROM live{live_domain}"
     )
 }

@@ -31,13 +31,14 @@ pub struct ClaimSituation {
     /// finished (only VERIFIED units awaiting `dispose` and terminal ones are
     /// left) and claiming there is over until new units are registered. Stop.
     pub drained: bool,
-    /// DONE units (disposed MIGRATED). With `disposed`, what tells a
-    /// finished domain (drained, units disposed) from one where nothing was
-    /// ever registered (drained, both zero).
-    pub done: i64,
-    /// Units with a permanent disposition: DONE ones and ABANDONED ones
-    /// (DROPPED, DEFERRED or DEAD).
-    pub disposed: i64,
+    /// DONE units (disposed MIGRATED), when `drained` (null otherwise).
+    /// With `disposed`, what tells a finished domain (drained, units
+    /// disposed) from one where nothing was ever registered (drained, both
+    /// zero).
+    pub done: Option<i64>,
+    /// Units with a permanent disposition, DONE ones and ABANDONED ones
+    /// (DROPPED, DEFERRED or DEAD), when `drained` (null otherwise).
+    pub disposed: Option<i64>,
 }
 
 impl From<SituationRow> for ClaimSituation {

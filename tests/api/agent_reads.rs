@@ -124,7 +124,8 @@ async fn claim_situation_needs_ledger_read_and_a_valid_domain() {
 /// A late agent tells a finished domain from one never seeded (issue 56):
 /// `queueDepth` lists every domain with units, finished ones too, with their
 /// `done` and `disposed` counts, with or without a domain named; a drained
-/// claim carries the same counts; an unknown domain has no row and zeros.
+/// claim carries the same counts (a busy one none); an unknown domain has
+/// no row and zeros.
 #[tokio::test]
 async fn a_finished_domain_is_listed_with_its_done_and_disposed_counts() {
     let app = spawn_app().await;
@@ -172,6 +173,10 @@ async fn a_finished_domain_is_listed_with_its_done_and_disposed_counts() {
     );
     let situation = agent.run("{ s: claimSituation(domain: \"done-dom\") { drained done disposed } }", json!({})).await;
     assert_eq!(situation.data()["s"], json!({ "drained": true, "done": 1, "disposed": 3 }));
+    // A domain with work left is not drained, and its finished units are
+    // not counted on the claimer's path.
+    let busy = agent.run("{ s: claimSituation(domain: \"open-dom\") { drained done disposed } }", json!({})).await;
+    assert_eq!(busy.data()["s"], json!({ "drained": false, "done": null, "disposed": null }));
 
     // Another fleet does not learn that the domain exists.
     let outsider = Agent::new(&app, "g", "reader", Role::Reader).await;
