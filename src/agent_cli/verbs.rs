@@ -10,8 +10,8 @@ use clap::error::ErrorKind;
 use clap::{Arg, ArgAction, ArgMatches, Command, FromArgMatches, Subcommand};
 use serde_json::{Map, Value, json};
 
-use crate::contract::shape::{self, Arg as FieldArg};
 use crate::contract::{CLI_FILLS, OPERATIONS, Operation, Surface, kebab};
+use crate::graphql::shape::{self, Arg as FieldArg};
 
 /// Flags every verb has already (the connection): a field argument never
 /// takes their names.

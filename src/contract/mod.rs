@@ -3,7 +3,7 @@
 //! their types, documentation and validation, and the ledger call behind
 //! it), and bound here, one row each, to its MCP tool and its agent CLI verb.
 //! The tool's input schema, its description and the GraphQL document it
-//! sends are derived from the schema ([`shape`]); the CLI's flags likewise.
+//! sends are derived from the schema ([`crate::graphql::shape`]); the CLI's flags likewise.
 //! Every surface therefore runs the same resolver through the same executor:
 //! one authentication, one set of per-operation metrics and spans, one error
 //! envelope ([`envelope`]), one rendering of a unit ([`UNIT`]).
@@ -11,7 +11,6 @@
 //! Adding an operation: `CONTRIBUTING.md`.
 
 pub mod envelope;
-pub mod shape;
 
 use crate::auth::{Permission, Principal};
 use crate::ledger::state_machine::{ACTIONS, Action, HOLDER_LOOP};
@@ -254,7 +253,7 @@ impl Operation {
         self.selection.replace("$UNIT", UNIT).replace("SURFACE", surface.api_name())
     }
 
-    fn binding(&self, surface: Surface) -> Option<&'static str> {
+    pub(crate) fn binding(&self, surface: Surface) -> Option<&'static str> {
         match surface {
             Surface::Graphql => Some(self.field),
             Surface::Mcp => self.tool,

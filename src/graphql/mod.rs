@@ -17,6 +17,7 @@ pub mod request_errors;
 mod roster;
 mod rows;
 mod selection_order;
+pub mod shape;
 mod shared_reads;
 mod stalls;
 mod subscription;

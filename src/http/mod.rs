@@ -1,11 +1,12 @@
 //! The HTTP surface: `POST /graphql` ([`graphql`]), `GET /graphql/ws`
-//! (subscriptions, [`ws`]), GraphiQL on `/` ([`graphiql`]), health and
-//! readiness, and `GET /metrics` on a listener of its own ([`metrics`]); the
-//! one authentication of every surface ([`authentication`]); what `serve`
-//! configures ([`config`]). `Application::build` binds (port 0 in tests) and
-//! returns before serving, so callers learn the address first; `run_until`
-//! serves HTTP and runs the live subsystem's background tasks (listener,
-//! sweeper) beside it, all stopped by the same signal.
+//! (subscriptions, [`ws`]), `/mcp` behind the same checks ([`mcp`]),
+//! GraphiQL on `/` ([`graphiql`]), health and readiness, and `GET /metrics`
+//! on a listener of its own ([`metrics`]); the one authentication of every
+//! surface ([`authentication`]); what `serve` configures ([`config`]).
+//! `Application::build` binds (port 0 in tests) and returns before serving,
+//! so callers learn the address first; `run_until` serves HTTP and runs the
+//! live subsystem's background tasks (listener, sweeper) beside it, all
+//! stopped by the same signal.
 
 mod authentication;
 mod body;
@@ -13,6 +14,7 @@ mod config;
 pub mod graphiql;
 mod graphql;
 pub mod listener;
+mod mcp;
 mod metrics;
 pub mod quickstart;
 pub mod surface;
@@ -127,7 +129,7 @@ impl Application {
             policy: policy.clone(),
         };
         // Origin first (a foreign page learns nothing), then the token, then the body.
-        let mcp = crate::mcp::routes(state.schema.clone(), ledger.clone(), live.stop_token(), config.http)
+        let mcp = mcp::routes(state.schema.clone(), ledger.clone(), live.stop_token(), config.http)
             .route_layer(middleware::from_fn_with_state(policy.clone(), surface::check_mcp_origin));
         let router = Router::new()
             .merge(graphiql::routes())

@@ -1,6 +1,7 @@
 //! `/mcp`: the ledger for agents that speak the Model Context Protocol
 //! (streamable HTTP transport, stateless, JSON responses), authenticated by
-//! the same bearer token as `/graphql`.
+//! the same bearer token as `/graphql` (the server's layers in front of it:
+//! `http::mcp`).
 //!
 //! One tool per operation of the contract ([`crate::contract`]): its name,
 //! description and input schema are derived from the GraphQL field it is
@@ -12,16 +13,11 @@
 //! shows only the tools the token's permissions allow. What the transport
 //! refuses is a JSON-RPC error ([`rpc_errors`]).
 
-mod rpc_errors;
+pub(crate) mod rpc_errors;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{Method, header};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, JsonObject, ListToolsResult,
     PaginatedRequestParams, ServerCapabilities, ServerConfig as McpServerConfig, Tool,
@@ -36,8 +32,7 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::Principal;
 use crate::contract::{self, Surface, envelope};
 use crate::graphql::{LedgerSchema, error_object};
-use crate::http::HttpConfig;
-use crate::ledger::{Ledger, LedgerError};
+use crate::ledger::LedgerError;
 
 /// The server's instructions: how the loop goes, with the holder's loop of
 /// the state machine ([`contract::holder_loop`]) in tool names.
@@ -61,13 +56,11 @@ answer, call again with the same arguments and the same key: a write that did la
     )
 }
 
-/// The `/mcp` routes over `ledger`, stopped by `stop`. Their layers run
-/// only for `/mcp` (other paths get the server's 404, unauthenticated):
-/// the bearer token, then the body read whole within `http`'s body-read
-/// timeout and SPEC §9's size (rmcp reads bodies with no time limit) and
-/// refused in JSON-RPC unless it is one message. The `Host` and `Origin`
-/// checks are the server's ([`crate::http::surface`]).
-pub fn routes(schema: LedgerSchema, ledger: Ledger, stop: CancellationToken, http: HttpConfig) -> Router {
+/// The `/mcp` route: the MCP service over `schema` (streamable HTTP,
+/// stateless, JSON responses), stopped by `stop`. The server puts its HTTP
+/// layers in front of it (the bearer token, the body read whole, the `Host`
+/// and `Origin` checks).
+pub fn routes(schema: LedgerSchema, stop: CancellationToken) -> Router {
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
@@ -79,57 +72,7 @@ pub fn routes(schema: LedgerSchema, ledger: Ledger, stop: CancellationToken, htt
     let tools = LedgerTools { schema };
     let service =
         StreamableHttpService::new(move || Ok(tools.clone()), Arc::new(NeverSessionManager::default()), config);
-    Router::new()
-        .route_service("/mcp", service)
-        .route_layer(middleware::from_fn_with_state(http, read_whole_body))
-        .route_layer(middleware::from_fn_with_state(ledger, authenticate))
-}
-
-/// Bearer authentication in front of the MCP service: 401 without a valid
-/// token (logged and counted like every surface's), otherwise the principal
-/// rides in the request's extensions (rmcp hands the HTTP request parts to
-/// the tools).
-async fn authenticate(State(ledger): State<Ledger>, mut request: Request, next: Next) -> Response {
-    let header = request.headers().get(header::AUTHORIZATION).map(|v| v.to_str().unwrap_or(""));
-    let client = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
-    match crate::http::authenticate_token(&ledger, header, client, "mcp").await {
-        Ok((principal, _)) => {
-            request.extensions_mut().insert(principal);
-            next.run(request).await
-        }
-        Err(err) => refusal(crate::http::auth_status(&err), err),
-    }
-}
-
-/// The request with its body read whole: 408 when it does not arrive within
-/// the body-read timeout, 413 past the size limit; a JSON POST that is not
-/// one JSON-RPC message is refused in JSON-RPC, and so is what rmcp refuses.
-async fn read_whole_body(State(http): State<HttpConfig>, request: Request, next: Next) -> Response {
-    let (parts, body) = request.into_parts();
-    let bytes = match crate::http::read_body(body, http.body_read_timeout).await {
-        Ok(bytes) => bytes,
-        Err(err) => return refusal(err.status(), err.into_ledger_error()),
-    };
-    // rmcp checks the media types first; its refusals of them are rewritten below.
-    if parts.method == Method::POST
-        && crate::http::is_json(&parts.headers)
-        && let Some(refused) = rpc_errors::refuse_body(&bytes)
-    {
-        return refused;
-    }
-    let answer = next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await;
-    rpc_errors::in_json_rpc(answer).await
-}
-
-/// An HTTP refusal before the MCP service: the body `/graphql` sends for
-/// the same refusal (`{"errors": [<error object>]}`).
-fn refusal(status: axum::http::StatusCode, err: LedgerError) -> Response {
-    let body = crate::graphql::error_body(err);
-    let mut response = (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response();
-    if status == axum::http::StatusCode::UNAUTHORIZED {
-        response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
-    }
-    response
+    Router::new().route_service("/mcp", service)
 }
 
 #[derive(Clone)]

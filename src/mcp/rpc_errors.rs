@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 /// surrogate), -32600 for a batch (JSON-RPC batching left MCP in
 /// 2025-06-18) or any other JSON that is not a JSON-RPC message. `None`
 /// when it is one.
-pub(super) fn refuse_body(body: &[u8]) -> Option<Response> {
+pub(crate) fn refuse_body(body: &[u8]) -> Option<Response> {
     if serde_json::from_slice::<ClientJsonRpcMessage>(body).is_ok() {
         return None;
     }
@@ -41,7 +41,7 @@ pub(super) fn refuse_body(body: &[u8]) -> Option<Response> {
 /// rmcp's own answer, a plain-text refusal (406, 415, 405, ...) rewritten as
 /// a JSON-RPC error with the same status and headers: its text as the
 /// message, or for a server error a fixed one (the text is logged).
-pub(super) async fn in_json_rpc(response: Response) -> Response {
+pub(crate) async fn in_json_rpc(response: Response) -> Response {
     let status = response.status();
     let json =
         response.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/json"));

@@ -2,7 +2,10 @@
 //! GraphQL field: the arguments (name, type, documentation, required), the
 //! tool's input JSON Schema, and the GraphQL document a call sends. Read from
 //! the schema's own SDL, so a change to a resolver is a change to every
-//! surface.
+//! surface. It lives with the schema it reads rather than in the contract
+//! whose rows it shapes: `legalActions` speaks through the contract
+//! ([`crate::contract::render_action`]), so the contract stays below the
+//! schema.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -10,7 +13,7 @@ use std::sync::OnceLock;
 use async_graphql::parser::types::{BaseType, Type, TypeKind, TypeSystemDefinition};
 use serde_json::{Map, Value, json};
 
-use super::{Operation, Root, Surface};
+use crate::contract::{OPERATIONS, Operation, Root, Surface};
 use crate::ledger::LedgerError;
 
 /// One argument of a field.
@@ -40,7 +43,7 @@ struct Shapes {
 
 fn shapes() -> &'static Shapes {
     static SHAPES: OnceLock<Shapes> = OnceLock::new();
-    SHAPES.get_or_init(|| read(&crate::graphql::sdl()))
+    SHAPES.get_or_init(|| read(&super::sdl()))
 }
 
 fn read(sdl: &str) -> Shapes {
@@ -219,7 +222,7 @@ impl Operation {
 
 /// `text` (a field's documentation) as a caller of `surface` reads it. The
 /// response's extensions are fields of the result on MCP and the CLI
-/// ([`super::envelope::result`]): "the response's `extensions.claim`" is
+/// ([`crate::contract::envelope::result`]): "the response's `extensions.claim`" is
 /// "the result" there and `extensions.claim.outcome` is `outcome`. A field
 /// named in backquotes is its tool or verb when it has exactly one.
 fn in_words_of(text: &str, surface: Surface) -> String {
@@ -256,7 +259,7 @@ fn in_words_of(text: &str, surface: Surface) -> String {
 
 /// The tool or verb of a root field that has exactly one on `surface`.
 fn surface_name(field: &str, surface: Surface) -> Option<&'static str> {
-    let mut bound = super::OPERATIONS.iter().filter(|op| op.field == field).filter_map(|op| op.binding(surface));
+    let mut bound = OPERATIONS.iter().filter(|op| op.field == field).filter_map(|op| op.binding(surface));
     let first = bound.next()?;
     bound.all(|other| other == first).then_some(first)
 }
@@ -292,7 +295,6 @@ impl Arg {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::contract::OPERATIONS;
 
     #[test]
     fn every_binding_names_a_field_and_its_presets_are_arguments() {
