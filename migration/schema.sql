@@ -944,6 +944,155 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.ledger_compact() RETURNS bigint
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    AS $$
+    SELECT ledger_compact_totals() + ledger_compact_cost_days() + ledger_compact_event_days()
+         + ledger_compact_disposal_weeks() + ledger_compact_disposal_fleet_days() + ledger_compact_cycle_weeks()
+$$;
+
+COMMENT ON FUNCTION public.ledger_compact() IS 'callers: app';
+
+CREATE FUNCTION public.ledger_compact_cost_days() RETURNS bigint
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    AS $$
+    WITH moved AS (SELECT DISTINCT fleet, day, domain, state, disposition, prior_day FROM cost_days WHERE NOT folded),
+         gone AS (
+             DELETE FROM cost_days t USING moved m
+              WHERE t.fleet = m.fleet AND t.day = m.day AND t.domain = m.domain AND t.state = m.state
+                AND coalesce(t.disposition::text, '') = coalesce(m.disposition::text, '')
+                AND coalesce(t.prior_day, '-infinity') = coalesce(m.prior_day, '-infinity')
+             RETURNING t.*),
+         kept AS (
+             INSERT INTO cost_days (fleet, day, domain, state, disposition, prior_day, units, cost_cents, folded)
+             SELECT fleet, day, domain, state, disposition, prior_day, sum(units), sum(cost_cents), true
+               FROM gone GROUP BY 1, 2, 3, 4, 5, 6
+             HAVING sum(units) <> 0 OR sum(cost_cents) <> 0
+             RETURNING 1),
+         moved_agents AS (SELECT DISTINCT fleet, day, agent_id, domain, prior_day FROM agent_cost_days WHERE NOT folded),
+         gone_agents AS (
+             DELETE FROM agent_cost_days t USING moved_agents m
+              WHERE t.fleet = m.fleet AND t.day = m.day AND t.agent_id = m.agent_id AND t.domain = m.domain
+                AND coalesce(t.prior_day, '-infinity') = coalesce(m.prior_day, '-infinity')
+             RETURNING t.*),
+         kept_agents AS (
+             INSERT INTO agent_cost_days (fleet, day, agent_id, domain, prior_day, units, cost_cents, folded)
+             SELECT fleet, day, agent_id, domain, prior_day, sum(units), sum(cost_cents), true
+               FROM gone_agents GROUP BY 1, 2, 3, 4, 5
+             HAVING sum(units) <> 0 OR sum(cost_cents) <> 0
+             RETURNING 1)
+    SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM gone_agents)
+$$;
+
+COMMENT ON FUNCTION public.ledger_compact_cost_days() IS 'callers: app';
+
+CREATE FUNCTION public.ledger_compact_cycle_weeks() RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    AS $$
+DECLARE
+    ended date := date_trunc('week', (((now() - interval '1 hour') AT TIME ZONE 'UTC')::date)::timestamp)::date;
+    kept bigint;
+BEGIN
+    -- Fleets without a mark, looked for only when a mark is due (a new
+    -- fleet's weeks are read from the rows until then).
+    IF NOT EXISTS (SELECT 1 FROM cycle_weeks_until) OR EXISTS (SELECT 1 FROM cycle_weeks_until WHERE until < ended) THEN
+        INSERT INTO cycle_weeks_until (fleet, until)
+        SELECT DISTINCT d.fleet, '-infinity'::date FROM disposal_days d
+         WHERE NOT EXISTS (SELECT 1 FROM cycle_weeks_until m WHERE m.fleet = d.fleet)
+        ON CONFLICT DO NOTHING;
+    END IF;
+    PERFORM 1 FROM cycle_weeks_until WHERE until < ended ORDER BY fleet FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    WITH due AS (SELECT fleet, until FROM cycle_weeks_until WHERE until < ended),
+         fresh AS (
+             INSERT INTO cycle_weeks (fleet, week, units, median_seconds, p90_seconds)
+             SELECT r.fleet, (r.week AT TIME ZONE 'UTC')::date, r.units, r.median_seconds, r.p90_seconds
+               FROM cycle_time_by_rows((SELECT min(until) FROM due)::timestamp AT TIME ZONE 'UTC',
+                                       ended::timestamp AT TIME ZONE 'UTC') r
+               JOIN due d ON d.fleet = r.fleet AND (r.week AT TIME ZONE 'UTC')::date >= d.until
+             ON CONFLICT (fleet, week) DO UPDATE SET units = excluded.units, median_seconds = excluded.median_seconds,
+                                                     p90_seconds = excluded.p90_seconds
+             RETURNING 1)
+    SELECT count(*) INTO kept FROM fresh;
+    UPDATE cycle_weeks_until SET until = ended WHERE until < ended;
+    RETURN kept;
+END
+$$;
+
+COMMENT ON FUNCTION public.ledger_compact_cycle_weeks() IS 'callers: app';
+
+CREATE FUNCTION public.ledger_compact_disposal_fleet_days() RETURNS bigint
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    AS $$
+    WITH moved AS (SELECT DISTINCT fleet, day, disposition FROM disposal_fleet_days WHERE NOT folded),
+         gone AS (
+             DELETE FROM disposal_fleet_days t USING moved m
+              WHERE t.fleet = m.fleet AND t.disposition = m.disposition
+                AND coalesce(t.day, '-infinity') = coalesce(m.day, '-infinity')
+             RETURNING t.*),
+         kept AS (
+             INSERT INTO disposal_fleet_days (fleet, day, disposition, units, cost_cents, reworked, verified_units,
+                                              verified_cost_cents, folded)
+             SELECT fleet, day, disposition, sum(units), sum(cost_cents), sum(reworked), sum(verified_units),
+                    sum(verified_cost_cents), true
+               FROM gone GROUP BY 1, 2, 3
+             HAVING sum(units) <> 0 OR sum(cost_cents) <> 0 OR sum(reworked) <> 0 OR sum(verified_units) <> 0
+                 OR sum(verified_cost_cents) <> 0
+             RETURNING 1)
+    SELECT count(*) FROM gone
+$$;
+
+COMMENT ON FUNCTION public.ledger_compact_disposal_fleet_days() IS 'callers: app';
+
+CREATE FUNCTION public.ledger_compact_disposal_weeks() RETURNS bigint
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    AS $$
+    WITH moved AS (SELECT DISTINCT fleet, week, domain, disposition FROM disposal_weeks WHERE NOT folded),
+         gone AS (
+             DELETE FROM disposal_weeks t USING moved m
+              WHERE t.fleet = m.fleet AND t.domain = m.domain AND t.disposition = m.disposition
+                AND coalesce(t.week, '-infinity') = coalesce(m.week, '-infinity')
+             RETURNING t.*),
+         kept AS (
+             INSERT INTO disposal_weeks (fleet, week, domain, disposition, units, cost_cents, reworked, verified_units,
+                                         verified_cost_cents, folded)
+             SELECT fleet, week, domain, disposition, sum(units), sum(cost_cents), sum(reworked), sum(verified_units),
+                    sum(verified_cost_cents), true
+               FROM gone GROUP BY 1, 2, 3, 4
+             HAVING sum(units) <> 0 OR sum(cost_cents) <> 0 OR sum(reworked) <> 0 OR sum(verified_units) <> 0
+                 OR sum(verified_cost_cents) <> 0
+             RETURNING 1)
+    SELECT count(*) FROM gone
+$$;
+
+COMMENT ON FUNCTION public.ledger_compact_disposal_weeks() IS 'callers: app';
+
+CREATE FUNCTION public.ledger_compact_event_days() RETURNS bigint
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    AS $$
+    WITH moved AS (SELECT DISTINCT fleet, day, event_type FROM event_days WHERE NOT folded),
+         gone AS (
+             DELETE FROM event_days t USING moved m
+              WHERE t.fleet = m.fleet AND t.day = m.day AND t.event_type = m.event_type
+             RETURNING t.*),
+         kept AS (
+             INSERT INTO event_days (fleet, day, event_type, events, folded)
+             SELECT fleet, day, event_type, sum(events), true FROM gone GROUP BY 1, 2, 3
+             HAVING sum(events) <> 0
+             RETURNING 1)
+    SELECT count(*) FROM gone
+$$;
+
+COMMENT ON FUNCTION public.ledger_compact_event_days() IS 'callers: app';
+
 CREATE FUNCTION public.ledger_compact_totals() RETURNS bigint
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
@@ -1084,155 +1233,6 @@ BEGIN
     RETURN QUERY SELECT 'ok'::text, w, '{}'::jsonb;
 END
 $$;
-
-CREATE FUNCTION public.ledger_fold_cost_days() RETURNS bigint
-    LANGUAGE sql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
-    AS $$
-    WITH moved AS (SELECT DISTINCT fleet, day, domain, state, disposition, prior_day FROM cost_days WHERE NOT folded),
-         gone AS (
-             DELETE FROM cost_days t USING moved m
-              WHERE t.fleet = m.fleet AND t.day = m.day AND t.domain = m.domain AND t.state = m.state
-                AND coalesce(t.disposition::text, '') = coalesce(m.disposition::text, '')
-                AND coalesce(t.prior_day, '-infinity') = coalesce(m.prior_day, '-infinity')
-             RETURNING t.*),
-         kept AS (
-             INSERT INTO cost_days (fleet, day, domain, state, disposition, prior_day, units, cost_cents, folded)
-             SELECT fleet, day, domain, state, disposition, prior_day, sum(units), sum(cost_cents), true
-               FROM gone GROUP BY 1, 2, 3, 4, 5, 6
-             HAVING sum(units) <> 0 OR sum(cost_cents) <> 0
-             RETURNING 1),
-         moved_agents AS (SELECT DISTINCT fleet, day, agent_id, domain, prior_day FROM agent_cost_days WHERE NOT folded),
-         gone_agents AS (
-             DELETE FROM agent_cost_days t USING moved_agents m
-              WHERE t.fleet = m.fleet AND t.day = m.day AND t.agent_id = m.agent_id AND t.domain = m.domain
-                AND coalesce(t.prior_day, '-infinity') = coalesce(m.prior_day, '-infinity')
-             RETURNING t.*),
-         kept_agents AS (
-             INSERT INTO agent_cost_days (fleet, day, agent_id, domain, prior_day, units, cost_cents, folded)
-             SELECT fleet, day, agent_id, domain, prior_day, sum(units), sum(cost_cents), true
-               FROM gone_agents GROUP BY 1, 2, 3, 4, 5
-             HAVING sum(units) <> 0 OR sum(cost_cents) <> 0
-             RETURNING 1)
-    SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM gone_agents)
-$$;
-
-COMMENT ON FUNCTION public.ledger_fold_cost_days() IS 'callers: app';
-
-CREATE FUNCTION public.ledger_fold_cycle_weeks() RETURNS bigint
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
-    AS $$
-DECLARE
-    ended date := date_trunc('week', (((now() - interval '1 hour') AT TIME ZONE 'UTC')::date)::timestamp)::date;
-    kept bigint;
-BEGIN
-    -- Fleets without a mark, looked for only when a mark is due (a new
-    -- fleet's weeks are read from the rows until then).
-    IF NOT EXISTS (SELECT 1 FROM cycle_weeks_until) OR EXISTS (SELECT 1 FROM cycle_weeks_until WHERE until < ended) THEN
-        INSERT INTO cycle_weeks_until (fleet, until)
-        SELECT DISTINCT d.fleet, '-infinity'::date FROM disposal_days d
-         WHERE NOT EXISTS (SELECT 1 FROM cycle_weeks_until m WHERE m.fleet = d.fleet)
-        ON CONFLICT DO NOTHING;
-    END IF;
-    PERFORM 1 FROM cycle_weeks_until WHERE until < ended ORDER BY fleet FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN 0;
-    END IF;
-    WITH due AS (SELECT fleet, until FROM cycle_weeks_until WHERE until < ended),
-         fresh AS (
-             INSERT INTO cycle_weeks (fleet, week, units, median_seconds, p90_seconds)
-             SELECT r.fleet, (r.week AT TIME ZONE 'UTC')::date, r.units, r.median_seconds, r.p90_seconds
-               FROM cycle_time_by_rows((SELECT min(until) FROM due)::timestamp AT TIME ZONE 'UTC',
-                                       ended::timestamp AT TIME ZONE 'UTC') r
-               JOIN due d ON d.fleet = r.fleet AND (r.week AT TIME ZONE 'UTC')::date >= d.until
-             ON CONFLICT (fleet, week) DO UPDATE SET units = excluded.units, median_seconds = excluded.median_seconds,
-                                                     p90_seconds = excluded.p90_seconds
-             RETURNING 1)
-    SELECT count(*) INTO kept FROM fresh;
-    UPDATE cycle_weeks_until SET until = ended WHERE until < ended;
-    RETURN kept;
-END
-$$;
-
-COMMENT ON FUNCTION public.ledger_fold_cycle_weeks() IS 'callers: app';
-
-CREATE FUNCTION public.ledger_fold_disposal_fleet_days() RETURNS bigint
-    LANGUAGE sql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
-    AS $$
-    WITH moved AS (SELECT DISTINCT fleet, day, disposition FROM disposal_fleet_days WHERE NOT folded),
-         gone AS (
-             DELETE FROM disposal_fleet_days t USING moved m
-              WHERE t.fleet = m.fleet AND t.disposition = m.disposition
-                AND coalesce(t.day, '-infinity') = coalesce(m.day, '-infinity')
-             RETURNING t.*),
-         kept AS (
-             INSERT INTO disposal_fleet_days (fleet, day, disposition, units, cost_cents, reworked, verified_units,
-                                              verified_cost_cents, folded)
-             SELECT fleet, day, disposition, sum(units), sum(cost_cents), sum(reworked), sum(verified_units),
-                    sum(verified_cost_cents), true
-               FROM gone GROUP BY 1, 2, 3
-             HAVING sum(units) <> 0 OR sum(cost_cents) <> 0 OR sum(reworked) <> 0 OR sum(verified_units) <> 0
-                 OR sum(verified_cost_cents) <> 0
-             RETURNING 1)
-    SELECT count(*) FROM gone
-$$;
-
-COMMENT ON FUNCTION public.ledger_fold_disposal_fleet_days() IS 'callers: app';
-
-CREATE FUNCTION public.ledger_fold_disposal_weeks() RETURNS bigint
-    LANGUAGE sql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
-    AS $$
-    WITH moved AS (SELECT DISTINCT fleet, week, domain, disposition FROM disposal_weeks WHERE NOT folded),
-         gone AS (
-             DELETE FROM disposal_weeks t USING moved m
-              WHERE t.fleet = m.fleet AND t.domain = m.domain AND t.disposition = m.disposition
-                AND coalesce(t.week, '-infinity') = coalesce(m.week, '-infinity')
-             RETURNING t.*),
-         kept AS (
-             INSERT INTO disposal_weeks (fleet, week, domain, disposition, units, cost_cents, reworked, verified_units,
-                                         verified_cost_cents, folded)
-             SELECT fleet, week, domain, disposition, sum(units), sum(cost_cents), sum(reworked), sum(verified_units),
-                    sum(verified_cost_cents), true
-               FROM gone GROUP BY 1, 2, 3, 4
-             HAVING sum(units) <> 0 OR sum(cost_cents) <> 0 OR sum(reworked) <> 0 OR sum(verified_units) <> 0
-                 OR sum(verified_cost_cents) <> 0
-             RETURNING 1)
-    SELECT count(*) FROM gone
-$$;
-
-COMMENT ON FUNCTION public.ledger_fold_disposal_weeks() IS 'callers: app';
-
-CREATE FUNCTION public.ledger_fold_event_days() RETURNS bigint
-    LANGUAGE sql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
-    AS $$
-    WITH moved AS (SELECT DISTINCT fleet, day, event_type FROM event_days WHERE NOT folded),
-         gone AS (
-             DELETE FROM event_days t USING moved m
-              WHERE t.fleet = m.fleet AND t.day = m.day AND t.event_type = m.event_type
-             RETURNING t.*),
-         kept AS (
-             INSERT INTO event_days (fleet, day, event_type, events, folded)
-             SELECT fleet, day, event_type, sum(events), true FROM gone GROUP BY 1, 2, 3
-             HAVING sum(events) <> 0
-             RETURNING 1)
-    SELECT count(*) FROM gone
-$$;
-
-COMMENT ON FUNCTION public.ledger_fold_event_days() IS 'callers: app';
-
-CREATE FUNCTION public.ledger_fold_totals() RETURNS bigint
-    LANGUAGE sql
-    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
-    AS $$
-    SELECT ledger_compact_totals() + ledger_fold_cost_days() + ledger_fold_event_days()
-         + ledger_fold_disposal_weeks() + ledger_fold_disposal_fleet_days() + ledger_fold_cycle_weeks()
-$$;
-
-COMMENT ON FUNCTION public.ledger_fold_totals() IS 'callers: app';
 
 CREATE FUNCTION public.ledger_from(p_action text, p_actors text[] DEFAULT NULL::text[], p_disposition public.disposition DEFAULT NULL::public.disposition) RETURNS public.work_state[]
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
@@ -2426,7 +2426,7 @@ DECLARE
     waiting boolean;
 BEGIN
     -- Under REPEATABLE READ or SERIALIZABLE the rows would be read in a
-    -- snapshot that may predate the watermark (0004).
+    -- snapshot that may predate the watermark.
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'live_events_below() needs READ COMMITTED, not %',
             current_setting('transaction_isolation') USING ERRCODE = 'WL010';

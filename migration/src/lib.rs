@@ -70,6 +70,34 @@ impl MigratorTrait for Migrator {
 const PRE_BASELINE_FIRST: &str = "m20261130_000001_ledger";
 const PRE_BASELINE_LAST: &str = "m20261216_000043_projections";
 
+/// The code of a pre-baseline database dropped for this build's to replace
+/// it: its views, and its functions but those a column default, a CHECK or
+/// an index uses (`rules.sql` replaces them in place).
+const ADOPT: &str = "DO $$
+DECLARE
+    drops text[];
+    d text;
+BEGIN
+    -- The statements first, by name: a view or a function dropped by an
+    -- earlier CASCADE is skipped (IF EXISTS) rather than named by its oid.
+    SELECT array_agg(format('DROP VIEW IF EXISTS %I CASCADE', c.relname)) INTO drops FROM pg_class c
+     WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'v';
+    SELECT drops || array_agg(format('DROP FUNCTION IF EXISTS %s CASCADE', p.oid::regprocedure)) INTO drops
+      FROM pg_proc p
+     WHERE p.pronamespace = 'public'::regnamespace AND p.prokind = 'f'
+       AND NOT EXISTS (SELECT 1 FROM pg_depend d
+                        WHERE d.refclassid = 'pg_proc'::regclass AND d.refobjid = p.oid
+                          AND (d.classid IN ('pg_attrdef'::regclass, 'pg_constraint'::regclass)
+                               OR (d.classid = 'pg_class'::regclass
+                                   AND EXISTS (SELECT 1 FROM pg_index i WHERE i.indexrelid = d.objid))));
+    FOREACH d IN ARRAY coalesce(drops, '{}') LOOP
+        EXECUTE d;
+    END LOOP;
+END
+$$;
+DELETE FROM schema_repeatable;
+DELETE FROM seaql_migrations;";
+
 /// How to move the data of a database made before the baseline.
 const MOVE_DATA: &str = "move its data: `work-ledger backup --out ledger.dump`, create an empty database, then \
                          `work-ledger restore ledger.dump` with DATABASE_URL naming it";
@@ -152,10 +180,11 @@ async fn strings<const N: usize>(
 /// before the baseline ([`PRE_BASELINE_LAST`]) a baseline database: its
 /// tables, types and indexes are the baseline's already (the baseline was
 /// folded from that schema), so it records the baseline as applied and
-/// drops the one function the baseline no longer has; `migrate` then
-/// applies every repeatable file and the grants. Refuses a database at an
-/// earlier development schema. Returns false, changing nothing, for a
-/// database that is not pre-baseline.
+/// drops every view and every function the tables do not use (with the
+/// triggers and policies that call them): `migrate` then applies every
+/// repeatable file and the grants, so the code is exactly this build's.
+/// Refuses a database at an earlier development schema. Returns false,
+/// changing nothing, for a database that is not pre-baseline.
 pub async fn adopt_pre_baseline(db: &DatabaseConnection) -> Result<bool, DbErr> {
     if !table_exists(db, "seaql_migrations").await? {
         return Ok(false);
@@ -173,11 +202,7 @@ pub async fn adopt_pre_baseline(db: &DatabaseConnection) -> Result<bool, DbErr> 
     }
     let baseline = Migrator::migrations().first().map(|m| m.name().to_owned()).unwrap_or_default();
     let tx = db.begin().await?;
-    tx.execute_unprepared(
-        "DROP FUNCTION IF EXISTS work_unit_events_tx_id() CASCADE;
-         DELETE FROM seaql_migrations;",
-    )
-    .await?;
+    tx.execute_unprepared(ADOPT).await?;
     tx.execute_raw(Statement::from_sql_and_values(
         db.get_database_backend(),
         "INSERT INTO seaql_migrations (version, applied_at) VALUES ($1, extract(epoch FROM now())::bigint)",

@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 
 /// The one rule for fleet names, on every command that takes `--fleet`
-/// (the `CHECK` of `api_tokens.fleet` in migration 0001 says the same): 1 to
+/// (the `CHECK` of `api_tokens.fleet` in the baseline says the same): 1 to
 /// 63 ASCII letters, digits, `.`, `_` and `-`, starting with a letter or digit.
 /// A name a token cannot have names a fleet nobody can reach.
 pub fn fleet_name(text: &str) -> Result<String, String> {

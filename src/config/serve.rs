@@ -39,7 +39,7 @@ pub struct ServeArgs {
     pub surface: SurfaceArgs,
 }
 
-/// `--notify` (SPEC §6, migration 0010).
+/// `--notify` (SPEC §6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum NotifyMode {
     AfterCommit,

@@ -1,5 +1,5 @@
 //! The operator's aggregates (SPEC §7): cost per group, throughput per
-//! bucket and the North Star views of migration 0007. Like every read, each
+//! bucket and the North Star views. Like every read, each
 //! runs inside `in_fleet` with an explicit `fleet = $1` on top of RLS.
 
 use chrono::{DateTime, Utc};
@@ -130,7 +130,7 @@ fn agent_cost(fleet: &str, domain: Option<&str>) -> Query {
 }
 
 /// Over a range, by any group: the units and cost recorded in it
-/// (`cost_recorded_in`, migration 0029: the whole UTC days from the cost
+/// (`cost_recorded_in`: the whole UTC days from the cost
 /// days, the cut ends from their records), per unit's group now or per
 /// agent of the attempt the cost was recorded on. Cost recorded without an
 /// attempt has no agent.
@@ -157,7 +157,7 @@ fn cost_in(fleet: &str, group: CostGroup, range: &Range, domain: Option<&str>) -
 }
 
 /// Units disposed per bucket and disposition (the `throughput` SQL function
-/// of migration 0007, which the v_throughput_* views read too), with the
+///, which the v_throughput_* views read too), with the
 /// totals of the row's whole bucket (every disposition).
 #[derive(Debug, Clone)]
 pub struct ThroughputRow {
@@ -237,7 +237,7 @@ pub fn throughput_query(fleet: &str, bucket: &str, range: &Range, domain: Option
 
 /// The `totalCount` of `dispositions` over a range of `disposed_at`: the
 /// units of [`throughput_query`] by day over that range (the days inside it
-/// from the day totals of migration 0020, the days it cuts from the rows).
+/// from the day totals, the days it cuts from the rows).
 pub fn disposals_counted(fleet: &str, disposed: &Range, disposition: Option<&str>, domain: Option<&str>) -> Query {
     let mut q = throughput_query(fleet, "day", disposed, domain)
         .around("SELECT coalesce(sum(d.units), 0)::bigint AS n FROM (", ") AS d WHERE true");
@@ -249,7 +249,7 @@ pub fn disposals_counted(fleet: &str, disposed: &Range, disposition: Option<&str
 
 /// One week of the North Star metrics (`v_claims_weekly`,
 /// `v_rework_rate_weekly`, `v_verified_throughput_weekly`, read from the day
-/// totals of migration 0020, and `cycle_time_weekly`, which reads only the
+/// totals, and `cycle_time_weekly`, which reads only the
 /// disposals of the weeks asked for).
 #[derive(Debug, Clone, FromQueryResult)]
 pub struct WeekRow {

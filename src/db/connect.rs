@@ -34,7 +34,7 @@ impl Default for SessionLimits {
 /// retry with the same idempotency key.
 pub const IDLE_PING: Duration = Duration::from_secs(1);
 
-/// Role settings of `work_ledger_app` (migration 0004) say the same, but
+/// Role settings of `work_ledger_app` say the same, but
 /// `SET ROLE` does not apply role settings.
 pub const SERVICE_IDLE_IN_TRANSACTION_TIMEOUT: &str = "30s";
 

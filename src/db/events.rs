@@ -2,7 +2,7 @@
 //! start position of a new subscription, and the notifications of new events
 //! (the writes that append events are SQL functions: [`super::writes`]).
 //!
-//! Delivery order is `(batch, tx_id, seq)` (migrations 0003 and 0004 explain
+//! Delivery order is `(batch, tx_id, seq)` (live.sql explains
 //! why): an event is delivered only once every transaction that could still
 //! append an event before it has ended, i.e. when its batch is below the
 //! delivery watermark, which only in-flight event writers of this database
@@ -24,11 +24,11 @@ pub const EVENT_COLUMNS: &str = "e.id, e.seq, e.fleet, e.unit_id, e.attempt_id, 
     e.from_state::text AS from_state, e.to_state::text AS to_state, e.agent_id, e.cost_delta_cents, e.detail, \
     e.source_event_id, e.request_hash, e.created_at";
 
-/// A place in delivery order: `(batch, tx_id, seq)` (migration 0004). Every
+/// A place in delivery order: `(batch, tx_id, seq)`. Every
 /// event at or before it has been handled. A batch is drawn from a sequence
 /// of this database by each transaction when it appends its first event, so
 /// positions survive a dump and restore into another cluster; events written
-/// before migration 0004 have batch 0 and keep their `(tx_id, seq)` order.
+/// before batches existed have batch 0 and keep their `(tx_id, seq)` order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Position {
     pub batch: i64,
@@ -75,7 +75,7 @@ impl Batch {
     }
 }
 
-/// The delivery watermark W (migration 0004 has the argument): every event
+/// The delivery watermark W : every event
 /// of a batch below W is final, i.e. committed and visible to any statement
 /// that starts after this one, or never to be. Only in-flight transactions
 /// that appended events in this database hold it back. Read the log in a
@@ -92,7 +92,7 @@ pub async fn watermark(db: &impl ConnectionTrait) -> Result<i64, DbErr> {
 /// Up to `limit` events of `fleet` after `after`, in delivery order, of
 /// batches below `below` (a watermark an earlier read returned) or, when it
 /// is `None`, below a watermark the database takes first: one call of
-/// `live_events_below` (migration 0034), which takes the app role and the
+/// `live_events_below`, which takes the app role and the
 /// fleet (row-level security) and reads the rows in later statements than
 /// the watermark's. Called in autocommit (feeds' reads, tails' catch-up):
 /// one round trip, no transaction around it; inside a transaction, that
@@ -128,7 +128,7 @@ pub async fn events_after(
 }
 
 /// Where a resumed subscription starts and its first page, in one call of
-/// `live_events_resumed` (migration 0034; autocommit, and `below`, as for
+/// `live_events_resumed` (autocommit, and `below`, as for
 /// [`events_after`]): right after the event `id` of `fleet`, or just before
 /// batch `floor` when that is earlier, and up to `limit` events from there.
 /// `None` when `fleet` has no such event (row-level security hides the
@@ -176,7 +176,7 @@ impl Batch {
     }
 }
 
-/// The opaque tag of `fleet` that event notifications carry (migration 0004).
+/// The opaque tag of `fleet` that event notifications carry.
 pub async fn fleet_tag(db: &impl ConnectionTrait, fleet: &str) -> Result<String, DbErr> {
     let row = db
         .query_one_raw(stmt("SELECT live_fleet_tag($1) AS tag", [fleet.into()]))
@@ -270,7 +270,7 @@ pub async fn start(db: &impl ConnectionTrait) -> Result<Start, DbErr> {
 
 /// Announces that `fleets` have new events: one `pg_notify` per fleet on the
 /// events channel, with a fresh signal of the fleet as payload (a nonce and
-/// its MAC under the fleet's tag, migration 0014: [`signal_matches`]),
+/// its MAC under the fleet's tag: [`signal_matches`]),
 /// in one autocommit statement. Its commit carries nothing worth a WAL flush,
 /// so it does not wait for one (`synchronous_commit` off for it alone): a
 /// notification lost to a crash is made up for by the listeners' periodic

@@ -45,7 +45,7 @@ pub fn stmt(sql: &str, values: impl IntoIterator<Item = Value>) -> Statement {
     Statement::from_sql_and_values(DbBackend::Postgres, sql, values)
 }
 
-/// How the events a write appends are announced (SPEC §6, migration 0010):
+/// How the events a write appends are announced (SPEC §6):
 /// the write functions take it as `p_notify`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Notify {

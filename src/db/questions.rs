@@ -1,5 +1,5 @@
 //! The triage desk's reads: questions compared by their normalised text
-//! (`blocking_questions.norm`, migration 0016).
+//! (`blocking_questions.norm`).
 
 use std::collections::HashMap;
 

@@ -1,11 +1,11 @@
-//! Read-only database roles for Grafana, one per fleet (migration 0002 has the
+//! Read-only database roles for Grafana, one per fleet (the
 //! policies). Run by the CLI as the migrating role, never by request code.
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr};
 
 use super::stmt;
 
-/// Limits every reader login gets (migration 0004): a session that LISTENs
+/// Limits every reader login gets: a session that LISTENs
 /// and then idles in a transaction, or runs one endless statement, would pin
 /// the notification queue, and a full queue stops every write.
 pub const READER_STATEMENT_TIMEOUT: &str = "60s";
@@ -18,7 +18,7 @@ pub const MAX_TRANSACTION: std::time::Duration = std::time::Duration::from_secs(
 /// `work_ledger.fleet` as its default setting, pinned to the fleet by the
 /// `fleet_reader` policies whatever it sets, with `statement_timeout` and
 /// `idle_in_transaction_session_timeout` as role settings, and a member of
-/// `work_ledger_warden` (migration 0013), which ends its overlong transactions.
+/// `work_ledger_warden`, which ends its overlong transactions.
 pub async fn create(db: &DatabaseConnection, role: &str, fleet: &str, password: &str) -> Result<(), DbErr> {
     let tx = crate::db::begin(db).await?;
     // format() quotes the identifier and the literals; DDL takes no parameters.

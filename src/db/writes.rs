@@ -89,14 +89,14 @@ pub async fn report_stalls(db: &impl ConnectionTrait, units: &[Uuid]) -> Result<
     Ok(reported.max(0) as u64)
 }
 
-/// Folds the deltas of the totals into one row per group and keeps the
-/// cycle times of the weeks that ended (`ledger_fold_totals`, migration
-/// 0032: every roll-up's fold); returns the rows folded and kept.
+/// Compacts the totals' delta rows into one row per group and keeps the
+/// cycle times of the weeks that ended (`ledger_compact`, compaction.sql);
+/// returns the rows compacted and kept.
 pub async fn compact_totals(db: &impl ConnectionTrait) -> Result<u64, DbErr> {
     let row = db
-        .query_one_raw(stmt("SELECT ledger_fold_totals() AS folded", []))
+        .query_one_raw(stmt("SELECT ledger_compact() AS folded", []))
         .await?
-        .ok_or_else(|| DbErr::RecordNotFound("ledger_fold_totals".into()))?;
+        .ok_or_else(|| DbErr::RecordNotFound("ledger_compact".into()))?;
     let folded: i64 = row.try_get("", "folded")?;
     Ok(folded.max(0) as u64)
 }

@@ -1,5 +1,5 @@
 //! The operator's aggregates: cost per group, throughput per day or week,
-//! and the North Star metrics of SPEC §7 (the SQL views of migration 0007).
+//! and the North Star metrics of SPEC §7 (the SQL views).
 
 use async_graphql::{Context, Enum, Object, SimpleObject};
 use chrono::{DateTime, Utc};

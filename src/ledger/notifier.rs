@@ -1,4 +1,4 @@
-//! Notifications after the commit (SPEC §6, migration 0010). A write that
+//! Notifications after the commit (SPEC §6). A write that
 //! runs with [`Notify::AfterCommit`] appends its events silently; once it
 //! has committed, the ledger hands its fleet to the notifier, whose task
 //! sends one `pg_notify` per fleet for everything that committed since its

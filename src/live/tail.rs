@@ -159,7 +159,7 @@ impl Tail {
     /// broadcast ([`super::watermark::Known`]): it reaches everything the
     /// broadcast sent before the tail joined, and, once the feed has fixed
     /// its start, that start; the database takes no new one for it
-    /// (migration 0034). Not a new one either when a page ends short of the
+    ///. Not a new one either when a page ends short of the
     /// feed's start: a new watermark can be lower than an earlier one (an
     /// event writer between reading the batch sequence and taking its
     /// marker), and the tail would read again and again while it stayed so.

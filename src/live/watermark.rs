@@ -1,4 +1,4 @@
-//! Delivery watermarks (migration 0004) as this process's live reads use
+//! Delivery watermarks as this process's live reads use
 //! them. Taking one has the database scan `pg_locks` for the in-flight
 //! event writers' markers, which costs about as much as the read that
 //! follows (BENCHMARKS, round 3, sessions 14 and 16), so the process takes
@@ -24,9 +24,9 @@ use tokio::time::Instant;
 use crate::db;
 
 /// The newest delivery watermark a read of this process returned: every
-/// event of a batch below it is final for good (migration 0004), so any read
+/// event of a batch below it is final for good, so any read
 /// that starts later may stop there instead of having the database scan its
-/// locks for a new one (migration 0034). A feed notes its read's watermark
+/// locks for a new one. A feed notes its read's watermark
 /// before it broadcasts the read's events, so a subscriber that joined a
 /// broadcast and then reads below the watermark noted now reaches every
 /// event the broadcast had sent before it joined. A feed also notes its

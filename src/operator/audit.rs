@@ -73,7 +73,7 @@ const RULES: &[(&str, &str)] = &[
     ),
     (
         "first_claims",
-        // The first claim a unit carries (migration 0035, for the cycle
+        // The first claim a unit carries (for the cycle
         // times) is the start of its attempt 1, and a unit never claimed has none.
         "SELECT u.fleet, u.id AS unit_id, coalesce('first claim at ' || a.started_at, 'no first claim') AS expected,
                 coalesce('first claim at ' || u.first_claimed_at, 'no first claim') AS found
@@ -123,7 +123,7 @@ const RULES: &[(&str, &str)] = &[
     ("cost_days", "SELECT fleet, NULL::uuid AS unit_id, expected, found FROM ledger_projection_drift('cost_days', $1)"),
     (
         "cycle_weeks",
-        // The cycle times kept for the weeks that ended (migration 0020)
+        // The cycle times kept for the weeks that ended
         // equal the same weeks computed from the rows.
         "SELECT coalesce(r.fleet, c.fleet) AS fleet, NULL::uuid AS unit_id,
                 format('%s: %s', coalesce(r.week, c.week), coalesce(r.v, 'no disposal')) AS expected,

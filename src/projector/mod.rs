@@ -4,7 +4,7 @@
 //! events below the live-delivery watermark past the projection's mark, in
 //! steps of about `step_events` (`ledger_project`: one transaction each,
 //! the fold and the mark together), until it has caught up; then it
-//! compacts the totals' delta rows (`ledger_fold_totals`). Any number of
+//! compacts the totals' delta rows (`ledger_compact`). Any number of
 //! replicas run one: a replica skips a projection another is folding (its
 //! mark's row lock), and each event is folded once.
 //!
@@ -82,7 +82,7 @@ impl Projector {
         Ok(folded)
     }
 
-    /// Compacts the totals' delta rows (`ledger_fold_totals`): one row per
+    /// Compacts the totals' delta rows (`ledger_compact`): one row per
     /// group again. Returns the rows rewritten.
     pub async fn compact(&self) -> Result<u64, DbErr> {
         crate::db::writes::compact_totals(&self.db).await

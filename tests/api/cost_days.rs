@@ -1,4 +1,4 @@
-//! Cost over a range from the cost days (migration 0029, issue 27):
+//! Cost over a range from the cost days (issue 27):
 //! `costSummary` and `costTotal` with `from`/`to` read totals per UTC day for
 //! the days the range holds whole and the records only where it cuts a day.
 //! They must answer exactly what the cost records say, counted from the rows

@@ -16,7 +16,7 @@ use work_ledger::db;
 
 use crate::helpers::{Agent, hash_sql, spawn_app};
 
-/// The live log's read (migration 0034's `live_events_below`) and a resumed
+/// The live log's read (`live_events_below`) and a resumed
 /// subscription's start take the app role and the fleet they are given: no
 /// login outside the service may call them, or it would read any fleet's
 /// events.

@@ -364,7 +364,7 @@ impl TestApp {
 impl TestApp {
     /// Lets a fixture lay out history in raw SQL with past timestamps (the
     /// operator-read calendars): switches off, in this test's own database
-    /// only, the history guards of migration 0005 that rightly refuse such
+    /// only, the history guards that rightly refuse such
     /// rewrites from anyone else. The state-machine triggers stay on.
     pub async fn allow_history_rewrites(&self) {
         self.sql(
@@ -378,7 +378,7 @@ impl TestApp {
     }
 
     /// Has this test's database count the delivery watermarks taken from
-    /// now on (each a scan of pg_locks, migration 0004): by the server's live
+    /// now on (each a scan of pg_locks): by the server's live
     /// pool (`live`: its feeds), or else by its other sessions (requests,
     /// catching-up subscribers). [`TestApp::watermarks_taken`] reads the count.
     pub async fn count_watermarks(&self, live: bool) {

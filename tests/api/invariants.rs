@@ -373,7 +373,7 @@ async fn an_answered_question_is_history() {
     assert_eq!(q, vec![json!({ "question": "which schema?", "answer": "v2", "answered_by": "op" })]);
 }
 
-/// The first claim a unit carries for the cycle times (migration 0035): the
+/// The first claim a unit carries for the cycle times: the
 /// claim that makes attempt 1 writes its start, a reclaim leaves it, and no
 /// hand moves it, claims without it or sets it to another time.
 #[tokio::test]

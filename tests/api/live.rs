@@ -762,7 +762,7 @@ async fn first_subscriber_resumed(app: &TestApp, later: &[&str]) -> (String, Str
 }
 
 /// A reconnect storm does not have the database scan its locks for a new
-/// delivery watermark once per subscriber (migration 0034): resumed
+/// delivery watermark once per subscriber: resumed
 /// subscriptions read their first event and their catch-up pages below the
 /// newest watermark the server already had, and still deliver every event
 /// once. The test's database counts the watermarks its request sessions

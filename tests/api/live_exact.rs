@@ -142,7 +142,7 @@ async fn an_open_event_writer_holds_later_events_back_until_it_ends_then_all_arr
     assert_eq!(tag(&next_event(&mut ws).await), "last", "nothing twice");
 }
 
-/// A read of the live log below a watermark it is given (migration 0034)
+/// A read of the live log below a watermark it is given
 /// stops there, however much lies final beyond it; given none, it takes its
 /// own and holds back what an open event writer precedes; given one past
 /// the batches drawn so far, the database lowers it to those. Each fleet's

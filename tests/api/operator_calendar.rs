@@ -327,7 +327,7 @@ async fn throughput_per_day_and_week_and_cost_over_a_range() {
     );
     // A week the range cuts: its whole days from the day totals and the day
     // sets of agents, the part of a day cut at an end from the units
-    // (migration 0030); agents counted once across both.
+    //; agents counted once across both.
     let whole_tuesday = json!([
         bucket("2026-01-05T00:00:00+00:00", "MIGRATED", 2, 150, 3),
         bucket("2026-01-05T00:00:00+00:00", "DEAD", 1, 30, 1),

@@ -100,7 +100,7 @@ async fn every_status_is_reached_through_the_api_and_another_fleet_stays_out_of_
     let app = spawn_app().await;
     let day = utc_day(&app).await;
     let reader = roster_fleet(&app).await;
-    // A token used, as the tokens work records it (migration 0015).
+    // A token used, as the tokens work records it.
     app.sql("UPDATE api_tokens SET last_used_at = '2026-11-30T12:00:00Z' WHERE fleet = 'f' AND name = 'idle'").await;
     // `op` was used through the API: the service records its use beside its requests.
     let op_used = "SELECT last_used_at FROM api_tokens WHERE fleet = 'f' AND name = 'op'";
@@ -396,7 +396,7 @@ async fn a_name_whose_tokens_all_expired_is_revoked() {
 /// ever had (issue 27): names accumulate over the life of a ledger, and a
 /// page of 100 read every one of them with its probes. And neither finds
 /// its names and their latest claims in the attempts: each name's latest
-/// attempt is kept in `agent_latest` (migration 0040), where the roster
+/// attempt is kept in `agent_latest`, where the roster
 /// walked the attempts' index name by name and probed each name's latest.
 /// Counted by the database: a page scans the attempts once per name of its
 /// own (claims today), and the whole roster once per name.

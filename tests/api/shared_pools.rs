@@ -114,15 +114,19 @@ async fn a_reader_login_cannot_hold_the_connection_slots() {
     let url = app.reader_login("f").await;
     let role = url.username().to_owned();
 
+    // Counted by the server: the warden (every 200 ms) may end idle ones
+    // meanwhile, whose handles stay in `held`.
+    let live = format!("SELECT count(*) FROM pg_stat_activity WHERE usename = '{role}'");
     let mut held = Vec::new();
     let refused = loop {
         match PgConnection::connect(url.as_str()).await {
             Ok(conn) => held.push(conn),
             Err(err) => break err.to_string(),
         }
-        assert!(held.len() <= 4, "a reader login opened {} connections", held.len());
+        let open = app.sql_i64(&live).await;
+        assert!(open <= 4, "a reader login has {open} connections open");
     };
-    assert_eq!(held.len(), 4, "{refused}");
+    assert!(held.len() >= 4, "refused after {} connections: {refused}", held.len());
     assert!(refused.contains("too many connections for role"), "{refused}");
 
     warden_passes(&app, 2).await;

@@ -158,11 +158,11 @@ async fn the_totals_equal_the_units_through_concurrent_writes_and_folds() {
         data["queueDepth"].as_array().into_iter().flatten().map(|d| d["ready"].as_i64().unwrap_or(0)).sum();
     assert_eq!(depth, ready, "{data}");
 
-    // The reads over time are the day totals (migration 0020): the same as
+    // The reads over time are the day totals: the same as
     // the rows say, for whole days (totals) and for a day the range cuts (rows).
     let never = app.sql_i64("SELECT count(*) FROM v_claimed_never_transitioned").await;
     assert!(never > 0, "some claims were never started");
-    // By week, the whole weeks are the week totals (migration 0032).
+    // By week, the whole weeks are the week totals.
     for bucket in ["DAY", "WEEK"] {
         for from in [None, Some((chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339())] {
             let query = format!(
@@ -209,7 +209,7 @@ async fn the_totals_equal_the_units_through_concurrent_writes_and_folds() {
     assert!(audit.status.success(), "{}\n{}", text(&audit.stdout), text(&audit.stderr));
 }
 
-/// `throughput(bucket, from)` as migration 0008 computed it, from the rows
+/// `throughput(bucket, from)` as it was first computed, from the rows
 /// alone: the oracle of the day and week totals.
 async fn throughput_by_rows(app: &TestApp, bucket: &str, from: Option<&str>) -> Vec<Value> {
     let from = from.map_or("NULL".to_owned(), |f| format!("'{f}'::timestamptz"));
@@ -476,19 +476,19 @@ async fn a_fold_rewrites_only_the_totals_that_moved() {
 
     // A rebuild, compacted, leaves every total folded: the next compaction has nothing to take.
     app.rebuild_projections().await;
-    app.sql("SELECT ledger_fold_totals()").await;
+    app.sql("SELECT ledger_compact()").await;
     assert_eq!(app.sql_i64("SELECT count(*) FROM disposal_days WHERE NOT folded").await, 0);
     assert_eq!(app.sql_i64("SELECT count(*) FROM disposal_weeks WHERE NOT folded").await, 0);
     assert_eq!(app.sql_i64("SELECT count(*) FROM disposal_fleet_days WHERE NOT folded").await, 0);
     assert_eq!(app.sql_i64("SELECT ledger_compact_totals()").await, 0, "a compaction after a rebuild rewrote totals");
-    assert_eq!(app.sql_i64("SELECT ledger_fold_disposal_weeks()").await, 0, "nor the weeks");
-    assert_eq!(app.sql_i64("SELECT ledger_fold_disposal_fleet_days()").await, 0, "nor the fleet's days");
+    assert_eq!(app.sql_i64("SELECT ledger_compact_disposal_weeks()").await, 0, "nor the weeks");
+    assert_eq!(app.sql_i64("SELECT ledger_compact_disposal_fleet_days()").await, 0, "nor the fleet's days");
     let (totals, units) = totals_and_units(&app).await;
     assert_eq!(totals, units, "the recount's totals equal the units");
 }
 
 /// A fleet-wide `throughput` by day reads its whole days from the fleet's
-/// days of every domain together (migration 0041), not from the days of each
+/// days of every domain together, not from the days of each
 /// domain, and answers as the rows say; by one domain it reads that
 /// domain's days. The disposals are made across domains and days by hand,
 /// as an import would write them.
@@ -508,7 +508,7 @@ async fn a_fleet_wide_throughput_by_day_reads_the_days_of_every_domain_together(
     .await;
     app.live.fold_now().await.expect("a fold");
     let replaced = app.sql_i64("SELECT count(*) FROM disposal_fleet_days WHERE fleet = 'f'").await;
-    app.sql("SELECT ledger_fold_totals()").await;
+    app.sql("SELECT ledger_compact()").await;
     assert_eq!(app.sql_i64("SELECT count(*) FROM disposal_days WHERE fleet = 'f'").await, 12);
     assert_eq!(app.sql_i64("SELECT count(*) FROM disposal_fleet_days WHERE fleet = 'f'").await, 6);
 
@@ -544,7 +544,7 @@ async fn the_totals_are_read_only_and_per_fleet_for_the_service_and_readers() {
     assert!(refused.contains("permission denied"), "{refused}");
     let fold = app.app_role_query(Some("f"), "SELECT ledger_project('unit_totals', 100) AS folded").await;
     assert_eq!(fold.len(), 1, "the application role may fold (the projector does)");
-    let folds = app.app_role_query(Some("f"), "SELECT ledger_fold_totals() AS folded").await;
+    let folds = app.app_role_query(Some("f"), "SELECT ledger_compact() AS folded").await;
     assert_eq!(folds.len(), 1, "and compact, as the projector does");
     let seen =
         app.app_role_query(Some("f"), "SELECT fleet, sum(units)::int AS units FROM v_unit_totals GROUP BY 1").await;

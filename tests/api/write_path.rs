@@ -366,7 +366,7 @@ async fn every_write_of_a_unit_moves_its_updated_at() {
 }
 
 /// Units, attempts, events and questions get ids in creation order (UUID
-/// version 7, migration 0026): with random ids every claim put its entries
+/// version 7): with random ids every claim put its entries
 /// on random leaf pages of seven id-keyed indexes, and after a checkpoint
 /// each first change of a page wrote the whole page to the WAL (18-19 KB of
 /// WAL a claim against 6 KB). Every id written through the service here

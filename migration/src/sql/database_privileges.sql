@@ -39,7 +39,7 @@ $$;
 -- them in a loop fills it ("out of shared memory"), and then every write of
 -- every fleet fails. Nobody may take them in the ledger's database but the
 -- migrating login (the migrations' lock) and the writer role (the write
--- functions' in-flight markers, migration 0014). Privileges on the
+-- functions' in-flight markers). Privileges on the
 -- catalog's functions are the database's own; only a superuser may change
 -- them, anyone else gets a warning (and `work-ledger audit` reports it).
 DO $$

@@ -172,7 +172,7 @@ pub fn events(fleet: &str, filter: &EventFilter) -> Query {
 }
 
 /// The `totalCount` of `events(filter)` from the event totals, when the
-/// filter names no unit: per type and agent (migrations 0019 and 0020)
+/// filter names no unit: per type and agent
 /// without a time range; per UTC day and type with one and no agent
 /// (`events_counted_in`, 0031: the whole days from the totals, the part of a
 /// day cut at each end from the rows). Else the rows are counted.

@@ -1,4 +1,4 @@
-//! The fleet roster (`v_agents`, migration 0017; `roster()`, 0039): one row
+//! The fleet roster (`v_agents` and `roster()`): one row
 //! per agent name, paged by name.
 
 use async_graphql::Enum;
@@ -57,7 +57,7 @@ pub struct AgentRow {
 /// The roster of `fleet` after the name `after`, optionally of one status
 /// (not yet ordered nor cut: see [`Query::page_by_text`] on `v.name`, with
 /// no cursor of its own, since `roster()` takes it).
-/// Without a status, `roster()` (migration 0039) computes `limit` names at
+/// Without a status, `roster()` computes `limit` names at
 /// most, the page's; with one, every name after the cursor is looked at, for
 /// the status is what is kept. `None` and `None`: the whole roster, as its
 /// `totalCount` counts it.

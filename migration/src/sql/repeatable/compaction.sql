@@ -1,5 +1,5 @@
 -- Compaction of the read models: the delta rows a projection appends are
--- summed into one row per key (ledger_fold_totals, which the projector
+-- summed into one row per key (ledger_compact, which the projector
 -- calls between its folds), and the cycle times of the weeks that ended
 -- are kept.
 --
@@ -8,8 +8,8 @@
 -- Joined on `=` of every key, the keys that may be NULL through coalesce()
 -- with a value they never hold (an agent name is never empty, a disposal
 -- day never -infinity), so that the whole key hashes: IS NOT DISTINCT FROM
--- would leave those keys to a join filter, and a first fold after
--- ledger_rebuild_totals (every row unfolded) compared each day total with
+-- would leave those keys to a join filter, and a first compaction after
+-- a rebuild (every row unfolded) compared each day total with
 -- every day of its group (342 s at 229,000 units instead of seconds).
 CREATE OR REPLACE FUNCTION ledger_compact_totals() RETURNS bigint
     LANGUAGE sql SECURITY DEFINER
@@ -93,7 +93,7 @@ COMMENT ON FUNCTION ledger_compact_totals() IS 'callers: app';
 
 -- Folds the groups with a delta into one row each, as ledger_compact_totals
 -- does for the other totals (0023); returns the rows folded.
-CREATE OR REPLACE FUNCTION ledger_fold_cost_days() RETURNS bigint
+CREATE OR REPLACE FUNCTION ledger_compact_cost_days() RETURNS bigint
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
     AS $$
@@ -124,10 +124,10 @@ CREATE OR REPLACE FUNCTION ledger_fold_cost_days() RETURNS bigint
              RETURNING 1)
     SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM gone_agents)
 $$;
-COMMENT ON FUNCTION ledger_fold_cost_days() IS 'callers: app';
+COMMENT ON FUNCTION ledger_compact_cost_days() IS 'callers: app';
 
 -- Folds the days with a delta into one row per (fleet, day, type); returns the rows folded.
-CREATE OR REPLACE FUNCTION ledger_fold_event_days() RETURNS bigint
+CREATE OR REPLACE FUNCTION ledger_compact_event_days() RETURNS bigint
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
     AS $$
@@ -143,11 +143,11 @@ CREATE OR REPLACE FUNCTION ledger_fold_event_days() RETURNS bigint
              RETURNING 1)
     SELECT count(*) FROM gone
 $$;
-COMMENT ON FUNCTION ledger_fold_event_days() IS 'callers: app';
+COMMENT ON FUNCTION ledger_compact_event_days() IS 'callers: app';
 
 -- Folds the weeks with a delta into one row per (fleet, week, domain,
 -- disposition); returns the rows folded.
-CREATE OR REPLACE FUNCTION ledger_fold_disposal_weeks() RETURNS bigint
+CREATE OR REPLACE FUNCTION ledger_compact_disposal_weeks() RETURNS bigint
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
     AS $$
@@ -168,11 +168,11 @@ CREATE OR REPLACE FUNCTION ledger_fold_disposal_weeks() RETURNS bigint
              RETURNING 1)
     SELECT count(*) FROM gone
 $$;
-COMMENT ON FUNCTION ledger_fold_disposal_weeks() IS 'callers: app';
+COMMENT ON FUNCTION ledger_compact_disposal_weeks() IS 'callers: app';
 
 -- Folds the fleet days with a delta into one row per (fleet, day,
 -- disposition); returns the rows folded.
-CREATE OR REPLACE FUNCTION ledger_fold_disposal_fleet_days() RETURNS bigint
+CREATE OR REPLACE FUNCTION ledger_compact_disposal_fleet_days() RETURNS bigint
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
     AS $$
@@ -193,7 +193,7 @@ CREATE OR REPLACE FUNCTION ledger_fold_disposal_fleet_days() RETURNS bigint
              RETURNING 1)
     SELECT count(*) FROM gone
 $$;
-COMMENT ON FUNCTION ledger_fold_disposal_fleet_days() IS 'callers: app';
+COMMENT ON FUNCTION ledger_compact_disposal_fleet_days() IS 'callers: app';
 
 -- The fold of the cycle weeks: every fleet's weeks from its mark to the
 -- week that ended over an hour ago, computed and kept, and the mark moved
@@ -205,7 +205,7 @@ COMMENT ON FUNCTION ledger_fold_disposal_fleet_days() IS 'callers: app';
 -- cycle_week_reopened(). The marks are locked first, so such a write
 -- either waits for this fold to commit (and then moves the mark back) or
 -- is seen by it.
-CREATE OR REPLACE FUNCTION ledger_fold_cycle_weeks() RETURNS bigint
+CREATE OR REPLACE FUNCTION ledger_compact_cycle_weeks() RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
     AS $$
@@ -240,13 +240,13 @@ BEGIN
     RETURN kept;
 END
 $$;
-COMMENT ON FUNCTION ledger_fold_cycle_weeks() IS 'callers: app';
+COMMENT ON FUNCTION ledger_compact_cycle_weeks() IS 'callers: app';
 
-CREATE OR REPLACE FUNCTION ledger_fold_totals() RETURNS bigint
+CREATE OR REPLACE FUNCTION ledger_compact() RETURNS bigint
     LANGUAGE sql
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
     AS $$
-    SELECT ledger_compact_totals() + ledger_fold_cost_days() + ledger_fold_event_days()
-         + ledger_fold_disposal_weeks() + ledger_fold_disposal_fleet_days() + ledger_fold_cycle_weeks()
+    SELECT ledger_compact_totals() + ledger_compact_cost_days() + ledger_compact_event_days()
+         + ledger_compact_disposal_weeks() + ledger_compact_disposal_fleet_days() + ledger_compact_cycle_weeks()
 $$;
-COMMENT ON FUNCTION ledger_fold_totals() IS 'callers: app';
+COMMENT ON FUNCTION ledger_compact() IS 'callers: app';

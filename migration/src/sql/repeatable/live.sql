@@ -67,7 +67,7 @@ $$;
 --
 -- Every read of the live log computed the delivery watermark itself
 -- (live_delivery_watermark(): the sequence's last value, then a scan of
--- pg_locks for the in-flight event writers' markers, migration 0004). A
+-- pg_locks for the in-flight event writers' markers). A
 -- feed woken by a commit needs a watermark taken after that commit; a
 -- subscriber catching up from a cursor does not: the newest watermark the
 -- server's reads returned, as it stands once the subscriber has joined its
@@ -81,7 +81,7 @@ $$;
 -- rows' SQL. A watermark is final forever once taken (the delivered part of
 -- the log only grows at its end), so the server may pass the newest one any
 -- of its reads returned, and its statements start after that read ended,
--- as migration 0004 requires. The function still clamps the given watermark
+-- as live delivery requires. The function still clamps the given watermark
 -- to the batch sequence (a watermark never exceeds its last value + 1), so
 -- no caller reaches past the batches drawn so far. A NULL watermark is
 -- computed here, first, as live_events_after() did.
@@ -106,7 +106,7 @@ DECLARE
     waiting boolean;
 BEGIN
     -- Under REPEATABLE READ or SERIALIZABLE the rows would be read in a
-    -- snapshot that may predate the watermark (0004).
+    -- snapshot that may predate the watermark.
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'live_events_below() needs READ COMMITTED, not %',
             current_setting('transaction_isolation') USING ERRCODE = 'WL010';

@@ -33,7 +33,7 @@
 -- agent and start.
 --
 -- The tables keep their delta rows (an unfolded row per change, summed by
--- every read) and are compacted by ledger_fold_totals as before.
+-- every read) and are compacted by ledger_compact as before.
 --
 -- A repeatable file: `migrate` applies it again whenever its text changed.
 
@@ -503,7 +503,7 @@ $$;
 -- One step of the projector for projection p_name: folds the events of
 -- batches [mark, W) into its tables, at most about p_max_events of them
 -- (whole batches), and moves the mark, in the caller's transaction. W is
--- the live-delivery watermark (migration 0004): every batch below it has
+-- the live-delivery watermark: every batch below it has
 -- committed and no transaction still in flight can write below it. NULL
 -- when another replica holds the projection (its mark's row) right now.
 -- The events it folded.

@@ -55,7 +55,7 @@ BEGIN
 END
 $$;
 
--- Evidence: a link (ledger_is_link, migration 0012) of visible characters.
+-- Evidence: a link (ledger_is_link) of visible characters.
 CREATE OR REPLACE FUNCTION ledger_is_evidence(p text) RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN

@@ -164,7 +164,7 @@ CREATE OR REPLACE TRIGGER work_units_state_machine BEFORE UPDATE OF state, dispo
                        OR NEW.disposed_at IS DISTINCT FROM OLD.disposed_at)
     EXECUTE FUNCTION work_units_state_machine();
 
--- The full guard of the owner's writes (migration 0001) checks the same
+-- The full guard of the owner's writes checks the same
 -- moves: it reads them from here too.
 CREATE OR REPLACE FUNCTION work_units_guard() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, public, pg_temp AS $$
