@@ -70,6 +70,7 @@ $$;
 CREATE FUNCTION public.agent_latest_tail(p_fleet text) RETURNS TABLE(fleet text, agent_id text, started_at timestamp with time zone, attempt_id uuid, unit_id uuid)
     LANGUAGE sql STABLE
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    SET max_parallel_workers_per_gather TO '0'
     AS $$
     SELECT n.* FROM agent_latest_delta(p_fleet, ledger_mark('agent_latest'), NULL) n
      WHERE NOT EXISTS (SELECT 1 FROM agent_latest k
@@ -130,6 +131,7 @@ $$;
 CREATE FUNCTION public.agent_totals_tail(p_fleet text) RETURNS TABLE(fleet text, agent_id text, domain text, units bigint, cost_cents bigint)
     LANGUAGE sql STABLE
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    SET max_parallel_workers_per_gather TO '0'
     AS $$
     SELECT * FROM agent_totals_delta(p_fleet, ledger_mark('agent_totals'), NULL)
 $$;
@@ -213,6 +215,7 @@ $$;
 CREATE FUNCTION public.claim_days_tail(p_fleet text) RETURNS TABLE(fleet text, day date, claims bigint, agents bigint, verified bigint, stale bigint, never_started bigint)
     LANGUAGE sql STABLE
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    SET max_parallel_workers_per_gather TO '0'
     AS $$
     SELECT x.fleet, x.day, sum(x.claims)::bigint, sum(x.agents)::bigint, sum(x.verified)::bigint,
            sum(x.stale)::bigint, sum(x.never_started)::bigint
@@ -289,6 +292,7 @@ $$;
 CREATE FUNCTION public.cost_days_tail(p_fleet text) RETURNS TABLE(fleet text, day date, agent_id text, domain text, state public.work_state, disposition public.disposition, prior_day date, units bigint, cost_cents bigint)
     LANGUAGE sql STABLE
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    SET max_parallel_workers_per_gather TO '0'
     AS $$
     SELECT * FROM cost_days_delta(p_fleet, ledger_mark('cost_days'), NULL)
 $$;
@@ -433,6 +437,7 @@ $$;
 CREATE FUNCTION public.disposal_agents_tail(p_fleet text) RETURNS TABLE(fleet text, week boolean, start date, domain text, disposition public.disposition, agent_id text)
     LANGUAGE sql STABLE
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    SET max_parallel_workers_per_gather TO '0'
     AS $$
     SELECT n.* FROM disposal_agents_delta(p_fleet, ledger_mark('disposals'), NULL) n
      WHERE NOT EXISTS (SELECT 1 FROM disposal_agents s
@@ -458,6 +463,7 @@ $$;
 CREATE FUNCTION public.disposal_days_tail(p_fleet text) RETURNS TABLE(fleet text, day date, domain text, disposition public.disposition, units bigint, cost_cents bigint, reworked bigint, verified_units bigint, verified_cost_cents bigint)
     LANGUAGE sql STABLE
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    SET max_parallel_workers_per_gather TO '0'
     AS $$
     SELECT * FROM disposal_days_delta(p_fleet, ledger_mark('disposals'), NULL)
 $$;
@@ -518,6 +524,7 @@ $$;
 CREATE FUNCTION public.event_days_tail(p_fleet text) RETURNS TABLE(fleet text, day date, event_type public.event_type, events bigint)
     LANGUAGE sql STABLE
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    SET max_parallel_workers_per_gather TO '0'
     AS $$
     SELECT * FROM event_days_delta(p_fleet, ledger_mark('events'), NULL)
 $$;
@@ -534,6 +541,7 @@ $$;
 CREATE FUNCTION public.event_totals_tail(p_fleet text) RETURNS TABLE(fleet text, event_type public.event_type, agent_id text, events bigint)
     LANGUAGE sql STABLE
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    SET max_parallel_workers_per_gather TO '0'
     AS $$
     SELECT * FROM event_totals_delta(p_fleet, ledger_mark('events'), NULL)
 $$;
@@ -2512,6 +2520,7 @@ $$;
 CREATE FUNCTION public.never_started_tail(p_fleet text) RETURNS TABLE(attempt_id uuid, fleet text, started_at timestamp with time zone)
     LANGUAGE sql STABLE
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    SET max_parallel_workers_per_gather TO '0'
     AS $$
     SELECT n.* FROM never_started_delta(p_fleet, ledger_mark('claims'), NULL) n
      WHERE NOT EXISTS (SELECT 1 FROM never_started s WHERE s.attempt_id = n.attempt_id)
@@ -2757,6 +2766,7 @@ $$;
 CREATE FUNCTION public.unit_totals_tail(p_fleet text) RETURNS TABLE(fleet text, domain text, state public.work_state, disposition public.disposition, reworked boolean, units bigint, cost_cents bigint)
     LANGUAGE sql STABLE
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    SET max_parallel_workers_per_gather TO '0'
     AS $$
     SELECT * FROM unit_totals_delta(p_fleet, ledger_mark('unit_totals'), NULL)
 $$;

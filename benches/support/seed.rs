@@ -235,6 +235,9 @@ pub async fn seed(db: &DatabaseConnection, units: i64, events: i64) -> Result<Se
         // The read models: every projection folded from the log at once, as
         // `work-ledger projections rebuild` does (docs/read-models.md).
         ("projections", "SELECT ledger_project_rebuild(p.name) FROM ledger_projections() p".to_owned()),
+        // As the projector does every few seconds: the delta rows compacted
+        // and the cycle times of the weeks that ended kept.
+        ("compaction", "SELECT ledger_compact()".to_owned()),
         (
             "vacuum analyze",
             // Every table, so that none a migration adds is left out: a roll-up
