@@ -141,10 +141,10 @@ async fn a_tool_call_by_hand_needs_no_session() {
     assert_eq!(app.sql_i64("SELECT count(*) FROM work_unit_events").await, events, "held writes nothing");
 }
 
-/// One `tools/call` by hand, without a session (a plain POST, 200 with a
-/// JSON body); the JSON-RPC result.
-pub async fn tool(app: &TestApp, token: &str, name: &str, arguments: Value) -> Value {
-    let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": name, "arguments": arguments } });
+/// One JSON-RPC call to `/mcp` by hand, without a session (a plain POST,
+/// 200 with a JSON body); its `result`.
+pub async fn rpc(app: &TestApp, token: &str, method: &str, params: Value) -> Value {
+    let call = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
     let resp = app
         .http
         .post(app.url("/mcp"))
@@ -159,6 +159,11 @@ pub async fn tool(app: &TestApp, token: &str, name: &str, arguments: Value) -> V
     assert_eq!(status, 200, "{text}");
     let body: Value = serde_json::from_str(&text).expect("a JSON response");
     body["result"].clone()
+}
+
+/// One `tools/call` by hand, without a session; the JSON-RPC result.
+pub async fn tool(app: &TestApp, token: &str, name: &str, arguments: Value) -> Value {
+    rpc(app, token, "tools/call", json!({ "name": name, "arguments": arguments })).await
 }
 
 /// The tools that write to a held unit take the caller's attempt as a fence,

@@ -18,7 +18,7 @@ pub(crate) fn work_ledger(app: &TestApp, args: &[&str], stdin: Option<&str>) -> 
     work_ledger_on(&app.db_url, args, stdin)
 }
 
-fn work_ledger_on(db_url: &str, args: &[&str], stdin: Option<&str>) -> Output {
+pub(crate) fn work_ledger_on(db_url: &str, args: &[&str], stdin: Option<&str>) -> Output {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_work-ledger"))
         .args(args)
         .env("DATABASE_URL", db_url)

@@ -12,23 +12,7 @@ use serde_json::{Value, json};
 use work_ledger::auth::Role;
 
 use crate::helpers::{Agent, TestApp, spawn_app};
-use crate::mcp::tool;
-
-/// One JSON-RPC call to `/mcp` without a session; its `result`.
-async fn rpc(app: &TestApp, token: &str, method: &str, params: Value) -> Value {
-    let call = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
-    let resp = app
-        .http
-        .post(app.url("/mcp"))
-        .header("authorization", format!("Bearer {token}"))
-        .header("accept", "application/json, text/event-stream")
-        .json(&call)
-        .send()
-        .await
-        .expect("POST /mcp");
-    let body: Value = resp.json().await.expect("json");
-    body["result"].clone()
-}
+use crate::mcp::{rpc, tool};
 
 /// `tools/list` as `token` sees it: name -> the tool (description, input schema).
 async fn tools(app: &TestApp, token: &str) -> serde_json::Map<String, Value> {

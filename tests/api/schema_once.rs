@@ -15,7 +15,7 @@ use work_ledger::db;
 use work_ledger::db::entities::WorkState;
 
 use crate::helpers::{TestApp, spawn_app, spawn_app_on};
-use crate::operator::text;
+use crate::operator::{text, work_ledger_on};
 use crate::ws_client::Ws;
 
 fn migration_dir() -> std::path::PathBuf {
@@ -280,14 +280,6 @@ async fn rows(url: &str) -> BTreeMap<String, Value> {
     all
 }
 
-fn work_ledger_on(url: &str, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_work-ledger"))
-        .args(args)
-        .env("DATABASE_URL", url)
-        .output()
-        .expect("run work-ledger")
-}
-
 const EVENTS: &str = "subscription($after: String) { ledgerEvents(after: $after) { id cursor } }";
 
 /// `tests/fixtures/pre-baseline.dump` is `work-ledger backup` of a worked
@@ -311,7 +303,7 @@ async fn a_backup_made_before_the_baseline_restores_into_a_fresh_database() {
         .output()
         .expect("pg_restore");
     assert!(out.status.success(), "pg_restore: {}", text(&out.stderr));
-    let refused = work_ledger_on(&old, &["migrate"]);
+    let refused = work_ledger_on(&old, &["migrate"], None);
     assert!(!refused.status.success());
     let said = text(&refused.stderr);
     for part in
@@ -323,10 +315,10 @@ async fn a_backup_made_before_the_baseline_restores_into_a_fresh_database() {
     let dir = tempfile::Builder::new().prefix("wl-baseline-").tempdir().expect("tempdir");
     let again = dir.path().join("again.dump");
     let again = again.to_str().expect("path");
-    let backup = work_ledger_on(&old, &["backup", "--out", again]);
+    let backup = work_ledger_on(&old, &["backup", "--out", again], None);
     assert!(backup.status.success(), "{}", text(&backup.stderr));
     let fresh = empty_database(&app, "restored").await;
-    let restore = work_ledger_on(&fresh, &["restore", again]);
+    let restore = work_ledger_on(&fresh, &["restore", again], None);
     assert!(restore.status.success(), "{}", text(&restore.stderr));
 
     // Every unit, attempt, event, question and token came back as it was.
@@ -367,6 +359,6 @@ async fn a_backup_made_before_the_baseline_restores_into_a_fresh_database() {
     assert_eq!(verified.data()["transition"]["state"], "VERIFIED");
     let event = tokio::time::timeout(Duration::from_secs(5), ws.next_data()).await.expect("the new event, live");
     assert!(event["ledgerEvents"]["id"].is_string());
-    let audit = work_ledger_on(&fresh, &["audit"]);
+    let audit = work_ledger_on(&fresh, &["audit"], None);
     assert!(audit.status.success(), "{}{}", text(&audit.stdout), text(&audit.stderr));
 }
