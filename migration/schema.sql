@@ -1593,9 +1593,7 @@ CREATE FUNCTION public.ledger_projection_drift(p_name text, p_fleet text) RETURN
            format('%s units, %s cents in (%s, %s, %s, %s)', sum(x.u) FILTER (WHERE NOT x.whole),
                   sum(x.c) FILTER (WHERE NOT x.whole), x.domain, x.state, x.disposition, x.reworked)
       FROM (SELECT t.fleet, t.domain, t.state, t.disposition, t.reworked, t.units AS u, t.cost_cents AS c, false AS whole
-              FROM unit_totals t WHERE p_fleet IS NULL OR t.fleet = p_fleet
-            UNION ALL SELECT t.fleet, t.domain, t.state, t.disposition, t.reworked, t.units, t.cost_cents, false
-              FROM unit_totals_tail(p_fleet) t
+              FROM unit_totals_now(p_fleet) t
             UNION ALL SELECT d.fleet, d.domain, d.state, d.disposition, d.reworked, -d.units, -d.cost_cents, true
               FROM unit_totals_delta(p_fleet, 0, NULL) d) x
      GROUP BY x.fleet, x.domain, x.state, x.disposition, x.reworked HAVING sum(x.u) <> 0 OR sum(x.c) <> 0
@@ -2763,6 +2761,16 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.unit_totals_now(p_fleet text) RETURNS TABLE(fleet text, domain text, state public.work_state, disposition public.disposition, reworked boolean, units bigint, cost_cents bigint)
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    AS $$
+    SELECT t.fleet, t.domain, t.state, t.disposition, t.reworked, t.units, t.cost_cents
+      FROM unit_totals t WHERE p_fleet IS NULL OR t.fleet = p_fleet
+    UNION ALL
+    SELECT * FROM unit_totals_tail(p_fleet)
+$$;
+
 CREATE FUNCTION public.unit_totals_tail(p_fleet text) RETURNS TABLE(fleet text, domain text, state public.work_state, disposition public.disposition, reworked boolean, units bigint, cost_cents bigint)
     LANGUAGE sql STABLE
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
@@ -3457,23 +3465,7 @@ CREATE VIEW public.v_unit_totals WITH (security_invoker='true') AS
     t.reworked,
     (sum(t.units))::bigint AS units,
     (sum(t.cost_cents))::bigint AS cost_cents
-   FROM ( SELECT u.fleet,
-            u.domain,
-            u.state,
-            u.disposition,
-            u.reworked,
-            u.units,
-            u.cost_cents
-           FROM public.unit_totals u
-        UNION ALL
-         SELECT u.fleet,
-            u.domain,
-            u.state,
-            u.disposition,
-            u.reworked,
-            u.units,
-            u.cost_cents
-           FROM public.unit_totals_tail(NULL::text) u(fleet, domain, state, disposition, reworked, units, cost_cents)) t
+   FROM public.unit_totals_now(NULL::text) t(fleet, domain, state, disposition, reworked, units, cost_cents)
   GROUP BY t.fleet, t.domain, t.state, t.disposition, t.reworked
  HAVING (sum(t.units) <> (0)::numeric);
 

@@ -56,9 +56,7 @@ fn statement(domain: bool) -> String {
          finished AS MATERIALIZED (
              SELECT coalesce(sum(t.units) FILTER (WHERE t.state = 'done'), 0)::bigint AS done,
                     coalesce(sum(t.units) FILTER (WHERE t.disposition IS NOT NULL), 0)::bigint AS disposed
-               FROM (SELECT u.domain, u.state, u.disposition, u.units FROM unit_totals u WHERE u.fleet = $1
-                     UNION ALL
-                     SELECT u.domain, u.state, u.disposition, u.units FROM unit_totals_tail($1) u) t{tail_domain})
+               FROM unit_totals_now($1) t{tail_domain})
          SELECT (SELECT n FROM ready) AS ready,
                 count(*) FILTER (WHERE state <> 'blocked' AND lease_expires_at < now()) AS stale,
                 count(*) FILTER (WHERE state <> 'blocked' AND lease_expires_at >= now()) AS leased,

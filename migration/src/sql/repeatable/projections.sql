@@ -135,6 +135,18 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, public, pg_temp SET max_parall
     SELECT * FROM unit_totals_delta(p_fleet, ledger_mark('unit_totals'), NULL)
 $$;
 
+-- The unit totals as of now: the folded rows and the tail, of one fleet or
+-- (p_fleet NULL) of every fleet the caller sees.
+CREATE OR REPLACE FUNCTION unit_totals_now(p_fleet text)
+RETURNS TABLE (fleet text, domain text, state work_state, disposition disposition, reworked boolean, units bigint,
+               cost_cents bigint)
+LANGUAGE sql STABLE SET search_path = pg_catalog, public, pg_temp AS $$
+    SELECT t.fleet, t.domain, t.state, t.disposition, t.reworked, t.units, t.cost_cents
+      FROM unit_totals t WHERE p_fleet IS NULL OR t.fleet = p_fleet
+    UNION ALL
+    SELECT * FROM unit_totals_tail(p_fleet)
+$$;
+
 -- ---------------------------------------------------------------------------
 -- events: events per (type, agent), and per UTC day and type.
 -- ---------------------------------------------------------------------------
@@ -639,9 +651,7 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, public, pg_temp AS $$
            format('%s units, %s cents in (%s, %s, %s, %s)', sum(x.u) FILTER (WHERE NOT x.whole),
                   sum(x.c) FILTER (WHERE NOT x.whole), x.domain, x.state, x.disposition, x.reworked)
       FROM (SELECT t.fleet, t.domain, t.state, t.disposition, t.reworked, t.units AS u, t.cost_cents AS c, false AS whole
-              FROM unit_totals t WHERE p_fleet IS NULL OR t.fleet = p_fleet
-            UNION ALL SELECT t.fleet, t.domain, t.state, t.disposition, t.reworked, t.units, t.cost_cents, false
-              FROM unit_totals_tail(p_fleet) t
+              FROM unit_totals_now(p_fleet) t
             UNION ALL SELECT d.fleet, d.domain, d.state, d.disposition, d.reworked, -d.units, -d.cost_cents, true
               FROM unit_totals_delta(p_fleet, 0, NULL) d) x
      GROUP BY x.fleet, x.domain, x.state, x.disposition, x.reworked HAVING sum(x.u) <> 0 OR sum(x.c) <> 0

@@ -75,9 +75,7 @@ SELECT w.fleet, w.week, w.claims, w.verified, round(w.verified::numeric / w.clai
 CREATE OR REPLACE VIEW v_unit_totals WITH (security_invoker = true) AS
 SELECT t.fleet, t.domain, t.state, t.disposition, t.reworked, sum(t.units)::bigint AS units,
        sum(t.cost_cents)::bigint AS cost_cents
-  FROM (SELECT u.fleet, u.domain, u.state, u.disposition, u.reworked, u.units, u.cost_cents FROM unit_totals u
-        UNION ALL
-        SELECT u.fleet, u.domain, u.state, u.disposition, u.reworked, u.units, u.cost_cents FROM unit_totals_tail(NULL) u) t
+  FROM unit_totals_now(NULL) t
  GROUP BY t.fleet, t.domain, t.state, t.disposition, t.reworked
 HAVING sum(t.units) <> 0;
 
