@@ -1246,12 +1246,23 @@ CREATE FUNCTION public.ledger_from(p_action text, p_actors text[] DEFAULT NULL::
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
     AS $$
+DECLARE
+    actor text;
+    found work_state[] := '{}';
 BEGIN
-    RETURN (SELECT coalesce(array_agg(DISTINCT m.from_state ORDER BY m.from_state), '{}')
-              FROM ledger_moves() m
-             WHERE m.action = p_action
-               AND (p_actors IS NULL OR m.actor = ANY (p_actors))
-               AND (p_disposition IS NULL OR m.disposition = p_disposition));
+    IF p_actors IS NULL THEN
+        RETURN coalesce((ledger_move_sources() ->> (p_action || '>*>' || coalesce(p_disposition::text, '*')))::work_state[],
+                        '{}');
+    END IF;
+    FOREACH actor IN ARRAY p_actors LOOP
+        found := found || coalesce((ledger_move_sources()
+                                    ->> (p_action || '>' || actor || '>' || coalesce(p_disposition::text, '*')))::work_state[],
+                                   '{}');
+    END LOOP;
+    IF cardinality(p_actors) <= 1 THEN
+        RETURN found;
+    END IF;
+    RETURN (SELECT coalesce(array_agg(DISTINCT s ORDER BY s), '{}') FROM unnest(found) AS s);
 END
 $$;
 
@@ -1403,6 +1414,34 @@ BEGIN
     RETURN (SELECT array_agg(DISTINCT m.from_state::text || '>' || m.to_state::text || '>'
                              || coalesce(m.disposition::text, ''))
               FROM ledger_moves() m);
+END
+$$;
+
+CREATE FUNCTION public.ledger_move_sources() RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    AS $$
+BEGIN
+    RETURN (SELECT jsonb_object_agg(g.k, g.states) FROM (
+        SELECT m.action || '>' || CASE WHEN grouping(m.actor) = 1 THEN '*' ELSE m.actor END
+               || '>' || CASE WHEN grouping(m.disposition) = 1 THEN '*' ELSE coalesce(m.disposition::text, '') END AS k,
+               array_agg(DISTINCT m.from_state ORDER BY m.from_state)::text AS states
+          FROM ledger_moves() m
+         GROUP BY GROUPING SETS ((m.action), (m.action, m.actor), (m.action, m.disposition),
+                                 (m.action, m.actor, m.disposition))) AS g);
+END
+$$;
+
+CREATE FUNCTION public.ledger_move_targets() RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    AS $$
+BEGIN
+    RETURN (SELECT jsonb_object_agg(g.k, g.states) FROM (
+        SELECT m.action || '>' || m.from_state::text || '>' || coalesce(m.disposition::text, '') AS k,
+               array_agg(DISTINCT m.to_state ORDER BY m.to_state)::text AS states
+          FROM ledger_moves() m
+         GROUP BY 1) AS g);
 END
 $$;
 
@@ -2075,11 +2114,17 @@ CREATE FUNCTION public.ledger_to(p_action text, p_from public.work_state, p_disp
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
     AS $$
+DECLARE
+    target work_state;
 BEGIN
-    RETURN (SELECT m.to_state FROM ledger_moves() m
-             WHERE m.action = p_action AND m.from_state = p_from AND m.disposition IS NOT DISTINCT FROM p_disposition
-               AND (p_held IS NULL OR (m.to_state = ANY (ledger_held_states())) = p_held)
-             ORDER BY m.to_state LIMIT 1);
+    FOREACH target IN ARRAY coalesce((ledger_move_targets()
+                                      ->> (p_action || '>' || p_from::text || '>' || coalesce(p_disposition::text, '')))::work_state[],
+                                     '{}') LOOP
+        IF p_held IS NULL OR (target = ANY (ledger_held_states())) = p_held THEN
+            RETURN target;
+        END IF;
+    END LOOP;
+    RETURN NULL;
 END
 $$;
 

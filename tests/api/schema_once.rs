@@ -224,6 +224,44 @@ async fn the_rust_states_are_the_databases() {
     assert_eq!(list("terminal"), rust(WorkState::is_terminal));
 }
 
+/// The writes look moves up in constants folded from `ledger_moves()`
+/// (ledger_from, ledger_to): for every action, state, actor set and
+/// disposition, the lookup answers what a query of the declaration does.
+#[tokio::test]
+async fn the_write_lookups_answer_what_the_declaration_says() {
+    let app = spawn_app().await;
+    let cases = app
+        .sql_json(
+            "WITH actions AS (SELECT DISTINCT action FROM ledger_moves()),
+                  actor_sets AS (SELECT NULL::text[] AS actors
+                                 UNION ALL SELECT ARRAY[a] FROM (SELECT DISTINCT actor AS a FROM ledger_moves()) x
+                                 UNION ALL SELECT ARRAY['claimant', 'holder']
+                                 UNION ALL SELECT ARRAY['holder', 'operator', 'answerer']
+                                 UNION ALL SELECT '{}'::text[]),
+                  dispositions AS (SELECT NULL::disposition AS d UNION ALL SELECT unnest(enum_range(NULL::disposition))),
+                  states AS (SELECT unnest(enum_range(NULL::work_state)) AS s),
+                  helds AS (SELECT NULL::boolean AS h UNION ALL SELECT true UNION ALL SELECT false)
+             SELECT 'from' AS lookup, a.action, x.actors::text AS actors, d.d::text AS disposition, NULL AS state,
+                    ledger_from(a.action, x.actors, d.d)::text AS said,
+                    (SELECT coalesce(array_agg(DISTINCT m.from_state ORDER BY m.from_state), '{}') FROM ledger_moves() m
+                      WHERE m.action = a.action AND (x.actors IS NULL OR m.actor = ANY (x.actors))
+                        AND (d.d IS NULL OR m.disposition = d.d))::text AS declared
+               FROM actions a, actor_sets x, dispositions d
+             UNION ALL
+             SELECT 'to', a.action, h.h::text, d.d::text, s.s::text, ledger_to(a.action, s.s, d.d, h.h)::text,
+                    (SELECT m.to_state FROM ledger_moves() m
+                      WHERE m.action = a.action AND m.from_state = s.s AND m.disposition IS NOT DISTINCT FROM d.d
+                        AND (h.h IS NULL OR (m.to_state = ANY (ledger_held_states())) = h.h)
+                      ORDER BY m.to_state LIMIT 1)::text
+               FROM actions a, states s, dispositions d, helds h",
+        )
+        .await;
+    let checked = cases.len();
+    assert!(checked > 500, "the comparison covered {checked} cases");
+    let wrong: Vec<&Value> = cases.iter().filter(|r| r["said"] != r["declared"]).collect();
+    assert!(wrong.is_empty(), "{} of {checked} lookups disagree: {wrong:#?}", wrong.len());
+}
+
 #[tokio::test]
 async fn a_schema_newer_than_this_build_is_refused_naming_both() {
     let app = spawn_app().await;

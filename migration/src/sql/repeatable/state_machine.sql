@@ -62,17 +62,63 @@ BEGIN
 END
 $$;
 
+-- The declaration indexed for the writes, as immutable constants: a write
+-- calls ledger_from and ledger_to with the state it found, at run time,
+-- and ledger_moves() run again for each such call cost a write more than
+-- its own statements (about 100 µs a call, several calls a write). Folded
+-- into a constant, the declaration is read once per session: the lookups
+-- below run no query.
+--
+-- ledger_move_sources(): 'action>actor>disposition' (an actor or a
+-- disposition '*' for any) -> the states it leaves from, as an array literal.
+CREATE OR REPLACE FUNCTION ledger_move_sources() RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, public, pg_temp AS $$
+BEGIN
+    RETURN (SELECT jsonb_object_agg(g.k, g.states) FROM (
+        SELECT m.action || '>' || CASE WHEN grouping(m.actor) = 1 THEN '*' ELSE m.actor END
+               || '>' || CASE WHEN grouping(m.disposition) = 1 THEN '*' ELSE coalesce(m.disposition::text, '') END AS k,
+               array_agg(DISTINCT m.from_state ORDER BY m.from_state)::text AS states
+          FROM ledger_moves() m
+         GROUP BY GROUPING SETS ((m.action), (m.action, m.actor), (m.action, m.disposition),
+                                 (m.action, m.actor, m.disposition))) AS g);
+END
+$$;
+
+-- ledger_move_targets(): 'action>from>disposition' -> the states it leads
+-- to, as an array literal.
+CREATE OR REPLACE FUNCTION ledger_move_targets() RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, public, pg_temp AS $$
+BEGIN
+    RETURN (SELECT jsonb_object_agg(g.k, g.states) FROM (
+        SELECT m.action || '>' || m.from_state::text || '>' || coalesce(m.disposition::text, '') AS k,
+               array_agg(DISTINCT m.to_state ORDER BY m.to_state)::text AS states
+          FROM ledger_moves() m
+         GROUP BY 1) AS g);
+END
+$$;
+
 -- The states `p_action` leaves from, by any actor, or by one of `p_actors`
 -- (and with `p_disposition`, for a dispose).
 CREATE OR REPLACE FUNCTION ledger_from(p_action text, p_actors text[] DEFAULT NULL, p_disposition disposition DEFAULT NULL)
 RETURNS work_state[]
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, public, pg_temp AS $$
+DECLARE
+    actor text;
+    found work_state[] := '{}';
 BEGIN
-    RETURN (SELECT coalesce(array_agg(DISTINCT m.from_state ORDER BY m.from_state), '{}')
-              FROM ledger_moves() m
-             WHERE m.action = p_action
-               AND (p_actors IS NULL OR m.actor = ANY (p_actors))
-               AND (p_disposition IS NULL OR m.disposition = p_disposition));
+    IF p_actors IS NULL THEN
+        RETURN coalesce((ledger_move_sources() ->> (p_action || '>*>' || coalesce(p_disposition::text, '*')))::work_state[],
+                        '{}');
+    END IF;
+    FOREACH actor IN ARRAY p_actors LOOP
+        found := found || coalesce((ledger_move_sources()
+                                    ->> (p_action || '>' || actor || '>' || coalesce(p_disposition::text, '*')))::work_state[],
+                                   '{}');
+    END LOOP;
+    IF cardinality(p_actors) <= 1 THEN
+        RETURN found;
+    END IF;
+    RETURN (SELECT coalesce(array_agg(DISTINCT s ORDER BY s), '{}') FROM unnest(found) AS s);
 END
 $$;
 
@@ -84,11 +130,17 @@ CREATE OR REPLACE FUNCTION ledger_to(p_action text, p_from work_state, p_disposi
                                      p_held boolean DEFAULT NULL)
 RETURNS work_state
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, public, pg_temp AS $$
+DECLARE
+    target work_state;
 BEGIN
-    RETURN (SELECT m.to_state FROM ledger_moves() m
-             WHERE m.action = p_action AND m.from_state = p_from AND m.disposition IS NOT DISTINCT FROM p_disposition
-               AND (p_held IS NULL OR (m.to_state = ANY (ledger_held_states())) = p_held)
-             ORDER BY m.to_state LIMIT 1);
+    FOREACH target IN ARRAY coalesce((ledger_move_targets()
+                                      ->> (p_action || '>' || p_from::text || '>' || coalesce(p_disposition::text, '')))::work_state[],
+                                     '{}') LOOP
+        IF p_held IS NULL OR (target = ANY (ledger_held_states())) = p_held THEN
+            RETURN target;
+        END IF;
+    END LOOP;
+    RETURN NULL;
 END
 $$;
 
