@@ -44,14 +44,19 @@ CREATE TYPE public.work_state AS ENUM (
 );
 
 CREATE FUNCTION public.agent_latest_delta(p_fleet text, p_from bigint, p_to bigint) RETURNS TABLE(fleet text, agent_id text, started_at timestamp with time zone, attempt_id uuid, unit_id uuid)
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    SET plan_cache_mode TO 'force_custom_plan'
     AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     SELECT DISTINCT ON (a.fleet, a.agent_id) a.fleet, a.agent_id, a.started_at, a.id, a.unit_id
       FROM work_unit_events e JOIN work_unit_attempts a ON a.id = e.attempt_id
      WHERE e.event_type = 'claimed' AND (p_fleet IS NULL OR e.fleet = p_fleet)
        AND e.batch >= p_from AND (p_to IS NULL OR e.batch < p_to)
-     ORDER BY a.fleet, a.agent_id, a.started_at DESC, a.id DESC
+     ORDER BY a.fleet, a.agent_id, a.started_at DESC, a.id DESC;
+END
 $$;
 
 CREATE FUNCTION public.agent_latest_fold(p_from bigint, p_to bigint) RETURNS void
@@ -97,9 +102,13 @@ $$;
 COMMENT ON FUNCTION public.agent_tokens() IS 'callers: app, reader';
 
 CREATE FUNCTION public.agent_totals_delta(p_fleet text, p_from bigint, p_to bigint) RETURNS TABLE(fleet text, agent_id text, domain text, units bigint, cost_cents bigint)
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    SET plan_cache_mode TO 'force_custom_plan'
     AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     WITH touched AS MATERIALIZED (
         SELECT DISTINCT e.unit_id FROM work_unit_events e
          WHERE (p_fleet IS NULL OR e.fleet = p_fleet) AND e.batch >= p_from AND (p_to IS NULL OR e.batch < p_to)
@@ -116,7 +125,8 @@ CREATE FUNCTION public.agent_totals_delta(p_fleet text, p_from bigint, p_to bigi
     SELECT u.fleet, p.agent_id, u.domain, sum(p.sign * p.claimed::int)::bigint, sum(p.sign * p.cost_cents)::bigint
       FROM per_agent p JOIN work_units u ON u.id = p.unit_id
      GROUP BY 1, 2, 3
-    HAVING sum(p.sign * p.claimed::int) <> 0 OR sum(p.sign * p.cost_cents) <> 0
+    HAVING sum(p.sign * p.claimed::int) <> 0 OR sum(p.sign * p.cost_cents) <> 0;
+END
 $$;
 
 CREATE FUNCTION public.agent_totals_fold(p_from bigint, p_to bigint) RETURNS void
@@ -181,13 +191,18 @@ END
 $$;
 
 CREATE FUNCTION public.claim_agents_delta(p_fleet text, p_from bigint, p_to bigint) RETURNS TABLE(fleet text, day date, agent_id text)
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    SET plan_cache_mode TO 'force_custom_plan'
     AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     SELECT DISTINCT a.fleet, ((a.started_at) AT TIME ZONE 'UTC')::date, a.agent_id
       FROM work_unit_events e JOIN work_unit_attempts a ON a.id = e.attempt_id
      WHERE e.event_type = 'claimed' AND (p_fleet IS NULL OR e.fleet = p_fleet)
-       AND e.batch >= p_from AND (p_to IS NULL OR e.batch < p_to)
+       AND e.batch >= p_from AND (p_to IS NULL OR e.batch < p_to);
+END
 $$;
 
 CREATE FUNCTION public.claim_days_delta(p_fleet text, p_from bigint, p_to bigint) RETURNS TABLE(fleet text, day date, claims bigint, verified bigint, stale bigint, never_started bigint)
@@ -420,9 +435,13 @@ $$;
 COMMENT ON FUNCTION public.cycle_week_reopened(p_fleet text, p_week date) IS 'callers: owner';
 
 CREATE FUNCTION public.disposal_agents_delta(p_fleet text, p_from bigint, p_to bigint) RETURNS TABLE(fleet text, week boolean, start date, domain text, disposition public.disposition, agent_id text)
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    SET plan_cache_mode TO 'force_custom_plan'
     AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     SELECT DISTINCT u.fleet, k.week, CASE WHEN k.week THEN date_trunc('week', (d.day)::timestamp)::date ELSE d.day END,
            CASE WHEN k.every THEN '' ELSE u.domain END, u.disposition, a.agent_id
       FROM work_unit_events e
@@ -431,7 +450,8 @@ CREATE FUNCTION public.disposal_agents_delta(p_fleet text, p_from bigint, p_to b
      CROSS JOIN LATERAL (SELECT ((u.disposed_at) AT TIME ZONE 'UTC')::date AS day) d
      CROSS JOIN (VALUES (false, false), (false, true), (true, false), (true, true)) AS k(week, every)
      WHERE e.event_type = 'disposed' AND (p_fleet IS NULL OR e.fleet = p_fleet)
-       AND e.batch >= p_from AND (p_to IS NULL OR e.batch < p_to)
+       AND e.batch >= p_from AND (p_to IS NULL OR e.batch < p_to);
+END
 $$;
 
 CREATE FUNCTION public.disposal_agents_tail(p_fleet text) RETURNS TABLE(fleet text, week boolean, start date, domain text, disposition public.disposition, agent_id text)
@@ -513,12 +533,17 @@ END
 $$;
 
 CREATE FUNCTION public.event_days_delta(p_fleet text, p_from bigint, p_to bigint) RETURNS TABLE(fleet text, day date, event_type public.event_type, events bigint)
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    SET plan_cache_mode TO 'force_custom_plan'
     AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     SELECT e.fleet, ((e.created_at) AT TIME ZONE 'UTC')::date, e.event_type, count(*) FROM work_unit_events e
      WHERE (p_fleet IS NULL OR e.fleet = p_fleet) AND e.batch >= p_from AND (p_to IS NULL OR e.batch < p_to)
-     GROUP BY 1, 2, 3
+     GROUP BY 1, 2, 3;
+END
 $$;
 
 CREATE FUNCTION public.event_days_tail(p_fleet text) RETURNS TABLE(fleet text, day date, event_type public.event_type, events bigint)
@@ -530,12 +555,17 @@ CREATE FUNCTION public.event_days_tail(p_fleet text) RETURNS TABLE(fleet text, d
 $$;
 
 CREATE FUNCTION public.event_totals_delta(p_fleet text, p_from bigint, p_to bigint) RETURNS TABLE(fleet text, event_type public.event_type, agent_id text, events bigint)
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    SET plan_cache_mode TO 'force_custom_plan'
     AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     SELECT e.fleet, e.event_type, e.agent_id, count(*) FROM work_unit_events e
      WHERE (p_fleet IS NULL OR e.fleet = p_fleet) AND e.batch >= p_from AND (p_to IS NULL OR e.batch < p_to)
-     GROUP BY 1, 2, 3
+     GROUP BY 1, 2, 3;
+END
 $$;
 
 CREATE FUNCTION public.event_totals_tail(p_fleet text) RETURNS TABLE(fleet text, event_type public.event_type, agent_id text, events bigint)
@@ -682,9 +712,13 @@ END
 $$;
 
 CREATE FUNCTION public.ledger_attempt_folds(p_fleet text, p_from bigint, p_to bigint) RETURNS TABLE(attempt_id uuid, sign integer, claimed boolean, verified boolean, stale boolean, ended boolean, started boolean)
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    SET plan_cache_mode TO 'force_custom_plan'
     AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     WITH touched AS MATERIALIZED (
         SELECT DISTINCT e.unit_id, e.attempt_id FROM work_unit_events e
          WHERE (p_fleet IS NULL OR e.fleet = p_fleet) AND e.batch >= p_from AND (p_to IS NULL OR e.batch < p_to)
@@ -700,7 +734,8 @@ CREATE FUNCTION public.ledger_attempt_folds(p_fleet text, p_from bigint, p_to bi
      CROSS JOIN (VALUES (1), (-1)) AS s(sign)
       JOIN work_unit_events e ON e.unit_id = t.unit_id AND e.attempt_id = t.attempt_id
      WHERE CASE WHEN s.sign = 1 THEN p_to IS NULL OR e.batch < p_to ELSE e.batch < p_from END
-     GROUP BY e.attempt_id, s.sign
+     GROUP BY e.attempt_id, s.sign;
+END
 $$;
 
 CREATE FUNCTION public.ledger_attempt_refusal(p_agent text, p_attempt uuid) RETURNS TABLE(result text, unit public.work_units, info jsonb)
@@ -2332,9 +2367,13 @@ END
 $$;
 
 CREATE FUNCTION public.ledger_unit_folds(p_fleet text, p_from bigint, p_to bigint) RETURNS TABLE(unit_id uuid, sign integer, state public.work_state, disposition public.disposition, claims bigint, cost_cents bigint)
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    SET plan_cache_mode TO 'force_custom_plan'
     AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     WITH touched AS MATERIALIZED (
         SELECT DISTINCT e.unit_id FROM work_unit_events e
          WHERE (p_fleet IS NULL OR e.fleet = p_fleet) AND e.batch >= p_from AND (p_to IS NULL OR e.batch < p_to))
@@ -2359,7 +2398,8 @@ CREATE FUNCTION public.ledger_unit_folds(p_fleet text, p_from bigint, p_to bigin
       JOIN work_units u ON u.id = t.unit_id
       JOIN work_unit_events e ON e.unit_id = t.unit_id
      WHERE CASE WHEN s.sign = 1 THEN p_to IS NULL OR e.batch < p_to ELSE e.batch < p_from END
-     GROUP BY e.unit_id, s.sign
+     GROUP BY e.unit_id, s.sign;
+END
 $$;
 
 CREATE FUNCTION public.ledger_warden_pass(p_max_transaction interval, p_max_locks integer, p_max_idle integer) RETURNS TABLE(pid integer, role_name name, why text, detail text)
