@@ -522,8 +522,12 @@ async fn main() -> Result<(), AnyError> {
     settle().await?;
 
     // The shortest whole job: claimNext, transition(IN_PROGRESS), dispose(DROPPED); one token per agent.
+    // Beside it, how far the server's projector trails the log (SPEC §7):
+    // the age of the oldest event no projection has folded yet.
     eprintln!("claim-and-finish over HTTP...");
+    let lag_sampler = tokio::spawn(projector_lag(owner.clone(), Instant::now(), Duration::from_secs(args.seconds)));
     let finish = finish_phase(&http, &args, "claim-and-finish over HTTP", finish_tokens).await;
+    let lag = lag_sampler.await??;
     settle().await?;
 
     // The same job in the shape the project's own clients send it (MCP, the
@@ -643,6 +647,13 @@ async fn main() -> Result<(), AnyError> {
         "claim-and-finish over HTTP vs its bound (3 x HTTP floor + seed claim-and-finish, {finish_bound:.0}/s): plain {:.0}%, domain + keys + fence {:.0}%",
         pct(finish.rate(), finish_bound),
         pct(finish_keyed.rate(), finish_bound)
+    );
+    println!(
+        "projector lag while claim-and-finish over HTTP runs ({} samples, 100 ms apart): p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
+        lag.0.len(),
+        lag.pct(0.5),
+        lag.pct(0.99),
+        lag.pct(1.0)
     );
     println!(
         "project claim statement vs seed claim as one statement: {:.0}% (notifying in the transaction: {:.0}%)",
@@ -1002,6 +1013,22 @@ async fn background_work(db: DatabaseConnection, from: Instant, length: Duration
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Ok(seen)
+}
+
+/// The projector's lag, sampled every 100 ms for `length`: the largest
+/// lag_seconds of any projection (the age of its oldest unfolded event).
+async fn projector_lag(db: DatabaseConnection, from: Instant, length: Duration) -> Result<Samples, DbErr> {
+    let mut lags = Samples::default();
+    while from.elapsed() < length {
+        if let Some(row) =
+            db.query_one_raw(stmt("SELECT max(lag_seconds) AS lag FROM ledger_projections_status()", [])).await?
+        {
+            let lag: f64 = row.try_get("", "lag")?;
+            lags.0.push(Duration::from_secs_f64(lag.max(0.0)));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(lags)
 }
 
 /// The paced phase's slowest 1% by when they started (250 ms windows), and

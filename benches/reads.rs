@@ -569,7 +569,13 @@ async fn main() -> Result<(), AnyError> {
     let worst = by_p99.first().ok_or("no reads")?;
     let worst_p99 = worst.samples.pct(0.99);
 
-    if args.keep || args.ledger.is_some() {
+    // A run's reader logins go with it (a rerun with `--ledger` makes its
+    // own); what they were granted on a kept ledger goes first.
+    let kept = args.keep || args.ledger.is_some();
+    if kept {
+        for role in &roles {
+            owner.execute_unprepared(&format!("DROP OWNED BY {role}")).await?;
+        }
         eprintln!("kept {} (--ledger {})", scratch.url, support::database_name(&scratch.url)?);
     } else if scratch.embedded.is_none() {
         owner.close().await?;

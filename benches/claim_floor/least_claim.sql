@@ -1,8 +1,8 @@
 -- The least a claim of SPEC §3 does on the ledger's tables, as one statement: the agent's held unit
 -- looked for, a stale unit before a READY one, attempt N+1, the unit taken, the `claimed` event.
--- Left out although the SPEC asks for them: row-level security (run as the owner), the
--- idempotency lookup, rework to fresh eyes, the reclaim of a stale attempt. Any claim that
--- keeps the guarantees does at least this much.
+-- Run as the writer role under row-level security, as the write functions run. Left out although
+-- the SPEC asks for them: authentication, the idempotency lookup, rework to fresh eyes, the reclaim
+-- of a stale attempt. Any claim that keeps the guarantees does at least this much.
 \set a random(1, 1000000000)
 WITH held AS (
      SELECT id FROM work_units WHERE fleet = 'f' AND claimed_by = 'agent-' || :a
