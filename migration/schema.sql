@@ -114,14 +114,16 @@ BEGIN
          WHERE (p_fleet IS NULL OR e.fleet = p_fleet) AND e.batch >= p_from AND (p_to IS NULL OR e.batch < p_to)
            AND e.event_type IN ('claimed', 'cost_recorded')),
          per_agent AS (
-        SELECT t.unit_id, s.sign, a.agent_id, bool_or(e.event_type = 'claimed') AS claimed,
-               coalesce(sum(e.cost_delta_cents), 0)::bigint AS cost_cents
+        SELECT t.unit_id, s.sign, x.agent_id, x.claimed, x.cost_cents
           FROM touched t
          CROSS JOIN (VALUES (1), (-1)) AS s(sign)
-          JOIN work_unit_events e ON e.unit_id = t.unit_id AND e.event_type IN ('claimed', 'cost_recorded')
-          JOIN work_unit_attempts a ON a.id = e.attempt_id
-         WHERE CASE WHEN s.sign = 1 THEN p_to IS NULL OR e.batch < p_to ELSE e.batch < p_from END
-         GROUP BY t.unit_id, s.sign, a.agent_id)
+         CROSS JOIN LATERAL (
+               SELECT a.agent_id, bool_or(e.event_type = 'claimed') AS claimed,
+                      coalesce(sum(e.cost_delta_cents), 0)::bigint AS cost_cents
+                 FROM work_unit_events e JOIN work_unit_attempts a ON a.id = e.attempt_id
+                WHERE e.unit_id = t.unit_id AND e.event_type IN ('claimed', 'cost_recorded')
+                  AND CASE WHEN s.sign = 1 THEN p_to IS NULL OR e.batch < p_to ELSE e.batch < p_from END
+                GROUP BY a.agent_id) x)
     SELECT u.fleet, p.agent_id, u.domain, sum(p.sign * p.claimed::int)::bigint, sum(p.sign * p.cost_cents)::bigint
       FROM per_agent p JOIN work_units u ON u.id = p.unit_id
      GROUP BY 1, 2, 3
@@ -723,18 +725,20 @@ BEGIN
         SELECT DISTINCT e.unit_id, e.attempt_id FROM work_unit_events e
          WHERE (p_fleet IS NULL OR e.fleet = p_fleet) AND e.batch >= p_from AND (p_to IS NULL OR e.batch < p_to)
            AND e.attempt_id IS NOT NULL)
-    SELECT e.attempt_id, s.sign,
-           bool_or(e.event_type = 'claimed'),
-           bool_or(e.event_type = 'transitioned' AND e.to_state = 'verified'),
-           bool_or(e.event_type IN ('stale_reclaimed', 'stalled')),
-           bool_or(e.event_type IN ('released', 'stale_reclaimed', 'disposed')
-                   OR (e.event_type = 'transitioned' AND e.to_state = 'verified')),
-           bool_or(e.event_type = 'transitioned')
+    SELECT t.attempt_id, s.sign, f.claimed, f.verified, f.stale, f.ended, f.started
       FROM touched t
      CROSS JOIN (VALUES (1), (-1)) AS s(sign)
-      JOIN work_unit_events e ON e.unit_id = t.unit_id AND e.attempt_id = t.attempt_id
-     WHERE CASE WHEN s.sign = 1 THEN p_to IS NULL OR e.batch < p_to ELSE e.batch < p_from END
-     GROUP BY e.attempt_id, s.sign;
+     CROSS JOIN LATERAL (
+           SELECT bool_or(e.event_type = 'claimed') AS claimed,
+                  bool_or(e.event_type = 'transitioned' AND e.to_state = 'verified') AS verified,
+                  bool_or(e.event_type IN ('stale_reclaimed', 'stalled')) AS stale,
+                  bool_or(e.event_type IN ('released', 'stale_reclaimed', 'disposed')
+                          OR (e.event_type = 'transitioned' AND e.to_state = 'verified')) AS ended,
+                  bool_or(e.event_type = 'transitioned') AS started
+             FROM work_unit_events e
+            WHERE e.unit_id = t.unit_id AND e.attempt_id = t.attempt_id
+              AND CASE WHEN s.sign = 1 THEN p_to IS NULL OR e.batch < p_to ELSE e.batch < p_from END
+           HAVING count(*) > 0) f;
 END
 $$;
 
@@ -2377,28 +2381,31 @@ BEGIN
     WITH touched AS MATERIALIZED (
         SELECT DISTINCT e.unit_id FROM work_unit_events e
          WHERE (p_fleet IS NULL OR e.fleet = p_fleet) AND e.batch >= p_from AND (p_to IS NULL OR e.batch < p_to))
-    SELECT e.unit_id, s.sign,
-           -- The state the last change led to (stalls and heartbeats keep
-           -- the state they found); a unit written without its events (by
-           -- hand, or imported history) is where its first event found it,
-           -- else READY, where every unit starts.
-           coalesce((array_agg(e.to_state ORDER BY e.seq DESC)
-                         FILTER (WHERE e.to_state IS NOT NULL AND e.event_type NOT IN ('stalled', 'heartbeat')))[1],
-                    (array_agg(e.from_state ORDER BY e.seq) FILTER (WHERE e.from_state IS NOT NULL))[1],
-                    'ready'),
-           -- The disposition its `disposed` event set (the unit's own, which
-           -- never changes once set, for an event written without it).
-           CASE WHEN bool_or(e.event_type = 'disposed')
-                THEN coalesce(max(e.detail->>'disposition') FILTER (WHERE e.event_type = 'disposed'),
-                              max(u.disposition::text)) END::disposition,
-           count(*) FILTER (WHERE e.event_type = 'claimed'),
-           coalesce(sum(e.cost_delta_cents), 0)::bigint
+    SELECT t.unit_id, s.sign, f.state, f.disposition, f.claims, f.cost_cents
       FROM touched t
      CROSS JOIN (VALUES (1), (-1)) AS s(sign)
       JOIN work_units u ON u.id = t.unit_id
-      JOIN work_unit_events e ON e.unit_id = t.unit_id
-     WHERE CASE WHEN s.sign = 1 THEN p_to IS NULL OR e.batch < p_to ELSE e.batch < p_from END
-     GROUP BY e.unit_id, s.sign;
+     CROSS JOIN LATERAL (
+           SELECT -- The state the last change led to (stalls and heartbeats
+                  -- keep the state they found); a unit written without its
+                  -- events (by hand, or imported history) is where its first
+                  -- event found it, else READY, where every unit starts.
+                  coalesce((array_agg(e.to_state ORDER BY e.seq DESC)
+                                FILTER (WHERE e.to_state IS NOT NULL AND e.event_type NOT IN ('stalled', 'heartbeat')))[1],
+                           (array_agg(e.from_state ORDER BY e.seq) FILTER (WHERE e.from_state IS NOT NULL))[1],
+                           'ready') AS state,
+                  -- The disposition its `disposed` event set (the unit's
+                  -- own, which never changes once set, for an event written
+                  -- without it).
+                  CASE WHEN bool_or(e.event_type = 'disposed')
+                       THEN coalesce(max(e.detail->>'disposition') FILTER (WHERE e.event_type = 'disposed'),
+                                     u.disposition::text) END::disposition AS disposition,
+                  count(*) FILTER (WHERE e.event_type = 'claimed') AS claims,
+                  coalesce(sum(e.cost_delta_cents), 0)::bigint AS cost_cents
+             FROM work_unit_events e
+            WHERE e.unit_id = t.unit_id
+              AND CASE WHEN s.sign = 1 THEN p_to IS NULL OR e.batch < p_to ELSE e.batch < p_from END
+           HAVING count(*) > 0) f;
 END
 $$;
 
