@@ -178,7 +178,11 @@ impl Live {
             ),
             sweeper: Sweeper::new(db.clone(), config.sweeper.clone(), ledger.metrics().stalls.clone()),
             warden: Warden::new(db.clone(), config.warden.clone()),
-            projector: Projector::new(db.clone(), config.projector.clone(), ledger.metrics().projected.clone()),
+            projector: Projector::new(
+                db::follower(ledger.db(), crate::projector::FOLDERS, "work-ledger-projector"),
+                config.projector.clone(),
+                ledger.metrics().projected.clone(),
+            ),
             waiting,
             questions: memo::Memo::default(),
             attempts: memo::Memo::default(),
