@@ -4,11 +4,11 @@
 //! events below the live-delivery watermark past the projection's mark, in
 //! steps of about `step_events` (`ledger_project`: one transaction each,
 //! the fold and the mark together), until it has caught up; then it
-//! compacts the totals' delta rows (`ledger_compact`). It folds
-//! [`FOLDERS`] projections at once, on a pool of that many connections of
-//! its own: under a full write load each backend gets its share of the
-//! CPU, and one connection folding seven projections in turn fell seconds
-//! behind (lag p99 8 s while claim-and-finish ran at its full rate). Any number of
+//! compacts the totals' delta rows (`ledger_compact`). The projections
+//! catch up side by side, their steps taking turns on a pool of
+//! [`FOLDERS`] connections of its own: folded one after another, the
+//! first one chasing the head of a busy log held the others back for its
+//! whole pass (lag p99 8 s while claim-and-finish ran at its full rate). Any number of
 //! replicas run one: a replica skips a projection another is folding (its
 //! mark's row lock), and each event is folded once.
 //!
@@ -49,7 +49,7 @@ impl Default for ProjectorConfig {
 /// starts far behind still reports its passes (and stops promptly).
 const MAX_STEPS_PER_PASS: usize = 100;
 
-/// Projections folded at once, and the connections of the projector's pool.
+/// The connections of the projector's pool: steps of that many projections run at once.
 pub const FOLDERS: u32 = 3;
 
 pub struct Projector {
@@ -68,11 +68,11 @@ impl Projector {
     /// One pass: every projection folded up to the watermark (in steps);
     /// returns the events folded.
     pub async fn run_once(&self) -> Result<u64, DbErr> {
-        let mut folded = 0;
-        for names in status::names(&self.db).await?.chunks(FOLDERS as usize) {
-            folded += try_join_all(names.iter().map(|name| self.catch_up(name))).await?.into_iter().sum::<u64>();
-        }
-        Ok(folded)
+        // Every projection catches up at once, each step taking one of the
+        // pool's FOLDERS connections in turn: a projection chasing the head
+        // of a busy log holds none of the others back.
+        let names = status::names(&self.db).await?;
+        Ok(try_join_all(names.iter().map(|name| self.catch_up(name))).await?.into_iter().sum())
     }
 
     /// Projection `name` folded up to the watermark, in steps; returns the
