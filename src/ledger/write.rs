@@ -211,6 +211,7 @@ fn refused(
             open_question: uuid("open_question_id"),
         },
         "AGENT_BUSY" => LedgerError::AgentBusy { held: need_uuid("held_id")?, held_ref: need_str("held_ref")? },
+        "WORKFLOW_OWNED" => LedgerError::WorkflowOwned { unit_id: unit.id, workflow_id: need_str("workflow_id")? },
         other => return Err(LedgerError::internal(format!("{action}: unknown answer {other:?}"))),
     })
 }
