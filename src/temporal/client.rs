@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use temporalio_client::grpc::WorkflowService;
 use temporalio_client::tonic::IntoRequest;
 use temporalio_client::{ClientTlsOptions, Connection, ConnectionOptions, TlsOptions, Url};
 use temporalio_common::protos::temporal::api::common::v1::WorkflowExecution;
