@@ -16,6 +16,8 @@ without evidence).
 
 import argparse
 import asyncio
+import os
+import sys
 from datetime import timedelta
 
 from temporalio import activity, workflow
@@ -89,3 +91,7 @@ async def main() -> None:
 
 if __name__ == "__main__":
     asyncio.run(main())
+    # The SDK's runtime can crash the interpreter's finalization after a
+    # short-lived client; the workflow is started by then.
+    sys.stdout.flush()
+    os._exit(0)

@@ -60,14 +60,15 @@ async fn temporal_workflows_are_projected_once_each_and_never_written_back() {
     let refused = agent.claim_unit(held["id"].as_str().unwrap_or_default(), json!({})).await;
     refused.assert_code("WORKFLOW_OWNED");
     assert!(refused.message().contains("wf-terminate"), "{}", refused.message());
-    assert!(agent.claim_next(json!({})).await.data()["claimNext"]["externalRef"] == "sentinel", "only the agents' unit");
+    let claimed = agent.claim_next(json!({})).await;
+    assert_eq!(claimed.data()["r"]["externalRef"], "sentinel", "only the agents' unit");
 
     temporal.cli(&["workflow", "terminate", "--workflow-id", "wf-terminate", "--reason", "operator stop"]).await.expect("terminate");
     temporal.cli(&["workflow", "cancel", "--workflow-id", "wf-cancel"]).await.expect("cancel");
 
     settled(&app, "wf-complete", "done", 1).await;
     settled(&app, "wf-dropped", "abandoned", 1).await;
-    settled(&app, "wf-retry", "verified", 2).await;
+    settled(&app, "wf-retry", "done", 2).await;
     settled(&app, "wf-terminate", "ready", 1).await;
     settled(&app, "wf-cancel", "ready", 1).await;
     settled(&app, "wf-timeout", "ready", 1).await;
@@ -106,7 +107,7 @@ async fn temporal_workflows_are_projected_once_each_and_never_written_back() {
     assert_eq!((continued[0]["outcome"].as_str(), continued[1]["outcome"].as_str()), (Some("superseded"), Some("verified")));
     let without = ended("wf-noevidence").await;
     assert_eq!((without["outcome"].as_str(), without["reason"].as_str()), (Some("failed"), Some("completed without evidence")));
-    assert_eq!(without["cost_cents"], 5);
+    assert_eq!(without["cost_cents"], 125, "the activity's cost and the result's");
 
     // The subscriber saw wf-complete's projected events live.
     let complete_id = done["id"].as_str().unwrap_or_default().to_owned();
@@ -151,7 +152,7 @@ async fn temporal_workflows_are_projected_once_each_and_never_written_back() {
 
     // Retention: Temporal forgets a finished workflow; the ledger does not.
     let before = unit(&app, FLEET, "wf-complete").await;
-    temporal.cli(&["workflow", "delete", "--workflow-id", "wf-complete"]).await.expect("delete");
+    temporal.cli(&["workflow", "delete", "--workflow-id", "wf-complete", "--yes"]).await.expect("delete");
     let deadline = tokio::time::Instant::now() + super::DEADLINE;
     while !temporal.history("wf-complete").await.is_empty() {
         assert!(tokio::time::Instant::now() < deadline, "Temporal kept wf-complete");
