@@ -169,7 +169,7 @@ async fn temporal_workflows_are_projected_once_each_and_never_written_back() {
     settled(&app, "wf-running", "in_progress", 1).await;
     let running = unit(&app, FLEET, "wf-running").await;
     let by_hand = Agent::new(&app, FLEET, "operator-2", Role::Operator).await;
-    let evidence = json!({"evidenceUrl": "https://tickets.example.com/1", "reason": "by hand"});
+    let evidence = json!({"evidence": "https://tickets.example.com/1", "reason": "by hand"});
     by_hand.dispose(running["id"].as_str().unwrap_or_default(), "DEAD", evidence).await.data();
     let (status, out) = audit(&app, &temporal).await;
     assert!(!status, "audit --temporal exits 1 on a mismatch: {out}");

@@ -151,10 +151,15 @@ impl Temporal {
         let mut events = Vec::new();
         for run in runs {
             let run_id = run["execution"]["runId"].as_str().unwrap_or_default().to_owned();
-            let shown = self
+            // A deleted run may still be listed for a moment (visibility lags).
+            let shown = match self
                 .cli(&["workflow", "show", "--workflow-id", id, "--run-id", &run_id, "--output", "json"])
                 .await
-                .expect("show history");
+            {
+                Ok(shown) => shown,
+                Err(e) if e.contains("not found") => continue,
+                Err(e) => panic!("show history of {id}: {e}"),
+            };
             let shown: Value = serde_json::from_str(&shown).expect("history JSON");
             events.extend(shown["events"].as_array().cloned().unwrap_or_default());
         }
