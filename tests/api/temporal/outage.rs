@@ -49,7 +49,7 @@ async fn temporal_going_away_and_coming_back_loses_nothing_and_repeats_nothing()
         );
         assert_eq!(unit(&app, FLEET, id).await["cost_cents"], 120, "{id}");
     }
-    assert_eq!(event_types(&app, FLEET, "wf-across").await, ["registered", "claimed", "transitioned", "released"]);
+    assert_eq!(event_types(&app, FLEET, "wf-across").await, ["registered", "claimed", "transitioned", "cost_recorded", "released"]);
     let across = attempts(&app, FLEET, "wf-across").await;
     assert_eq!((across.len(), across[0]["reason"].as_str()), (1, Some("after the outage")));
     let projected = app
