@@ -15,12 +15,12 @@ use crate::config::{
 };
 use crate::db;
 use crate::db::entities::api_token;
+use crate::db::temporal::Link;
 use crate::db::tokens::Expiry;
 use crate::embedded_pg::EmbeddedPostgres;
 use crate::graphql;
 use crate::http::Application;
 use crate::ledger::Ledger;
-use crate::db::temporal::Link;
 use crate::operator::{self, AnyError, audit, backup, import, projections};
 
 /// True unless the command line asks for the service (`serve`): a one-shot

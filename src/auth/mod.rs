@@ -84,7 +84,9 @@ impl Permission {
             Self::QuestionsAnswer => "answer the questions of blocked units (unblock), also several alike at once",
             Self::UnitsDisposeAny => "dispose of any unit of the fleet and record cost on any attempt (an operator)",
             Self::TokensManage => "mint, list and revoke the fleet's tokens",
-            Self::UnitsProject => "record the runs of the fleet's Temporal workflows on their units (the projection's own)",
+            Self::UnitsProject => {
+                "record the runs of the fleet's Temporal workflows on their units (the projection's own)"
+            }
         }
     }
 }

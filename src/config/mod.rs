@@ -39,6 +39,8 @@ pub struct DatabaseArgs {
     pub data_dir: PathBuf,
 }
 
+// Parsed once per process: the size of `serve`'s flags costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Migrate, then serve GraphQL (and GraphiQL on /).

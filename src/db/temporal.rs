@@ -22,7 +22,8 @@ pub struct Link {
 }
 
 pub async fn links(db: &impl ConnectionTrait) -> Result<Vec<Link>, DbErr> {
-    let rows = db.query_all_raw(stmt("SELECT fleet, namespace, query FROM temporal_links ORDER BY created_at", [])).await?;
+    let rows =
+        db.query_all_raw(stmt("SELECT fleet, namespace, query FROM temporal_links ORDER BY created_at", [])).await?;
     rows.iter().map(|r| Link::from_query_result(r, "")).collect()
 }
 
@@ -61,7 +62,12 @@ pub async fn marks(db: &impl ConnectionTrait) -> Result<Marks, DbErr> {
         .await?;
     rows.iter()
         .map(|r| {
-            let key = (r.try_get("", "fleet")?, r.try_get("", "namespace")?, r.try_get("", "workflow_id")?, r.try_get("", "run_id")?);
+            let key = (
+                r.try_get("", "fleet")?,
+                r.try_get("", "namespace")?,
+                r.try_get("", "workflow_id")?,
+                r.try_get("", "run_id")?,
+            );
             Ok((key, (r.try_get("", "last_event_id")?, r.try_get("", "closed")?)))
         })
         .collect()
@@ -128,7 +134,11 @@ pub async fn workflow_units(
 }
 
 /// The unit of `fleet` that workflow `workflow_id` runs, and its state.
-pub async fn unit_of(db: &impl ConnectionTrait, fleet: &str, workflow_id: &str) -> Result<Option<(Uuid, String)>, DbErr> {
+pub async fn unit_of(
+    db: &impl ConnectionTrait,
+    fleet: &str,
+    workflow_id: &str,
+) -> Result<Option<(Uuid, String)>, DbErr> {
     let row = db
         .query_one_raw(stmt(
             "SELECT id, state::text AS state FROM work_units WHERE fleet = $1 AND workflow_id = $2

@@ -152,7 +152,8 @@ impl Application {
             (l, surface::guard(router, policy))
         });
         let registry = ledger.metrics().clone();
-        let temporal = config.temporal.map(|temporal| crate::temporal::TemporalProjection::new(ledger.clone(), temporal));
+        let temporal =
+            config.temporal.map(|temporal| crate::temporal::TemporalProjection::new(ledger.clone(), temporal));
         Ok(Self { listener, router, live, http: config.http, connections, metrics, registry, temporal })
     }
 

@@ -12,13 +12,20 @@ use crate::temporal::{IDENTITY, Run, TemporalEndpoint, TemporalReads};
 pub async fn link(db: &DatabaseConnection, link: Link) -> Result<(), AnyError> {
     let added = links::link(db, &link).await?;
     let verb = if added { "linked" } else { "already linked" };
-    eprintln!("{verb}: new workflows of namespace `{}` matching `{}` become units of fleet `{}`", link.namespace, link.query, link.fleet);
+    eprintln!(
+        "{verb}: new workflows of namespace `{}` matching `{}` become units of fleet `{}`",
+        link.namespace, link.query, link.fleet
+    );
     Ok(())
 }
 
 pub async fn unlink(db: &DatabaseConnection, link: Link) -> Result<(), AnyError> {
     if !links::unlink(db, &link).await? {
-        return Err(format!("fleet `{}` has no link to `{}` in namespace `{}`", link.fleet, link.query, link.namespace).into());
+        return Err(format!(
+            "fleet `{}` has no link to `{}` in namespace `{}`",
+            link.fleet, link.query, link.namespace
+        )
+        .into());
     }
     eprintln!("unlinked; the units it registered stay, and their workflows' runs are still projected");
     Ok(())
@@ -43,13 +50,16 @@ pub struct Mismatch {
 
 /// `audit --temporal`: prints each mismatch; an error (exit 1) when any.
 pub async fn audit(db: &DatabaseConnection, endpoint: &TemporalEndpoint, fleet: Option<&str>) -> Result<(), AnyError> {
-    let reads = TemporalReads::connect(endpoint, IDENTITY).await.map_err(|e| format!("Temporal at {}: {e}", endpoint.address))?;
+    let reads = TemporalReads::connect(endpoint, IDENTITY)
+        .await
+        .map_err(|e| format!("Temporal at {}: {e}", endpoint.address))?;
     let units = links::workflow_units(db, fleet, false).await?;
     let mut mismatches = Vec::new();
     for unit in &units {
         let namespace = unit.namespace.clone().unwrap_or_else(|| endpoint.namespace.clone());
         let query = format!("WorkflowId = '{}'", unit.workflow_id.replace('\\', "\\\\").replace('\'', "\\'"));
-        let latest = reads.list(&namespace, &query).await?.into_iter().max_by_key(|r: &Run| (r.started_us, r.run_id.clone()));
+        let latest =
+            reads.list(&namespace, &query).await?.into_iter().max_by_key(|r: &Run| (r.started_us, r.run_id.clone()));
         let status = latest.map(|r| r.status);
         if !agrees(unit, status.as_deref()) {
             mismatches.push(Mismatch {
@@ -62,7 +72,10 @@ pub async fn audit(db: &DatabaseConnection, endpoint: &TemporalEndpoint, fleet: 
         }
     }
     for m in &mismatches {
-        println!("{}\t{}\tledger {}\ttemporal {}\tlast projected {}", m.fleet, m.unit_id, m.state, m.temporal_status, m.last_projected);
+        println!(
+            "{}\t{}\tledger {}\ttemporal {}\tlast projected {}",
+            m.fleet, m.unit_id, m.state, m.temporal_status, m.last_projected
+        );
     }
     if mismatches.is_empty() {
         eprintln!("audit --temporal clean: {} workflow-modelled unit(s) agree with Temporal", units.len());

@@ -87,7 +87,8 @@ impl TemporalReads {
             let page = service.list_workflow_executions(request.into_request()).await.map_err(status)?.into_inner();
             for info in page.executions {
                 let Some(execution) = info.execution else { continue };
-                let started_us = info.start_time.map(|t| t.seconds * 1_000_000 + i64::from(t.nanos) / 1000).unwrap_or(0);
+                let started_us =
+                    info.start_time.map(|t| t.seconds * 1_000_000 + i64::from(t.nanos) / 1000).unwrap_or(0);
                 runs.push(Run {
                     workflow_id: execution.workflow_id,
                     run_id: execution.run_id,
@@ -103,11 +104,15 @@ impl TemporalReads {
     }
 
     /// The status of one run (`None`: Temporal no longer has it).
-    pub async fn describe(&self, namespace: &str, workflow_id: &str, run_id: &str) -> Result<Option<String>, ReadError> {
+    pub async fn describe(
+        &self,
+        namespace: &str,
+        workflow_id: &str,
+        run_id: &str,
+    ) -> Result<Option<String>, ReadError> {
         let request = DescribeWorkflowExecutionRequest {
             namespace: namespace.to_owned(),
             execution: Some(execution(workflow_id, run_id)),
-            ..Default::default()
         };
         match self.connection.workflow_service().describe_workflow_execution(request.into_request()).await {
             Ok(answer) => Ok(answer.into_inner().workflow_execution_info.map(|info| status_name(info.status))),
@@ -137,7 +142,8 @@ impl TemporalReads {
             };
             let page =
                 service.get_workflow_execution_history(request.into_request()).await.map_err(status)?.into_inner();
-            events.extend(page.history.map(|h| h.events).unwrap_or_default().into_iter().filter(|e| e.event_id > after));
+            events
+                .extend(page.history.map(|h| h.events).unwrap_or_default().into_iter().filter(|e| e.event_id > after));
             if page.next_page_token.is_empty() {
                 return Ok(events);
             }
@@ -156,7 +162,9 @@ fn status(e: temporalio_client::tonic::Status) -> ReadError {
 
 /// Temporal's name of a run's status.
 fn status_name(code: i32) -> String {
-    let name = WorkflowExecutionStatus::try_from(code).map(|s| s.as_str_name()).unwrap_or("WORKFLOW_EXECUTION_STATUS_UNSPECIFIED");
+    let name = WorkflowExecutionStatus::try_from(code)
+        .map(|s| s.as_str_name())
+        .unwrap_or("WORKFLOW_EXECUTION_STATUS_UNSPECIFIED");
     match name.trim_start_matches("WORKFLOW_EXECUTION_STATUS_") {
         "RUNNING" => "Running",
         "COMPLETED" => "Completed",

@@ -128,7 +128,10 @@ mod tests {
         let result = serde_json::json!({"evidenceUrls": ["https://e/1"], "costCents": 7, "disposition": "DROPPED", "reason": "r"});
         let o = outcome(Some(result));
         assert_eq!(o.evidence_urls, vec!["https://e/1".to_owned()]);
-        assert_eq!((o.cost_cents, o.disposition, o.reason.as_deref()), (Some(7), Some(Disposition::Dropped), Some("r")));
+        assert_eq!(
+            (o.cost_cents, o.disposition, o.reason.as_deref()),
+            (Some(7), Some(Disposition::Dropped), Some("r"))
+        );
         assert_eq!(outcome(Some(serde_json::json!("done"))), Outcome::default());
     }
 }

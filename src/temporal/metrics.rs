@@ -27,7 +27,11 @@ impl TemporalMetrics {
             "How far behind Temporal the projection was at its last pass (event time of the oldest unprojected event to now)",
             me.lag.clone(),
         );
-        metrics.register("temporal_projected_events", "Ledger events projected from Temporal histories", me.projected.clone());
+        metrics.register(
+            "temporal_projected_events",
+            "Ledger events projected from Temporal histories",
+            me.projected.clone(),
+        );
         metrics.register(
             "temporal_skipped_events",
             "Temporal history events that record nothing in the ledger (skipped or refused)",

@@ -126,7 +126,8 @@ impl Projector<'_> {
         let disposed = outcome.disposition.is_some();
         self.write(event_id, "", function::TRANSITION, "transition", &args, values, !disposed).await?;
         let Some(disposition) = outcome.disposition else { return Ok(()) };
-        let args = json!({"unitId": unit, "disposition": disposition.as_sql(), "evidenceUrl": last, "reason": outcome.reason});
+        let args =
+            json!({"unitId": unit, "disposition": disposition.as_sql(), "evidenceUrl": last, "reason": outcome.reason});
         let values = vec![
             unit.into(),
             Value::Uuid(None),
@@ -212,7 +213,8 @@ impl Projector<'_> {
 /// Registers the unit of a new workflow a link matched (its `externalRef`
 /// is the workflow id).
 async fn register(ledger: &Ledger, who: &Principal, fleet: &str, workflow_id: &str) -> Result<(Uuid, String), String> {
-    let unit = RegisterUnit { external_ref: workflow_id.to_owned(), domain: None, workflow_id: Some(workflow_id.to_owned()) };
+    let unit =
+        RegisterUnit { external_ref: workflow_id.to_owned(), domain: None, workflow_id: Some(workflow_id.to_owned()) };
     ledger.register_units(who, vec![unit]).await.map_err(err)?;
     db::temporal::unit_of(ledger.db(), fleet, workflow_id)
         .await

@@ -63,7 +63,10 @@ async fn temporal_workflows_are_projected_once_each_and_never_written_back() {
     let claimed = agent.claim_next(json!({})).await;
     assert_eq!(claimed.data()["r"]["externalRef"], "sentinel", "only the agents' unit");
 
-    temporal.cli(&["workflow", "terminate", "--workflow-id", "wf-terminate", "--reason", "operator stop"]).await.expect("terminate");
+    temporal
+        .cli(&["workflow", "terminate", "--workflow-id", "wf-terminate", "--reason", "operator stop"])
+        .await
+        .expect("terminate");
     temporal.cli(&["workflow", "cancel", "--workflow-id", "wf-cancel"]).await.expect("cancel");
 
     settled(&app, "wf-complete", "done", 1).await;
@@ -99,14 +102,26 @@ async fn temporal_workflows_are_projected_once_each_and_never_written_back() {
         async move { attempts(app, FLEET, id).await.last().cloned().unwrap_or(Value::Null) }
     };
     let terminated = ended("wf-terminate").await;
-    assert_eq!((terminated["outcome"].as_str(), terminated["reason"].as_str()), (Some("abandoned"), Some("operator stop")));
+    assert_eq!(
+        (terminated["outcome"].as_str(), terminated["reason"].as_str()),
+        (Some("abandoned"), Some("operator stop"))
+    );
     assert_eq!(ended("wf-cancel").await["outcome"], "abandoned");
     let timed_out = ended("wf-timeout").await;
-    assert_eq!((timed_out["outcome"].as_str(), timed_out["reason"].as_str()), (Some("failed"), Some("workflow timed out")));
+    assert_eq!(
+        (timed_out["outcome"].as_str(), timed_out["reason"].as_str()),
+        (Some("failed"), Some("workflow timed out"))
+    );
     let continued = attempts(&app, FLEET, "wf-continue").await;
-    assert_eq!((continued[0]["outcome"].as_str(), continued[1]["outcome"].as_str()), (Some("superseded"), Some("verified")));
+    assert_eq!(
+        (continued[0]["outcome"].as_str(), continued[1]["outcome"].as_str()),
+        (Some("superseded"), Some("verified"))
+    );
     let without = ended("wf-noevidence").await;
-    assert_eq!((without["outcome"].as_str(), without["reason"].as_str()), (Some("failed"), Some("completed without evidence")));
+    assert_eq!(
+        (without["outcome"].as_str(), without["reason"].as_str()),
+        (Some("failed"), Some("completed without evidence"))
+    );
     assert_eq!(without["cost_cents"], 125, "the activity's cost and the result's");
 
     // The subscriber saw wf-complete's projected events live.
@@ -125,25 +140,38 @@ async fn temporal_workflows_are_projected_once_each_and_never_written_back() {
     // marks are reset append nothing.
     let count = || app.sql_i64("SELECT count(*) FROM work_unit_events");
     let before = count().await;
-    let keys = app.sql_json("SELECT source_event_id FROM work_unit_events WHERE source_event_id LIKE 'temporal:%'").await;
+    let keys =
+        app.sql_json("SELECT source_event_id FROM work_unit_events WHERE source_event_id LIKE 'temporal:%'").await;
     let unique: HashSet<String> = keys.iter().map(|k| k["source_event_id"].to_string()).collect();
     assert_eq!(unique.len(), keys.len());
     let replica = app.spawn_replica_with(temporal.config()).await;
     app.sql("DELETE FROM temporal_runs").await;
-    until(&app, "every run projected again", "SELECT count(*) >= 10 AND bool_and(closed) AS ok FROM temporal_runs").await;
+    until(&app, "every run projected again", "SELECT count(*) >= 10 AND bool_and(closed) AS ok FROM temporal_runs")
+        .await;
     // A few more passes of both.
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     assert_eq!(count().await, before, "the same histories projected again appended events");
     drop(replica);
 
     // AC9.2: no history holds an event caused by the ledger.
-    for id in ["wf-complete", "wf-dropped", "wf-retry", "wf-terminate", "wf-cancel", "wf-timeout", "wf-continue", "wf-noevidence"] {
+    for id in [
+        "wf-complete",
+        "wf-dropped",
+        "wf-retry",
+        "wf-terminate",
+        "wf-cancel",
+        "wf-timeout",
+        "wf-continue",
+        "wf-noevidence",
+    ] {
         for event in temporal.history(id).await {
             let text = event.to_string();
             assert!(!text.contains(work_ledger::temporal::IDENTITY), "{id}: an event by the ledger: {text}");
             let kind = event["eventType"].as_str().unwrap_or_default().to_owned();
             assert!(
-                !["SIGNALED", "CANCEL_REQUESTED", "UPDATE_", "EXECUTION_OPTIONS"].iter().any(|k| kind.to_uppercase().contains(k))
+                !["SIGNALED", "CANCEL_REQUESTED", "UPDATE_", "EXECUTION_OPTIONS"]
+                    .iter()
+                    .any(|k| kind.to_uppercase().contains(k))
                     || (id == "wf-cancel" && kind.to_uppercase().contains("CANCEL_REQUESTED")),
                 "{id}: {kind}"
             );
@@ -174,7 +202,10 @@ async fn temporal_workflows_are_projected_once_each_and_never_written_back() {
     let (status, out) = audit(&app, &temporal).await;
     assert!(!status, "audit --temporal exits 1 on a mismatch: {out}");
     let line = out.lines().find(|l| l.contains(running["id"].as_str().unwrap_or("?"))).unwrap_or_default();
-    assert!(line.contains("ABANDONED") && line.contains("Running") && line.contains("temporal:default:wf-running:"), "{out}");
+    assert!(
+        line.contains("ABANDONED") && line.contains("Running") && line.contains("temporal:default:wf-running:"),
+        "{out}"
+    );
     assert_eq!(out.lines().count(), 1, "{out}");
     let _ = temporal.cli(&["workflow", "terminate", "--workflow-id", "wf-running"]).await;
 }

@@ -66,7 +66,9 @@ impl Temporal {
             .into_iter()
             .map(str::to_owned)
             .collect();
-        for (flag, p) in [("--port", port), ("--http-port", port + 1), ("--metrics-port", port + 2), ("--ui-port", port + 3)] {
+        for (flag, p) in
+            [("--port", port), ("--http-port", port + 1), ("--metrics-port", port + 2), ("--ui-port", port + 3)]
+        {
             args.extend([flag.to_owned(), p.to_string()]);
         }
         if let Some(file) = &self.db_file {

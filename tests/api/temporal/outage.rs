@@ -17,7 +17,9 @@ async fn temporal_going_away_and_coming_back_loses_nothing_and_repeats_nothing()
     temporal.start_workflow("wf-before", "complete", &[]).await;
     temporal.start_workflow("wf-across", "wait", &[]).await;
     let in_progress = |id: &str| {
-        format!("SELECT EXISTS (SELECT 1 FROM work_units WHERE fleet = '{FLEET}' AND workflow_id = '{id}' AND state = 'in_progress') AS ok")
+        format!(
+            "SELECT EXISTS (SELECT 1 FROM work_units WHERE fleet = '{FLEET}' AND workflow_id = '{id}' AND state = 'in_progress') AS ok"
+        )
     };
     until(&app, "wf-before done", &format!("SELECT EXISTS (SELECT 1 FROM work_units WHERE fleet = '{FLEET}' AND workflow_id = 'wf-before' AND state = 'done') AS ok")).await;
     until(&app, "wf-across started", &in_progress("wf-across")).await;
@@ -29,14 +31,29 @@ async fn temporal_going_away_and_coming_back_loses_nothing_and_repeats_nothing()
     let ready = app.http.get(app.url("/readyz")).send().await.expect("readyz");
     assert_eq!(ready.status(), 200, "readiness does not depend on Temporal");
     let metrics_addr = app.metrics_addr.expect("metrics listener");
-    let metrics = app.http.get(format!("http://{metrics_addr}/metrics")).send().await.expect("scrape").text().await.expect("text");
-    for name in ["work_ledger_temporal_lag_seconds", "work_ledger_temporal_projected_events", "work_ledger_temporal_skipped_events"] {
+    let metrics = app
+        .http
+        .get(format!("http://{metrics_addr}/metrics"))
+        .send()
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("text");
+    for name in [
+        "work_ledger_temporal_lag_seconds",
+        "work_ledger_temporal_projected_events",
+        "work_ledger_temporal_skipped_events",
+    ] {
         assert!(metrics.contains(name), "{name} in /metrics");
     }
 
     temporal.start_server().await;
     temporal.start_worker().await;
-    temporal.cli(&["workflow", "terminate", "--workflow-id", "wf-across", "--reason", "after the outage"]).await.expect("terminate");
+    temporal
+        .cli(&["workflow", "terminate", "--workflow-id", "wf-across", "--reason", "after the outage"])
+        .await
+        .expect("terminate");
     temporal.start_workflow("wf-after", "complete", &[]).await;
     until(&app, "wf-across ended", &format!("SELECT EXISTS (SELECT 1 FROM work_units WHERE fleet = '{FLEET}' AND workflow_id = 'wf-across' AND state = 'ready') AS ok")).await;
     until(&app, "wf-after done", &format!("SELECT EXISTS (SELECT 1 FROM work_units WHERE fleet = '{FLEET}' AND workflow_id = 'wf-after' AND state = 'done') AS ok")).await;
@@ -49,7 +66,10 @@ async fn temporal_going_away_and_coming_back_loses_nothing_and_repeats_nothing()
         );
         assert_eq!(unit(&app, FLEET, id).await["cost_cents"], 120, "{id}");
     }
-    assert_eq!(event_types(&app, FLEET, "wf-across").await, ["registered", "claimed", "transitioned", "cost_recorded", "released"]);
+    assert_eq!(
+        event_types(&app, FLEET, "wf-across").await,
+        ["registered", "claimed", "transitioned", "cost_recorded", "released"]
+    );
     let across = attempts(&app, FLEET, "wf-across").await;
     assert_eq!((across.len(), across[0]["reason"].as_str()), (1, Some("after the outage")));
     let projected = app
@@ -61,5 +81,8 @@ async fn temporal_going_away_and_coming_back_loses_nothing_and_repeats_nothing()
         .text()
         .await
         .expect("text");
-    assert!(projected.lines().any(|l| l.starts_with("work_ledger_temporal_projected_events_total ") && !l.ends_with(" 0")), "{projected}");
+    assert!(
+        projected.lines().any(|l| l.starts_with("work_ledger_temporal_projected_events_total ") && !l.ends_with(" 0")),
+        "{projected}"
+    );
 }
