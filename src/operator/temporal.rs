@@ -7,6 +7,7 @@ use sea_orm::DatabaseConnection;
 
 use super::AnyError;
 use crate::db::temporal::{self as links, Link, WorkflowUnit};
+use crate::temporal::client::runs_of;
 use crate::temporal::{IDENTITY, Run, TemporalEndpoint, TemporalReads};
 
 pub async fn link(db: &DatabaseConnection, link: Link) -> Result<(), AnyError> {
@@ -57,9 +58,11 @@ pub async fn audit(db: &DatabaseConnection, endpoint: &TemporalEndpoint, fleet: 
     let mut mismatches = Vec::new();
     for unit in &units {
         let namespace = unit.namespace.clone().unwrap_or_else(|| endpoint.namespace.clone());
-        let query = format!("WorkflowId = '{}'", unit.workflow_id.replace('\\', "\\\\").replace('\'', "\\'"));
-        let latest =
-            reads.list(&namespace, &query).await?.into_iter().max_by_key(|r: &Run| (r.started_us, r.run_id.clone()));
+        let latest = reads
+            .list(&namespace, &runs_of(&unit.workflow_id))
+            .await?
+            .into_iter()
+            .max_by_key(|r: &Run| (r.started_us, r.run_id.clone()));
         let status = latest.map(|r| r.status);
         if !agrees(unit, status.as_deref()) {
             mismatches.push(Mismatch {

@@ -152,6 +152,11 @@ impl TemporalReads {
     }
 }
 
+/// The list filter of every run of workflow `workflow_id`.
+pub fn runs_of(workflow_id: &str) -> String {
+    format!("WorkflowId = '{}'", workflow_id.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
 fn execution(workflow_id: &str, run_id: &str) -> WorkflowExecution {
     WorkflowExecution { workflow_id: workflow_id.to_owned(), run_id: run_id.to_owned() }
 }

@@ -145,8 +145,7 @@ impl TemporalProjection {
             if followed.contains_key(&key) {
                 continue;
             }
-            let query = format!("WorkflowId = '{}'", key.2.replace('\\', "\\\\").replace('\'', "\\'"));
-            let runs = reads.list(&key.1, &query).await?;
+            let runs = reads.list(&key.1, &client::runs_of(&key.2)).await?;
             if !runs.is_empty() {
                 followed.insert(key, runs);
             }

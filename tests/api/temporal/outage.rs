@@ -31,15 +31,11 @@ async fn temporal_going_away_and_coming_back_loses_nothing_and_repeats_nothing()
     let ready = app.http.get(app.url("/readyz")).send().await.expect("readyz");
     assert_eq!(ready.status(), 200, "readiness does not depend on Temporal");
     let metrics_addr = app.metrics_addr.expect("metrics listener");
-    let metrics = app
-        .http
-        .get(format!("http://{metrics_addr}/metrics"))
-        .send()
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("text");
+    let scrape = || async {
+        let answer = app.http.get(format!("http://{metrics_addr}/metrics")).send().await.expect("scrape");
+        answer.text().await.expect("text")
+    };
+    let metrics = scrape().await;
     for name in [
         "work_ledger_temporal_lag_seconds",
         "work_ledger_temporal_projected_events",
@@ -72,15 +68,7 @@ async fn temporal_going_away_and_coming_back_loses_nothing_and_repeats_nothing()
     );
     let across = attempts(&app, FLEET, "wf-across").await;
     assert_eq!((across.len(), across[0]["reason"].as_str()), (1, Some("after the outage")));
-    let projected = app
-        .http
-        .get(format!("http://{metrics_addr}/metrics"))
-        .send()
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("text");
+    let projected = scrape().await;
     assert!(
         projected.lines().any(|l| l.starts_with("work_ledger_temporal_projected_events_total ") && !l.ends_with(" 0")),
         "{projected}"
