@@ -803,14 +803,15 @@ BEGIN
         refusal := 'FORBIDDEN';
         info := jsonb_build_object('permission', p_permissions[1]);
     ELSIF p_unit IS NOT NULL AND 'units:project' = ANY (who.permissions)
-          AND NOT EXISTS (SELECT 1 FROM work_units u WHERE u.id = p_unit AND u.workflow_id IS NOT NULL) THEN
+          AND EXISTS (SELECT 1 FROM work_units u WHERE u.id = p_unit AND u.workflow_id IS NULL) THEN
         refusal := 'FORBIDDEN';
         info := jsonb_build_object('permission', p_permissions[1]);
     END IF;
     IF refusal IS NOT NULL THEN
         RETURN;
     ELSIF p_unit IS NOT NULL AND 'units:project' = ANY (who.permissions) THEN
-        who.name := (SELECT 'workflow:' || u.workflow_id FROM work_units u WHERE u.id = p_unit);
+        -- (A unit not in the token's fleet keeps the name: the write then finds no unit.)
+        who.name := coalesce((SELECT 'workflow:' || u.workflow_id FROM work_units u WHERE u.id = p_unit), who.name);
     END IF;
     IF p_key IS NOT NULL AND (p_hash IS NULL OR NOT ledger_is_label(p_key)) THEN
         refusal := 'INVALID_INPUT';

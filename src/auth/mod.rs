@@ -129,7 +129,8 @@ impl Role {
             Self::Triage => vec![LedgerRead, QuestionsAnswer],
             Self::Reader => vec![LedgerRead],
             Self::Operator => vec![LedgerRead, UnitsRegister, UnitsClaim, QuestionsAnswer, UnitsDisposeAny],
-            Self::Admin => Permission::ALL.to_vec(),
+            // Every permission but the Temporal projection's own.
+            Self::Admin => Permission::ALL.into_iter().filter(|&p| p != Permission::UnitsProject).collect(),
         }
     }
 }

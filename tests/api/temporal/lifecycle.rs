@@ -112,6 +112,13 @@ async fn temporal_workflows_are_projected_once_each_and_never_written_back() {
         (timed_out["outcome"].as_str(), timed_out["reason"].as_str()),
         (Some("failed"), Some("workflow timed out"))
     );
+    assert_eq!(
+        event_types(&app, FLEET, "wf-continue").await,
+        [
+            "registered", "claimed", "transitioned", "released", "claimed", "transitioned", "cost_recorded",
+            "transitioned", "disposed"
+        ]
+    );
     let continued = attempts(&app, FLEET, "wf-continue").await;
     assert_eq!(
         (continued[0]["outcome"].as_str(), continued[1]["outcome"].as_str()),
