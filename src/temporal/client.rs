@@ -121,13 +121,12 @@ impl TemporalReads {
         }
     }
 
-    /// The events of one run's history after event `after`, in order.
+    /// The events of one run's history, in order.
     pub async fn history(
         &self,
         namespace: &str,
         workflow_id: &str,
         run_id: &str,
-        after: i64,
     ) -> Result<Vec<HistoryEvent>, ReadError> {
         let mut service = self.connection.workflow_service();
         let mut events = Vec::new();
@@ -142,8 +141,7 @@ impl TemporalReads {
             };
             let page =
                 service.get_workflow_execution_history(request.into_request()).await.map_err(status)?.into_inner();
-            events
-                .extend(page.history.map(|h| h.events).unwrap_or_default().into_iter().filter(|e| e.event_id > after));
+            events.extend(page.history.map(|h| h.events).unwrap_or_default());
             if page.next_page_token.is_empty() {
                 return Ok(events);
             }

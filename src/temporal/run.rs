@@ -41,7 +41,12 @@ pub async fn project(
     metrics: &TemporalMetrics,
 ) -> Result<f64, String> {
     let run = target.run;
-    let events = reads.history(target.namespace, &run.workflow_id, &run.run_id, target.after).await?;
+    // The whole history (Temporal reads it from the start anyway): what an
+    // event means may depend on the events before the mark (the run's first
+    // activity start is the one that moves the unit to IN_PROGRESS).
+    let history = reads.history(target.namespace, &run.workflow_id, &run.run_id).await?;
+    let first_start = history.iter().find(|e| mapping::step(e) == Step::ActivityStarted).map(|e| e.event_id);
+    let events: Vec<_> = history.into_iter().filter(|e| e.event_id > target.after).collect();
     let Some(first) = events.first() else { return Ok(0.0) };
     let lag = first
         .event_time
@@ -49,17 +54,16 @@ pub async fn project(
         .unwrap_or(0.0)
         .max(0.0);
     let db = ledger.db();
-    let (unit_id, state) = match db::temporal::unit_of(db, target.fleet, &run.workflow_id).await.map_err(err)? {
-        Some(found) => found,
-        None => register(ledger, who, target.fleet, &run.workflow_id).await?,
+    let unit_id = match db::temporal::unit_of(db, target.fleet, &run.workflow_id).await.map_err(err)? {
+        Some((unit, _)) => unit,
+        None => register(ledger, who, target.fleet, &run.workflow_id).await?.0,
     };
-    let mut projector =
-        Projector { ledger, who, target, unit_id, started: state == "in_progress", completing: false, metrics };
+    let mut projector = Projector { ledger, who, target, unit_id, first_start, completing: false, metrics };
     let last = events.len() - 1;
     for (i, event) in events.iter().enumerate() {
         let step = mapping::step(event);
         let closing = matches!(step, Step::Completed(_) | Step::Ended(..));
-        if step == Step::Skipped || (step == Step::ActivityStarted && projector.started) {
+        if step == Step::Skipped || (step == Step::ActivityStarted && first_start != Some(event.event_id)) {
             metrics.skipped.inc();
             if i == last {
                 projector.mark_only(event.event_id, closing).await?;
@@ -76,8 +80,9 @@ struct Projector<'a> {
     who: &'a Principal,
     target: &'a Target<'a>,
     unit_id: Uuid,
-    /// The unit is IN_PROGRESS (an activity of the run started).
-    started: bool,
+    /// The run's first `ActivityTaskStarted`, which moved the unit to
+    /// IN_PROGRESS (none: no activity started).
+    first_start: Option<i64>,
     /// Projecting a completion (several writes for one event).
     completing: bool,
     metrics: &'a TemporalMetrics,
@@ -117,7 +122,7 @@ impl Projector<'_> {
         let (Some(first), Some(last)) = (outcome.evidence_urls.first(), outcome.evidence_urls.last()) else {
             return self.release(event_id, "failed", mapping::WITHOUT_EVIDENCE, true).await;
         };
-        if !self.started {
+        if self.first_start.is_none_or(|start| start > event_id) {
             self.start(event_id, ":start", false).await?;
         }
         let unit = self.unit_id;
@@ -142,7 +147,6 @@ impl Projector<'_> {
         let unit = self.unit_id;
         let args = json!({"unitId": unit, "to": "IN_PROGRESS"});
         let values = vec![unit.into(), Value::Uuid(None), "in_progress".into(), Value::String(None)];
-        self.started = true;
         self.write(event_id, suffix, function::TRANSITION, "transition", &args, values, closing).await
     }
 

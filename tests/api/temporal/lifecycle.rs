@@ -115,8 +115,15 @@ async fn temporal_workflows_are_projected_once_each_and_never_written_back() {
     assert_eq!(
         event_types(&app, FLEET, "wf-continue").await,
         [
-            "registered", "claimed", "transitioned", "released", "claimed", "transitioned", "cost_recorded",
-            "transitioned", "disposed"
+            "registered",
+            "claimed",
+            "transitioned",
+            "released",
+            "claimed",
+            "transitioned",
+            "cost_recorded",
+            "transitioned",
+            "disposed"
         ]
     );
     let continued = attempts(&app, FLEET, "wf-continue").await;
