@@ -42,6 +42,17 @@ async fn temporal_workflows_are_projected_once_each_and_never_written_back() {
     app.register(&operator, &["sentinel"]).await;
     assert_eq!(ws.next_data().await["ledgerEvents"]["eventType"], "REGISTERED");
 
+    // A unit registered by hand with its workflow's id, in a fleet without a link.
+    let other = app.token("th", "op", Role::Operator).await;
+    let registered = app
+        .gql(
+            &other,
+            "mutation { registerUnits(units: [{externalRef: \"billing/ledger.c\", workflowId: \"wf-hand\"}]) { id workflowId } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(registered.data()["registerUnits"][0]["workflowId"], "wf-hand");
+    temporal.start_workflow("wf-hand", "complete", &[]).await;
     temporal.start_workflow("wf-complete", "complete", &[]).await;
     temporal.start_workflow("wf-dropped", "dropped", &[]).await;
     temporal.start_workflow("wf-retry", "retry", &["--retries", "2"]).await;
@@ -77,6 +88,14 @@ async fn temporal_workflows_are_projected_once_each_and_never_written_back() {
     settled(&app, "wf-timeout", "ready", 1).await;
     settled(&app, "wf-continue", "done", 2).await;
     settled(&app, "wf-noevidence", "ready", 1).await;
+
+    until(
+        &app,
+        "the unit registered by hand is done",
+        "SELECT EXISTS (SELECT 1 FROM work_units WHERE fleet = 'th' AND external_ref = 'billing/ledger.c'
+                          AND state = 'done' AND cost_cents = 120 AND claimed_by = 'workflow:wf-hand') AS ok",
+    )
+    .await;
 
     // Two activities, one with a cost, and a completion with evidence and MIGRATED.
     let done = unit(&app, FLEET, "wf-complete").await;
@@ -154,13 +173,15 @@ async fn temporal_workflows_are_projected_once_each_and_never_written_back() {
     // marks are reset append nothing.
     let count = || app.sql_i64("SELECT count(*) FROM work_unit_events");
     let before = count().await;
-    let keys =
-        app.sql_json("SELECT source_event_id FROM work_unit_events WHERE source_event_id LIKE 'temporal:%'").await;
-    let unique: HashSet<String> = keys.iter().map(|k| k["source_event_id"].to_string()).collect();
+    let keys = app
+        .sql_json("SELECT fleet, source_event_id FROM work_unit_events WHERE source_event_id LIKE 'temporal:%'")
+        .await;
+    let unique: HashSet<String> = keys.iter().map(|k| format!("{}/{}", k["fleet"], k["source_event_id"])).collect();
     assert_eq!(unique.len(), keys.len());
     let replica = app.spawn_replica_with(temporal.config()).await;
+    // (The unit registered by hand is disposed: its workflow is no longer followed.)
     app.sql("DELETE FROM temporal_runs").await;
-    until(&app, "every run projected again", "SELECT count(*) >= 10 AND bool_and(closed) AS ok FROM temporal_runs")
+    until(&app, "every run projected again", "SELECT count(*) >= 11 AND bool_and(closed) AS ok FROM temporal_runs")
         .await;
     // A few more passes of both.
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
