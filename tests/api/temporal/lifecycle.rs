@@ -71,6 +71,9 @@ async fn temporal_workflows_are_projected_once_each_and_never_written_back() {
     let refused = agent.claim_unit(held["id"].as_str().unwrap_or_default(), json!({})).await;
     refused.assert_code("WORKFLOW_OWNED");
     assert!(refused.message().contains("wf-terminate"), "{}", refused.message());
+    let extensions = &refused.body["errors"][0]["extensions"];
+    assert_eq!(extensions["workflowId"], "wf-terminate");
+    assert!(!extensions["legalActions"].to_string().contains("claim"), "{extensions}");
     let claimed = agent.claim_next(json!({})).await;
     assert_eq!(claimed.data()["r"]["externalRef"], "sentinel", "only the agents' unit");
 
