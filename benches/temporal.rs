@@ -76,7 +76,8 @@ async fn main() -> Result<(), AnyError> {
     }
     let deadline = Instant::now() + Duration::from_secs(1800);
     loop {
-        let done = count(&pool, "SELECT count(*) AS n FROM work_units WHERE fleet = 'bench' AND state = 'done'").await?;
+        let done =
+            count(&pool, "SELECT count(*) AS n FROM work_units WHERE fleet = 'bench' AND state = 'done'").await?;
         if done as usize >= workflows {
             break;
         }
