@@ -626,7 +626,8 @@ BEGIN
         CASE WHEN 'units:claim' = ANY (p_permissions) THEN 'claimant' END,
         CASE WHEN 'units:claim' = ANY (p_permissions) AND p_holds THEN 'holder' END,
         CASE WHEN 'questions:answer' = ANY (p_permissions) THEN 'answerer' END,
-        CASE WHEN 'units:dispose-any' = ANY (p_permissions) THEN 'operator' END], NULL);
+        CASE WHEN 'units:dispose-any' = ANY (p_permissions) THEN 'operator' END,
+        CASE WHEN 'units:project' = ANY (p_permissions) AND p_holds THEN 'workflow' END], NULL);
 END
 $$;
 
@@ -698,7 +699,7 @@ CREATE TABLE public.work_units (
     CONSTRAINT work_units_external_ref_shape CHECK (((char_length(external_ref) >= 1) AND (char_length(external_ref) <= 256) AND (external_ref !~ '[[:cntrl:]]'::text))),
     CONSTRAINT work_units_first_claim_when_claimed CHECK (((first_claimed_at IS NULL) = (attempt_count = 0))),
     CONSTRAINT work_units_lease_only_while_working CHECK (((lease_expires_at IS NULL) OR (state = ANY (ARRAY['claimed'::public.work_state, 'in_progress'::public.work_state])))),
-    CONSTRAINT work_units_live_claim_has_holder CHECK (((state <> ALL (ARRAY['claimed'::public.work_state, 'in_progress'::public.work_state])) OR ((claimed_by IS NOT NULL) AND (current_attempt_id IS NOT NULL) AND (lease_expires_at IS NOT NULL)))),
+    CONSTRAINT work_units_live_claim_has_holder CHECK (((state <> ALL (ARRAY['claimed'::public.work_state, 'in_progress'::public.work_state])) OR ((claimed_by IS NOT NULL) AND (current_attempt_id IS NOT NULL) AND ((lease_expires_at IS NOT NULL) OR (workflow_id IS NOT NULL))))),
     CONSTRAINT work_units_ready_has_no_holder CHECK (((state <> 'ready'::public.work_state) OR ((claimed_by IS NULL) AND (lease_expires_at IS NULL)))),
     CONSTRAINT work_units_settled_has_evidence CHECK (((state <> ALL (ARRAY['verified'::public.work_state, 'done'::public.work_state, 'abandoned'::public.work_state])) OR (cardinality(evidence_urls) > 0)))
 )
@@ -779,12 +780,12 @@ CREATE TABLE public.api_tokens (
     last_used_at timestamp with time zone,
     CONSTRAINT api_tokens_expires_after_creation CHECK ((expires_at > created_at)),
     CONSTRAINT api_tokens_fleet_check CHECK ((fleet ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$'::text)),
-    CONSTRAINT api_tokens_known_permissions CHECK ((permissions <@ ARRAY['ledger:read'::text, 'units:register'::text, 'units:claim'::text, 'questions:answer'::text, 'units:dispose-any'::text, 'tokens:manage'::text])),
+    CONSTRAINT api_tokens_known_permissions CHECK ((permissions <@ ARRAY['ledger:read'::text, 'units:register'::text, 'units:claim'::text, 'questions:answer'::text, 'units:dispose-any'::text, 'tokens:manage'::text, 'units:project'::text])),
     CONSTRAINT api_tokens_name_check CHECK (((char_length(name) >= 1) AND (char_length(name) <= 256) AND (name !~ '[[:cntrl:]]'::text))),
     CONSTRAINT api_tokens_token_hash_check CHECK ((octet_length(token_hash) = 32))
 );
 
-CREATE FUNCTION public.ledger_begin(p_token bytea, p_notify text, p_permissions text[], p_key text, p_hash text, OUT who public.api_tokens, OUT refusal text, OUT info jsonb, OUT replayed uuid) RETURNS record
+CREATE FUNCTION public.ledger_begin(p_token bytea, p_notify text, p_permissions text[], p_key text, p_hash text, p_unit uuid DEFAULT NULL::uuid, OUT who public.api_tokens, OUT refusal text, OUT info jsonb, OUT replayed uuid) RETURNS record
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
     AS $$
@@ -805,7 +806,18 @@ BEGIN
     ELSIF NOT (who.permissions && p_permissions) THEN
         refusal := 'FORBIDDEN';
         info := jsonb_build_object('permission', p_permissions[1]);
-    ELSIF p_key IS NOT NULL AND (p_hash IS NULL OR NOT ledger_is_label(p_key)) THEN
+    ELSIF p_unit IS NOT NULL AND 'units:project' = ANY (who.permissions)
+          AND EXISTS (SELECT 1 FROM work_units u WHERE u.id = p_unit AND u.workflow_id IS NULL) THEN
+        refusal := 'FORBIDDEN';
+        info := jsonb_build_object('permission', p_permissions[1]);
+    END IF;
+    IF refusal IS NOT NULL THEN
+        RETURN;
+    ELSIF p_unit IS NOT NULL AND 'units:project' = ANY (who.permissions) THEN
+        -- (A unit not in the token's fleet keeps the name: the write then finds no unit.)
+        who.name := coalesce((SELECT 'workflow:' || u.workflow_id FROM work_units u WHERE u.id = p_unit), who.name);
+    END IF;
+    IF p_key IS NOT NULL AND (p_hash IS NULL OR NOT ledger_is_label(p_key)) THEN
         refusal := 'INVALID_INPUT';
         info := jsonb_build_object('argument', 'idempotencyKey',
                                    'rule', 'must be 1 to 256 printable characters with no invisible formatting characters');
@@ -886,15 +898,19 @@ DECLARE
     v_attempt uuid;
     v_started timestamptz;
     w work_units;
+    v_project boolean;
 BEGIN
-    SELECT * INTO b FROM ledger_begin(p_token, p_notify, '{units:claim}', p_key, p_hash);
+    SELECT * INTO b FROM ledger_begin(p_token, p_notify, '{units:claim}', p_key, p_hash, p_unit);
     IF b.refusal IS NOT NULL THEN
         RETURN QUERY SELECT * FROM ledger_answer(b.refusal, b.replayed, b.info);
         RETURN;
     END IF;
     v_fleet := (b.who).fleet;
     v_agent := (b.who).name;
-    IF p_lease IS NULL OR p_lease NOT BETWEEN 30 AND 86400 THEN
+    v_project := 'units:project' = ANY ((b.who).permissions);
+    IF v_project AND p_unit IS NULL THEN
+        RETURN; -- the projection claims the units of its workflows only
+    ELSIF p_lease IS NULL OR p_lease NOT BETWEEN 30 AND 86400 THEN
         RETURN QUERY SELECT * FROM ledger_invalid(p_unit, 'leaseSeconds', 'must be between 30 and 86400');
         RETURN;
     ELSIF p_domain IS NOT NULL AND NOT ledger_is_label(p_domain) THEN
@@ -906,7 +922,7 @@ BEGIN
     IF held.id IS NULL THEN
         IF p_unit IS NOT NULL THEN
             SELECT * INTO pick FROM work_units u
-             WHERE u.fleet = v_fleet AND u.id = p_unit
+             WHERE u.fleet = v_fleet AND u.id = p_unit AND (u.workflow_id IS NULL OR v_project)
                AND (u.state = ANY (ledger_from('claim'))
                     OR (u.state = ANY (ledger_from('reclaim')) AND u.lease_expires_at < now()))
                FOR NO KEY UPDATE;
@@ -926,7 +942,8 @@ BEGIN
         UPDATE work_units u
            SET state = ledger_to(CASE WHEN reclaimed THEN 'reclaim' ELSE 'claim' END, pick.state),
                claimed_by = v_agent, current_attempt_id = v_attempt,
-               attempt_count = pick.attempt_count + 1, lease_expires_at = now() + p_lease * interval '1 second',
+               attempt_count = pick.attempt_count + 1,
+               lease_expires_at = CASE WHEN pick.workflow_id IS NULL THEN now() + p_lease * interval '1 second' END,
                last_heartbeat_at = now(), updated_at = clock_timestamp(),
                first_claimed_at = coalesce(u.first_claimed_at, v_started)
          WHERE u.id = pick.id
@@ -947,8 +964,9 @@ BEGIN
             RETURN QUERY SELECT 'held'::text, held, '{}'::jsonb;
             RETURN;
         END IF;
-        UPDATE work_units u SET lease_expires_at = now() + p_lease * interval '1 second', last_heartbeat_at = now(),
-                                updated_at = clock_timestamp()
+        UPDATE work_units u
+           SET lease_expires_at = CASE WHEN u.workflow_id IS NULL THEN now() + p_lease * interval '1 second' END,
+               last_heartbeat_at = now(), updated_at = clock_timestamp()
          WHERE u.id = held.id AND u.claimed_by = v_agent AND u.state = ANY (ledger_working_states())
         RETURNING u.* INTO w;
         IF w.id IS NULL THEN
@@ -977,6 +995,8 @@ BEGIN
     SELECT * INTO w FROM work_units u WHERE u.id = p_unit;
     IF w.id IS NULL THEN
         RETURN QUERY SELECT 'NOT_FOUND'::text, NULL::work_units, jsonb_build_object('what', 'unit', 'id', p_unit);
+    ELSIF w.workflow_id IS NOT NULL AND NOT v_project AND NOT w.state = ANY (ledger_terminal_states()) THEN
+        RETURN QUERY SELECT 'WORKFLOW_OWNED'::text, w, jsonb_build_object('workflow_id', w.workflow_id);
     ELSIF (w.state = ANY (ledger_held_states()) AND w.claimed_by IS NOT NULL
            AND NOT (w.state = ANY (ledger_working_states()) AND w.lease_expires_at < now())) THEN
         RETURN QUERY SELECT 'UNIT_ALREADY_CLAIMED'::text, w, jsonb_build_object('holder', w.claimed_by);
@@ -1234,7 +1254,7 @@ DECLARE
     prev work_units;
     w work_units;
 BEGIN
-    SELECT * INTO b FROM ledger_begin(p_token, p_notify, '{units:claim,units:dispose-any}', p_key, p_hash);
+    SELECT * INTO b FROM ledger_begin(p_token, p_notify, '{units:claim,units:dispose-any}', p_key, p_hash, p_unit);
     IF b.refusal IS NOT NULL THEN
         RETURN QUERY SELECT * FROM ledger_answer(b.refusal, b.replayed, b.info);
         RETURN;
@@ -1493,6 +1513,7 @@ BEGIN
     SELECT m.action, m.actor, m.from_state::work_state, m.to_state::work_state, m.disposition::disposition
       FROM (VALUES
             ('claim',   'claimant', 'ready',       'claimed',     NULL),
+            ('claim',   'workflow', 'ready',       'claimed',     NULL),
             ('reclaim', 'claimant', 'claimed',     'claimed',     NULL),
             ('reclaim', 'claimant', 'in_progress', 'claimed',     NULL),
             ('start',   'holder',   'claimed',     'in_progress', NULL),
@@ -1504,13 +1525,15 @@ BEGIN
             ('release', 'holder',   'in_progress', 'ready',       NULL),
             ('release', 'holder',   'blocked',     'blocked',     NULL),
             ('dispose', 'holder',   'verified',    'done',        'MIGRATED'),
-            ('dispose', 'operator', 'verified',    'done',        'MIGRATED')) AS m(action, actor, from_state, to_state, disposition)
+            ('dispose', 'operator', 'verified',    'done',        'MIGRATED'),
+            ('dispose', 'workflow', 'verified',    'done',        'MIGRATED')) AS m(action, actor, from_state, to_state, disposition)
     UNION ALL
     -- DROPPED, DEFERRED and DEAD: by the holder while it works on the unit,
     -- by an operator from any state that is not terminal.
     SELECT 'dispose', h.actor, h.from_state::work_state, 'abandoned'::work_state, d.disposition
       FROM unnest(ARRAY['DROPPED', 'DEFERRED', 'DEAD']::disposition[]) AS d(disposition)
      CROSS JOIN (VALUES ('holder', 'in_progress'), ('holder', 'blocked'),
+                        ('workflow', 'in_progress'), ('workflow', 'verified'),
                         ('operator', 'ready'), ('operator', 'claimed'), ('operator', 'in_progress'),
                         ('operator', 'blocked'), ('operator', 'verified')) AS h(actor, from_state);
 END
@@ -1529,7 +1552,7 @@ BEGIN
          ORDER BY u.lease_expires_at, u.id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
         IF pick.id IS NULL THEN
             SELECT * INTO pick FROM work_units u
-             WHERE u.fleet = p_fleet AND u.state = ANY (ledger_from('claim'))
+             WHERE u.fleet = p_fleet AND u.state = ANY (ledger_from('claim')) AND u.workflow_id IS NULL
                AND NOT (u.attempt_count > 0 AND EXISTS (
                        SELECT 1 FROM work_unit_attempts a
                         WHERE a.id = u.current_attempt_id AND a.agent_id = p_agent AND a.outcome = 'failed'))
@@ -1537,7 +1560,7 @@ BEGIN
         END IF;
         IF pick.id IS NULL THEN
             SELECT * INTO pick FROM work_units u
-             WHERE u.fleet = p_fleet AND u.state = ANY (ledger_from('claim'))
+             WHERE u.fleet = p_fleet AND u.state = ANY (ledger_from('claim')) AND u.workflow_id IS NULL
              ORDER BY u.created_at, u.external_ref LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
         END IF;
     ELSE
@@ -1548,6 +1571,7 @@ BEGIN
         IF pick.id IS NULL THEN
             SELECT * INTO pick FROM work_units u
              WHERE u.fleet = p_fleet AND u.state = ANY (ledger_from('claim')) AND u.domain = p_domain
+               AND u.workflow_id IS NULL
                AND NOT (u.attempt_count > 0 AND EXISTS (
                        SELECT 1 FROM work_unit_attempts a
                         WHERE a.id = u.current_attempt_id AND a.agent_id = p_agent AND a.outcome = 'failed'))
@@ -1556,6 +1580,7 @@ BEGIN
         IF pick.id IS NULL THEN
             SELECT * INTO pick FROM work_units u
              WHERE u.fleet = p_fleet AND u.state = ANY (ledger_from('claim')) AND u.domain = p_domain
+               AND u.workflow_id IS NULL
              ORDER BY u.created_at, u.external_ref LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
         END IF;
     END IF;
@@ -1875,7 +1900,7 @@ DECLARE
     w work_units;
     billed work_unit_attempts;
 BEGIN
-    SELECT * INTO b FROM ledger_begin(p_token, p_notify, '{units:claim,units:dispose-any}', p_key, p_hash);
+    SELECT * INTO b FROM ledger_begin(p_token, p_notify, '{units:claim,units:dispose-any}', p_key, p_hash, p_unit);
     IF b.refusal IS NOT NULL THEN
         RETURN QUERY SELECT * FROM ledger_answer(b.refusal, b.replayed, b.info);
         RETURN;
@@ -2033,13 +2058,15 @@ DECLARE
     w work_units;
     ended attempt_outcome;
 BEGIN
-    SELECT * INTO b FROM ledger_begin(p_token, p_notify, '{units:claim}', p_key, p_hash);
+    SELECT * INTO b FROM ledger_begin(p_token, p_notify, '{units:claim}', p_key, p_hash, p_unit);
     IF b.refusal IS NOT NULL THEN
         RETURN QUERY SELECT * FROM ledger_answer(b.refusal, b.replayed, b.info);
         RETURN;
     END IF;
     v_agent := (b.who).name;
-    IF coalesce(p_outcome, 'abandoned') NOT IN ('abandoned', 'failed') THEN
+    -- A workflow's run continued as new: its attempt is superseded by the next run's.
+    IF coalesce(p_outcome, 'abandoned') NOT IN ('abandoned', 'failed')
+       AND NOT (p_outcome = 'superseded' AND 'units:project' = ANY ((b.who).permissions)) THEN
         RETURN QUERY SELECT * FROM ledger_invalid(p_unit, 'outcome', 'a release ends the attempt as ABANDONED or FAILED');
         RETURN;
     ELSIF p_reason IS NOT NULL AND NOT ledger_is_long_text(p_reason) THEN
@@ -2139,6 +2166,31 @@ $$;
 
 COMMENT ON FUNCTION public.ledger_stalls_due(p_limit integer) IS 'callers: app';
 
+CREATE FUNCTION public.ledger_temporal_mark(p_token bytea, p_namespace text, p_workflow text, p_run text, p_unit uuid, p_event bigint, p_closed boolean) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_fleet text;
+    mark bigint;
+BEGIN
+    SELECT t.fleet INTO v_fleet FROM api_tokens t
+     WHERE t.token_hash = p_token AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now())
+       AND 'units:project' = ANY (t.permissions);
+    IF v_fleet IS NULL THEN
+        RETURN NULL;
+    END IF;
+    PERFORM set_config('work_ledger.fleet', v_fleet, true);
+    INSERT INTO temporal_runs AS r (fleet, namespace, workflow_id, run_id, unit_id, last_event_id, closed)
+    VALUES (v_fleet, p_namespace, p_workflow, p_run, p_unit, greatest(p_event, 0), p_closed)
+    ON CONFLICT (fleet, namespace, workflow_id, run_id) DO UPDATE
+       SET last_event_id = greatest(r.last_event_id, excluded.last_event_id), closed = r.closed OR excluded.closed,
+           updated_at = clock_timestamp()
+    RETURNING r.last_event_id INTO mark;
+    RETURN mark;
+END
+$$;
+
 CREATE FUNCTION public.ledger_terminal_states() RETURNS public.work_state[]
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
@@ -2236,7 +2288,7 @@ DECLARE
     v_agent text;
     w work_units;
 BEGIN
-    SELECT * INTO b FROM ledger_begin(p_token, p_notify, '{units:claim}', p_key, p_hash);
+    SELECT * INTO b FROM ledger_begin(p_token, p_notify, '{units:claim}', p_key, p_hash, p_unit);
     IF b.refusal IS NOT NULL THEN
         RETURN QUERY SELECT * FROM ledger_answer(b.refusal, b.replayed, b.info);
         RETURN;
@@ -3421,6 +3473,28 @@ CREATE TABLE public.seaql_migrations (
     applied_at bigint NOT NULL
 );
 
+CREATE TABLE public.temporal_links (
+    fleet text NOT NULL,
+    namespace text NOT NULL,
+    query text NOT NULL,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    CONSTRAINT temporal_links_fleet_check CHECK ((fleet ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$'::text)),
+    CONSTRAINT temporal_links_namespace_check CHECK (((char_length(namespace) >= 1) AND (char_length(namespace) <= 256))),
+    CONSTRAINT temporal_links_query_check CHECK (((char_length(query) >= 1) AND (char_length(query) <= 8000)))
+);
+
+CREATE TABLE public.temporal_runs (
+    fleet text NOT NULL,
+    namespace text NOT NULL,
+    workflow_id text NOT NULL,
+    run_id text NOT NULL,
+    unit_id uuid NOT NULL,
+    last_event_id bigint DEFAULT 0 NOT NULL,
+    closed boolean DEFAULT false NOT NULL,
+    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    CONSTRAINT temporal_runs_last_event_id_check CHECK ((last_event_id >= 0))
+);
+
 CREATE TABLE public.unit_totals (
     fleet text NOT NULL,
     domain text NOT NULL,
@@ -3800,6 +3874,12 @@ ALTER TABLE ONLY public.schema_repeatable
 ALTER TABLE ONLY public.seaql_migrations
     ADD CONSTRAINT seaql_migrations_pkey PRIMARY KEY (version);
 
+ALTER TABLE ONLY public.temporal_links
+    ADD CONSTRAINT temporal_links_pkey PRIMARY KEY (fleet, namespace, query);
+
+ALTER TABLE ONLY public.temporal_runs
+    ADD CONSTRAINT temporal_runs_pkey PRIMARY KEY (fleet, namespace, workflow_id, run_id);
+
 ALTER TABLE ONLY public.work_unit_attempts
     ADD CONSTRAINT work_unit_attempts_fleet_id_key UNIQUE (fleet, id);
 
@@ -3847,6 +3927,8 @@ CREATE INDEX event_days_day_idx ON public.event_days USING btree (fleet, day) IN
 
 CREATE INDEX never_started_started_idx ON public.never_started USING btree (fleet, started_at);
 
+CREATE INDEX temporal_runs_unit_idx ON public.temporal_runs USING btree (unit_id);
+
 CREATE INDEX work_unit_attempts_agent_started_idx ON public.work_unit_attempts USING btree (fleet, agent_id, started_at) INCLUDE (cost_cents, unit_id, id);
 
 CREATE INDEX work_unit_events_agent_idx ON public.work_unit_events USING btree (fleet, agent_id, created_at DESC, id DESC);
@@ -3883,11 +3965,13 @@ CREATE INDEX work_units_live_lease_idx ON public.work_units USING btree (fleet, 
 
 CREATE UNIQUE INDEX work_units_one_live_claim_per_agent ON public.work_units USING btree (claimed_by, fleet) WHERE (state = ANY (ARRAY['claimed'::public.work_state, 'in_progress'::public.work_state, 'blocked'::public.work_state]));
 
-CREATE INDEX work_units_pick_domain_idx ON public.work_units USING btree (fleet, domain, created_at, external_ref) WHERE (state = 'ready'::public.work_state);
+CREATE INDEX work_units_pick_domain_idx ON public.work_units USING btree (fleet, domain, created_at, external_ref) WHERE ((state = 'ready'::public.work_state) AND (workflow_id IS NULL));
 
-CREATE INDEX work_units_pick_idx ON public.work_units USING btree (fleet, created_at, external_ref) WHERE (state = 'ready'::public.work_state);
+CREATE INDEX work_units_pick_idx ON public.work_units USING btree (fleet, created_at, external_ref) WHERE ((state = 'ready'::public.work_state) AND (workflow_id IS NULL));
 
 CREATE INDEX work_units_rework_idx ON public.work_units USING btree (fleet, created_at, id) WHERE (attempt_count > 1);
+
+CREATE INDEX work_units_workflow_idx ON public.work_units USING btree (fleet, workflow_id) WHERE (workflow_id IS NOT NULL);
 
 CREATE TRIGGER api_tokens_notify_deleted AFTER DELETE ON public.api_tokens FOR EACH ROW EXECUTE FUNCTION public.api_tokens_notify_revoked();
 
@@ -3938,6 +4022,9 @@ ALTER TABLE ONLY public.blocking_questions
 
 ALTER TABLE ONLY public.blocking_questions
     ADD CONSTRAINT blocking_questions_unit_fk FOREIGN KEY (fleet, unit_id) REFERENCES public.work_units(fleet, id);
+
+ALTER TABLE ONLY public.temporal_runs
+    ADD CONSTRAINT temporal_runs_unit_fk FOREIGN KEY (fleet, unit_id) REFERENCES public.work_units(fleet, id);
 
 ALTER TABLE ONLY public.work_unit_attempts
     ADD CONSTRAINT work_unit_attempts_unit_fk FOREIGN KEY (fleet, unit_id) REFERENCES public.work_units(fleet, id);
@@ -4021,6 +4108,8 @@ CREATE POLICY fleet_isolation ON public.event_totals FOR SELECT TO work_ledger_a
 
 CREATE POLICY fleet_isolation ON public.never_started FOR SELECT TO work_ledger_app USING ((fleet = ( SELECT public.current_fleet() AS current_fleet)));
 
+CREATE POLICY fleet_isolation ON public.temporal_runs TO work_ledger_app, work_ledger_writer USING ((fleet = NULLIF(current_setting('work_ledger.fleet'::text, true), ''::text))) WITH CHECK ((fleet = NULLIF(current_setting('work_ledger.fleet'::text, true), ''::text)));
+
 CREATE POLICY fleet_isolation ON public.unit_totals FOR SELECT TO work_ledger_app USING ((fleet = ( SELECT public.current_fleet() AS current_fleet)));
 
 CREATE POLICY fleet_isolation ON public.work_unit_attempts TO work_ledger_app, work_ledger_writer USING ((fleet = NULLIF(current_setting('work_ledger.fleet'::text, true), ''::text))) WITH CHECK ((fleet = NULLIF(current_setting('work_ledger.fleet'::text, true), ''::text)));
@@ -4063,6 +4152,8 @@ CREATE POLICY fleet_reader ON public.event_totals FOR SELECT TO work_ledger_read
 
 CREATE POLICY fleet_reader ON public.never_started FOR SELECT TO work_ledger_reader USING ((fleet = ( SELECT public.reader_fleet() AS reader_fleet)));
 
+CREATE POLICY fleet_reader ON public.temporal_runs FOR SELECT TO work_ledger_reader USING ((fleet = ( SELECT public.reader_fleet() AS reader_fleet)));
+
 CREATE POLICY fleet_reader ON public.unit_totals FOR SELECT TO work_ledger_reader USING ((fleet = ( SELECT public.reader_fleet() AS reader_fleet)));
 
 CREATE POLICY fleet_reader ON public.work_unit_attempts FOR SELECT TO work_ledger_reader USING ((fleet = ( SELECT public.reader_fleet() AS reader_fleet)));
@@ -4072,6 +4163,8 @@ CREATE POLICY fleet_reader ON public.work_unit_events FOR SELECT TO work_ledger_
 CREATE POLICY fleet_reader ON public.work_units FOR SELECT TO work_ledger_reader USING ((fleet = ( SELECT public.reader_fleet() AS reader_fleet)));
 
 ALTER TABLE public.never_started ENABLE ROW LEVEL SECURITY;
+
+ALTER TABLE public.temporal_runs ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE public.unit_totals ENABLE ROW LEVEL SECURITY;
 

@@ -10,16 +10,18 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::agent_cli;
 use crate::auth::{self, Role};
 use crate::config::{
-    Cli, Command, DatabaseArgs, ImportArgs, ProjectionsCommand, ReaderCommand, ServeArgs, TokenCommand,
+    Cli, Command, DatabaseArgs, ImportArgs, LinkArgs, ProjectionsCommand, ReaderCommand, ServeArgs, TemporalCommand,
+    TokenCommand,
 };
 use crate::db;
 use crate::db::entities::api_token;
+use crate::db::temporal::Link;
 use crate::db::tokens::Expiry;
 use crate::embedded_pg::EmbeddedPostgres;
 use crate::graphql;
 use crate::http::Application;
 use crate::ledger::Ledger;
-use crate::operator::{AnyError, audit, backup, import, projections};
+use crate::operator::{self, AnyError, audit, backup, import, projections};
 
 /// True unless the command line asks for the service (`serve`): a one-shot
 /// command (`token create`, `migrate`, `import`, ...) is quiet on success,
@@ -111,7 +113,20 @@ async fn dispatch(command: Command, url: &str) -> Result<(), AnyError> {
         Command::Projections(ProjectionsCommand::Rebuild { name }) => {
             projections::rebuild(&db::connect(url, 1).await?, name.as_deref()).await
         }
-        Command::Audit { fleet } => audit(fleet.as_deref(), url).await,
+        Command::Audit { fleet, temporal: false, .. } => audit(fleet.as_deref(), url).await,
+        Command::Audit { fleet, temporal: true, endpoint } => {
+            let endpoint = endpoint.config().ok_or("audit --temporal needs --temporal-address")?.endpoint;
+            operator::temporal::audit(&db::connect(url, 1).await?, &endpoint, fleet.as_deref()).await
+        }
+        Command::Temporal(cmd) => {
+            let db = db::connect(url, 1).await?;
+            let link = |a: LinkArgs| Link { fleet: a.fleet, namespace: a.namespace, query: a.query };
+            match cmd {
+                TemporalCommand::Link(args) => operator::temporal::link(&db, link(args)).await,
+                TemporalCommand::Unlink(args) => operator::temporal::unlink(&db, link(args)).await,
+                TemporalCommand::Links => operator::temporal::print_links(&db).await,
+            }
+        }
         Command::Backup { out } => {
             backup::backup(url, &out).await?;
             eprintln!("wrote {}", out.display());

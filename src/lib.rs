@@ -19,3 +19,4 @@ pub mod metrics;
 pub mod operator;
 pub mod projector;
 pub mod telemetry;
+pub mod temporal;

@@ -60,6 +60,8 @@ impl MigratorTrait for Migrator {
         vec![
             // The whole schema of the first release (the development migrations 0001-0043 folded into one).
             sql_migration!("m20261207_000001_baseline", "0001_baseline"),
+            // The projection from Temporal: links, per-run marks, workflow-held units.
+            sql_migration!("m20261207_000002_temporal", "0002_temporal"),
         ]
     }
 }
@@ -272,6 +274,7 @@ const AFTER: &[(&str, &str)] = &[
     ("state_machine", include_str!("sql/repeatable/state_machine.sql")),
     ("guards", include_str!("sql/repeatable/guards.sql")),
     ("writes", include_str!("sql/repeatable/writes.sql")),
+    ("temporal", include_str!("sql/repeatable/temporal.sql")),
     ("warden", include_str!("sql/repeatable/warden.sql")),
     ("calendar", include_str!("sql/repeatable/calendar.sql")),
     ("compaction", include_str!("sql/repeatable/compaction.sql")),

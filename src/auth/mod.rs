@@ -42,16 +42,20 @@ pub enum Permission {
     QuestionsAnswer,
     UnitsDisposeAny,
     TokensManage,
+    /// The Temporal projection's: act as the workflow of a workflow-modelled
+    /// unit (SPEC §12). No role grants it; the projection mints its own.
+    UnitsProject,
 }
 
 impl Permission {
-    pub const ALL: [Permission; 6] = [
+    pub const ALL: [Permission; 7] = [
         Self::LedgerRead,
         Self::UnitsRegister,
         Self::UnitsClaim,
         Self::QuestionsAnswer,
         Self::UnitsDisposeAny,
         Self::TokensManage,
+        Self::UnitsProject,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -62,6 +66,7 @@ impl Permission {
             Self::QuestionsAnswer => "questions:answer",
             Self::UnitsDisposeAny => "units:dispose-any",
             Self::TokensManage => "tokens:manage",
+            Self::UnitsProject => "units:project",
         }
     }
 
@@ -79,6 +84,9 @@ impl Permission {
             Self::QuestionsAnswer => "answer the questions of blocked units (unblock), also several alike at once",
             Self::UnitsDisposeAny => "dispose of any unit of the fleet and record cost on any attempt (an operator)",
             Self::TokensManage => "mint, list and revoke the fleet's tokens",
+            Self::UnitsProject => {
+                "record the runs of the fleet's Temporal workflows on their units (the projection's own)"
+            }
         }
     }
 }
@@ -121,7 +129,8 @@ impl Role {
             Self::Triage => vec![LedgerRead, QuestionsAnswer],
             Self::Reader => vec![LedgerRead],
             Self::Operator => vec![LedgerRead, UnitsRegister, UnitsClaim, QuestionsAnswer, UnitsDisposeAny],
-            Self::Admin => Permission::ALL.to_vec(),
+            // Every permission but the Temporal projection's own.
+            Self::Admin => Permission::ALL.into_iter().filter(|&p| p != Permission::UnitsProject).collect(),
         }
     }
 }

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 pub use parse::fleet_name;
 use parse::{future_time, identifier};
-pub use serve::{LiveArgs, NotifyMode, ServeArgs, SurfaceArgs};
+pub use serve::{LiveArgs, NotifyMode, ServeArgs, SurfaceArgs, TemporalArgs};
 
 use crate::agent_cli;
 use crate::auth::Role;
@@ -39,6 +39,8 @@ pub struct DatabaseArgs {
     pub data_dir: PathBuf,
 }
 
+// Parsed once per process: the size of `serve`'s flags costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Migrate, then serve GraphQL (and GraphiQL on /).
@@ -75,13 +77,47 @@ pub enum Command {
         /// Only this fleet (default: every fleet).
         #[arg(long, value_parser = fleet_name)]
         fleet: Option<String>,
+        /// Compare every workflow-modelled unit with Temporal's status of its
+        /// workflow instead (SPEC §12, O4; needs --temporal-address), listing
+        /// unit, ledger state, Temporal status and last projected event;
+        /// exits 1 on a mismatch.
+        #[arg(long)]
+        temporal: bool,
+        #[command(flatten)]
+        endpoint: TemporalArgs,
     },
+    /// Which Temporal workflows become units of a fleet (SPEC §12).
+    #[command(subcommand)]
+    Temporal(TemporalCommand),
     /// The read models, projections of the event log: where each stands, and rebuilds.
     #[command(subcommand)]
     Projections(ProjectionsCommand),
     /// Work a unit as an agent: a client of a running server over HTTP (never the database).
     #[command(after_help = agent_cli::AFTER_HELP)]
     Agent(agent_cli::AgentArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TemporalCommand {
+    /// New workflows of NAMESPACE matching QUERY become units of FLEET
+    /// (`externalRef` and `workflowId`: the workflow id) and their runs are
+    /// projected by every `serve --temporal-address`.
+    Link(LinkArgs),
+    /// Removes a link (the units it registered stay).
+    Unlink(LinkArgs),
+    /// Every link: fleet, namespace, query.
+    Links,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct LinkArgs {
+    #[arg(long, value_parser = fleet_name)]
+    pub fleet: String,
+    #[arg(long, default_value = "default")]
+    pub namespace: String,
+    /// A Temporal list filter, e.g. `WorkflowType='MigrateUnit'`.
+    #[arg(long)]
+    pub query: String,
 }
 
 #[derive(Debug, Subcommand)]

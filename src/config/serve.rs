@@ -12,6 +12,7 @@ use crate::http::listener::default_max_connections;
 use crate::http::{HttpConfig, METRICS_MAX_CONNECTIONS, ServerConfig, SurfaceConfig, WsConfig};
 use crate::live::{ListenerConfig, LiveConfig, SweeperConfig, WardenConfig};
 use crate::projector::ProjectorConfig;
+use crate::temporal::{TemporalConfig, TemporalEndpoint};
 
 #[derive(Debug, Args, Clone)]
 pub struct ServeArgs {
@@ -37,6 +38,60 @@ pub struct ServeArgs {
     pub live: LiveArgs,
     #[command(flatten)]
     pub surface: SurfaceArgs,
+    #[command(flatten)]
+    pub temporal: TemporalArgs,
+}
+
+/// The projection from Temporal (SPEC §12), with the options named as
+/// Temporal's own CLI names them. Without `--temporal-address` it is off.
+#[derive(Debug, Args, Clone)]
+pub struct TemporalArgs {
+    /// Temporal's frontend (`host:port`, gRPC) whose workflow histories are
+    /// projected onto workflow-modelled units; unset: the projection is off.
+    #[arg(long, env = "WORK_LEDGER_TEMPORAL_ADDRESS")]
+    pub temporal_address: Option<String>,
+    /// The namespace of units registered with a `workflowId` by hand (links
+    /// name their own).
+    #[arg(long, env = "WORK_LEDGER_TEMPORAL_NAMESPACE", default_value = "default")]
+    pub temporal_namespace: String,
+    /// Connect with TLS (implied by the other TLS options and the API key).
+    #[arg(long, env = "WORK_LEDGER_TEMPORAL_TLS")]
+    pub temporal_tls: bool,
+    /// PEM file of the certificate authority that signed the server's certificate.
+    #[arg(long, env = "WORK_LEDGER_TEMPORAL_TLS_CA_PATH")]
+    pub temporal_tls_ca_path: Option<String>,
+    /// PEM file of the client certificate (mTLS), with --temporal-tls-key-path.
+    #[arg(long, env = "WORK_LEDGER_TEMPORAL_TLS_CERT_PATH")]
+    pub temporal_tls_cert_path: Option<String>,
+    /// PEM file of the client certificate's private key (mTLS).
+    #[arg(long, env = "WORK_LEDGER_TEMPORAL_TLS_KEY_PATH")]
+    pub temporal_tls_key_path: Option<String>,
+    /// The server name its certificate is checked against.
+    #[arg(long, env = "WORK_LEDGER_TEMPORAL_TLS_SERVER_NAME")]
+    pub temporal_tls_server_name: Option<String>,
+    /// API key (Temporal Cloud); sent as a bearer token over TLS.
+    #[arg(long, env = "WORK_LEDGER_TEMPORAL_API_KEY", hide_env_values = true)]
+    pub temporal_api_key: Option<String>,
+    /// Time between the projection's passes.
+    #[arg(long, env = "WORK_LEDGER_TEMPORAL_INTERVAL", default_value = "1s", value_parser = crate::duration::parse)]
+    pub temporal_interval: Duration,
+}
+
+impl TemporalArgs {
+    pub fn config(&self) -> Option<TemporalConfig> {
+        let address = self.temporal_address.clone().filter(|a| !a.trim().is_empty())?;
+        let endpoint = TemporalEndpoint {
+            address,
+            namespace: self.temporal_namespace.clone(),
+            tls: self.temporal_tls,
+            tls_ca_path: self.temporal_tls_ca_path.clone(),
+            tls_cert_path: self.temporal_tls_cert_path.clone(),
+            tls_key_path: self.temporal_tls_key_path.clone(),
+            tls_server_name: self.temporal_tls_server_name.clone(),
+            api_key: self.temporal_api_key.clone(),
+        };
+        Some(TemporalConfig { interval: self.temporal_interval, ..TemporalConfig::new(endpoint) })
+    }
 }
 
 /// `--notify` (SPEC §6).
@@ -57,7 +112,7 @@ impl From<NotifyMode> for Notify {
 
 impl ServeArgs {
     pub fn config(&self) -> ServerConfig {
-        ServerConfig { surface: self.surface.config(), ..self.live.config() }
+        ServerConfig { surface: self.surface.config(), temporal: self.temporal.config(), ..self.live.config() }
     }
 }
 
@@ -208,6 +263,7 @@ impl LiveArgs {
             },
             db: SessionLimits { statement_timeout: self.statement_timeout, lock_timeout: self.lock_timeout },
             surface: SurfaceConfig::default(),
+            temporal: None,
         }
     }
 }

@@ -28,6 +28,7 @@ pub mod reader_logins;
 pub mod reads;
 pub mod situation;
 pub mod target;
+pub mod temporal;
 pub mod tokens;
 mod transaction;
 pub mod units;

@@ -15,7 +15,8 @@ use super::stmt;
 /// The open work of a fleet or a domain, counted where `claimNext` looks.
 #[derive(Debug, Clone, FromQueryResult)]
 pub struct SituationRow {
-    /// READY units (`work_units_claimable_idx`, or its domain twin).
+    /// READY units agents may claim (not a workflow's), read where the
+    /// pick reads them (`work_units_pick_idx`, or its domain twin).
     pub ready: i64,
     /// CLAIMED or IN_PROGRESS with an expired lease: `claimNext` takes these
     /// first (the stall condition of `v_stall_list`).
@@ -52,7 +53,7 @@ fn statement(domain: bool) -> String {
              SELECT domain, state, lease_expires_at FROM work_units
               WHERE fleet = $1 AND state = ANY (ledger_held_states())),
          ready AS MATERIALIZED (
-             SELECT count(*) AS n FROM work_units WHERE fleet = $1 AND state = 'ready'{ready_domain}),
+             SELECT count(*) AS n FROM work_units WHERE fleet = $1 AND state = 'ready' AND workflow_id IS NULL{ready_domain}),
          finished AS MATERIALIZED (
              SELECT coalesce(sum(t.units) FILTER (WHERE t.state = 'done'), 0)::bigint AS done,
                     coalesce(sum(t.units) FILTER (WHERE t.disposition IS NOT NULL), 0)::bigint AS disposed

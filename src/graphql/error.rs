@@ -34,6 +34,7 @@ impl From<LedgerError> for Error {
                     ext.set("attemptId", attempt_id.to_string());
                 }
                 LedgerError::AgentBusy { held, .. } => ext.set("heldUnitId", held.to_string()),
+                LedgerError::WorkflowOwned { workflow_id, .. } => ext.set("workflowId", workflow_id.clone()),
                 LedgerError::QuestionNotOpen { question_id, open_question, .. } => {
                     ext.set("questionId", question_id.to_string());
                     ext.set("openQuestionId", open_question.map(|q| q.to_string()));

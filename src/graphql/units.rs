@@ -31,6 +31,9 @@ pub struct RegisterUnitInput {
     pub external_ref: String,
     /// Grouping for `claimNext(domain:)` and the views; `default` when omitted.
     pub domain: Option<String>,
+    /// The Temporal workflow that runs the unit: the ledger projects its
+    /// runs (attempts, cost, evidence, disposition) and no agent claims it
+    /// (`WORKFLOW_OWNED`).
     pub workflow_id: Option<String>,
 }
 

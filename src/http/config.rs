@@ -20,6 +20,8 @@ pub struct ServerConfig {
     /// The request pool's statement and lock timeouts (applied where the
     /// pool is opened: [`db::connect_limited`]).
     pub db: db::SessionLimits,
+    /// The projection from Temporal (SPEC §12); `None`: off.
+    pub temporal: Option<crate::temporal::TemporalConfig>,
 }
 
 /// Slow and greedy clients (SPEC §9, §10), on every listener: how long a

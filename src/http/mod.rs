@@ -86,6 +86,8 @@ pub struct Application {
     metrics: Option<(TcpListener, Router)>,
     /// Where the listeners count their connections.
     registry: Arc<crate::metrics::Metrics>,
+    /// The projection from Temporal, when configured.
+    temporal: Option<crate::temporal::TemporalProjection>,
 }
 
 /// How long stopping waits for WebSocket connections to close.
@@ -150,7 +152,9 @@ impl Application {
             (l, surface::guard(router, policy))
         });
         let registry = ledger.metrics().clone();
-        Ok(Self { listener, router, live, http: config.http, connections, metrics, registry })
+        let temporal =
+            config.temporal.map(|temporal| crate::temporal::TemporalProjection::new(ledger.clone(), temporal));
+        Ok(Self { listener, router, live, http: config.http, connections, metrics, registry, temporal })
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -202,6 +206,14 @@ impl Application {
             projector.run_projector().await;
             ("projector", Ok(()))
         });
+        // Its own task: Temporal away never stops the service (it warns and backs off).
+        if let Some(temporal) = self.temporal {
+            let stop = live.stop_token();
+            tasks.spawn(async move {
+                temporal.run(stop).await;
+                ("Temporal projection", Ok(()))
+            });
+        }
         if let Some((metrics, router)) = self.metrics {
             let door = listener::Door {
                 name: "metrics",

@@ -99,6 +99,7 @@ const CODES: &[(&str, &str)] = &[
     ("INVALID_INPUT", "an argument breaks a rule; `extensions.argument` names it"),
     ("UNIT_ALREADY_CLAIMED", "someone holds that unit: call claimNext for another"),
     ("AGENT_BUSY", "you already hold a unit (`extensions.heldUnitId`): finish or release it first"),
+    ("WORKFLOW_OWNED", "a Temporal workflow runs that unit (`extensions.workflowId`): call claimNext for another"),
     ("ILLEGAL_TRANSITION", "the state machine forbids it: see `extensions.legalActions`"),
     ("NOT_CLAIM_HOLDER", "another agent holds the unit"),
     ("LEASE_LOST", "your attempt was superseded after its lease expired: stop, call claimNext"),

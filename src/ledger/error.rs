@@ -39,6 +39,12 @@ pub enum LedgerError {
     )]
     AgentBusy { held: Uuid, held_ref: String },
 
+    #[error(
+        "unit {unit_id} is run by the Temporal workflow `{workflow_id}`: the ledger records its runs, and agents do \
+         not claim it. Call `claimNext` for a unit of your own"
+    )]
+    WorkflowOwned { unit_id: Uuid, workflow_id: String },
+
     #[error("{}", illegal_transition_message(*unit_id, *from, to, legal))]
     IllegalTransition { unit_id: Uuid, from: WorkState, to: String, legal: Vec<String> },
 
@@ -166,6 +172,7 @@ impl LedgerError {
             Self::InvalidInput { .. } => "INVALID_INPUT",
             Self::UnitAlreadyClaimed { .. } => "UNIT_ALREADY_CLAIMED",
             Self::AgentBusy { .. } => "AGENT_BUSY",
+            Self::WorkflowOwned { .. } => "WORKFLOW_OWNED",
             Self::IllegalTransition { .. } => "ILLEGAL_TRANSITION",
             Self::NotClaimHolder { .. } => "NOT_CLAIM_HOLDER",
             Self::LeaseLost { .. } => "LEASE_LOST",

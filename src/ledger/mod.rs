@@ -19,6 +19,7 @@ mod error;
 mod idempotency;
 mod lifecycle;
 pub mod notifier;
+mod projected;
 pub mod reads;
 mod scans;
 pub mod situation;
@@ -30,6 +31,7 @@ mod write;
 pub use claims::ClaimOutcome;
 pub use error::{LedgerError, UnitFacts};
 pub use lifecycle::{CostTarget, Dispose, Release, ReleaseOutcome, Unblock};
+pub use projected::{Projected, RunMark};
 pub use situation::ClaimSituation;
 use std::sync::Arc;
 

@@ -170,7 +170,8 @@ pub fn next_actions(unit: &work_unit::Model, who: &Principal, now: DateTime<Utc>
     let mut actions: Vec<&'static Action> = Vec::new();
     if holder {
         actions.extend(holder_actions(unit.state));
-    } else if who.has(Permission::UnitsClaim) {
+    } else if who.has(Permission::UnitsClaim) && unit.workflow_id.is_none() {
+        // A workflow's unit is its workflow's (WORKFLOW_OWNED): no claim.
         match unit.state {
             WorkState::Ready => actions.extend([&CLAIM_UNIT, &CLAIM_NEXT]),
             WorkState::Claimed | WorkState::InProgress if is_stale(unit, now) => actions.push(&CLAIM_UNIT),

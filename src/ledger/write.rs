@@ -31,7 +31,7 @@ pub(super) struct Keyed<'a> {
 impl Keyed<'_> {
     /// `p_key` and `p_hash`: the key and the request's fingerprint (NULLs
     /// without a key). Refuses a malformed key.
-    fn values(self) -> Result<[Value; 2], LedgerError> {
+    pub(super) fn values(self) -> Result<[Value; 2], LedgerError> {
         validate::idempotency_key(self.key.as_deref())?;
         let hash = self.key.as_ref().map(|_| idempotency::fingerprint(self.operation, self.args));
         Ok([self.key.into(), hash.into()])
@@ -211,6 +211,7 @@ fn refused(
             open_question: uuid("open_question_id"),
         },
         "AGENT_BUSY" => LedgerError::AgentBusy { held: need_uuid("held_id")?, held_ref: need_str("held_ref")? },
+        "WORKFLOW_OWNED" => LedgerError::WorkflowOwned { unit_id: unit.id, workflow_id: need_str("workflow_id")? },
         other => return Err(LedgerError::internal(format!("{action}: unknown answer {other:?}"))),
     })
 }

@@ -251,6 +251,12 @@ impl Metrics {
         Arc::new(Self::default())
     }
 
+    /// Registers a metric of a subsystem that keeps its own (the Temporal
+    /// projection's), under the service's prefix.
+    pub fn register(&self, name: &str, help: &str, metric: impl prometheus_client::registry::Metric) {
+        self.registry.lock().unwrap_or_else(|e| e.into_inner()).register(name, help, metric);
+    }
+
     /// The text exposition after taking `sample`.
     pub fn render(&self, sample: Sample) -> String {
         for (pool, state, waiting) in [

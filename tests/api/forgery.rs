@@ -465,7 +465,8 @@ async fn every_function_the_app_role_may_call_leaves_a_ledger_the_state_machine_
         .filter(|f| f["name"] != "ledger_session")
         .cloned()
         .collect();
-    assert_eq!(writes.len(), 9, "the writes of a fleet, each taking a token first: {functions:?}");
+    // Nine writes, and the Temporal projection's mark.
+    assert_eq!(writes.len(), 10, "the writes of a fleet, each taking a token first: {functions:?}");
     let hostile = |ty: &str, rng: &mut StdRng| match pools.iter().find(|(t, _)| *t == ty) {
         Some((_, pool)) => pool.choose(rng).expect("pool").clone(),
         None => format!("NULL::{ty}"),

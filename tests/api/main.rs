@@ -55,6 +55,7 @@ mod shared_reads;
 mod slow_clients;
 mod soak;
 mod surface;
+mod temporal;
 mod tokens;
 mod totals;
 mod traces;

@@ -35,7 +35,7 @@ BEGIN
            AND p.proname IN ('ledger_claim', 'ledger_heartbeat', 'ledger_transition', 'ledger_block', 'ledger_unblock',
                              'ledger_release', 'ledger_record_cost', 'ledger_dispose', 'ledger_register',
                              'ledger_begin', 'ledger_answer', 'ledger_invalid', 'ledger_log', 'ledger_refusal',
-                             'ledger_attempt_refusal', 'ledger_pick')
+                             'ledger_attempt_refusal', 'ledger_pick', 'ledger_temporal_mark')
            AND p.proowner <> 'work_ledger_writer'::regrole
     LOOP
         EXECUTE format('ALTER FUNCTION %s OWNER TO work_ledger_writer', f);
@@ -106,6 +106,7 @@ END
 $$;
 GRANT SELECT, INSERT, UPDATE ON work_units, work_unit_attempts, blocking_questions TO work_ledger_writer;
 GRANT SELECT, INSERT ON work_unit_events TO work_ledger_writer;
+GRANT SELECT, INSERT, UPDATE ON temporal_runs TO work_ledger_writer;
 GRANT SELECT, USAGE ON SEQUENCE work_unit_events_batch_seq TO work_ledger_writer;
 
 -- Outside the rule: the tokens (the service authenticates, the writer's

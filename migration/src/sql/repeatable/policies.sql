@@ -67,6 +67,9 @@ CREATE POLICY fleet_isolation ON work_unit_attempts TO work_ledger_app, work_led
 DROP POLICY IF EXISTS fleet_isolation ON work_unit_events;
 CREATE POLICY fleet_isolation ON work_unit_events TO work_ledger_app, work_ledger_writer USING ((fleet = NULLIF(current_setting('work_ledger.fleet'::text, true), ''::text))) WITH CHECK ((fleet = NULLIF(current_setting('work_ledger.fleet'::text, true), ''::text)));
 
+DROP POLICY IF EXISTS fleet_isolation ON temporal_runs;
+CREATE POLICY fleet_isolation ON temporal_runs TO work_ledger_app, work_ledger_writer USING ((fleet = NULLIF(current_setting('work_ledger.fleet'::text, true), ''::text))) WITH CHECK ((fleet = NULLIF(current_setting('work_ledger.fleet'::text, true), ''::text)));
+
 DROP POLICY IF EXISTS fleet_isolation ON work_units;
 CREATE POLICY fleet_isolation ON work_units TO work_ledger_app, work_ledger_writer USING ((fleet = NULLIF(current_setting('work_ledger.fleet'::text, true), ''::text))) WITH CHECK ((fleet = NULLIF(current_setting('work_ledger.fleet'::text, true), ''::text)));
 
@@ -129,6 +132,9 @@ CREATE POLICY fleet_reader ON work_unit_attempts FOR SELECT TO work_ledger_reade
 
 DROP POLICY IF EXISTS fleet_reader ON work_unit_events;
 CREATE POLICY fleet_reader ON work_unit_events FOR SELECT TO work_ledger_reader USING ((fleet = ( SELECT reader_fleet() AS reader_fleet)));
+
+DROP POLICY IF EXISTS fleet_reader ON temporal_runs;
+CREATE POLICY fleet_reader ON temporal_runs FOR SELECT TO work_ledger_reader USING ((fleet = ( SELECT reader_fleet() AS reader_fleet)));
 
 DROP POLICY IF EXISTS fleet_reader ON work_units;
 CREATE POLICY fleet_reader ON work_units FOR SELECT TO work_ledger_reader USING ((fleet = ( SELECT reader_fleet() AS reader_fleet)));

@@ -12,6 +12,11 @@
 --   holder    a token with units:claim that holds the unit (claimed_by)
 --   answerer  a token with questions:answer
 --   operator  a token with units:dispose-any
+--   workflow  the Temporal projection's token (units:project) acting as
+--             the workflow of a workflow-modelled unit (SPEC §12): it claims
+--             the unit when a run starts and, holding it, works it like a
+--             holder; a run that completes with a disposition disposes of
+--             it from VERIFIED
 -- A stale reclaim keeps the state CLAIMED (a new attempt, a new holder);
 -- a release of a BLOCKED unit keeps it BLOCKED (the holder goes, the
 -- question stays).
@@ -23,6 +28,7 @@ BEGIN
     SELECT m.action, m.actor, m.from_state::work_state, m.to_state::work_state, m.disposition::disposition
       FROM (VALUES
             ('claim',   'claimant', 'ready',       'claimed',     NULL),
+            ('claim',   'workflow', 'ready',       'claimed',     NULL),
             ('reclaim', 'claimant', 'claimed',     'claimed',     NULL),
             ('reclaim', 'claimant', 'in_progress', 'claimed',     NULL),
             ('start',   'holder',   'claimed',     'in_progress', NULL),
@@ -34,13 +40,15 @@ BEGIN
             ('release', 'holder',   'in_progress', 'ready',       NULL),
             ('release', 'holder',   'blocked',     'blocked',     NULL),
             ('dispose', 'holder',   'verified',    'done',        'MIGRATED'),
-            ('dispose', 'operator', 'verified',    'done',        'MIGRATED')) AS m(action, actor, from_state, to_state, disposition)
+            ('dispose', 'operator', 'verified',    'done',        'MIGRATED'),
+            ('dispose', 'workflow', 'verified',    'done',        'MIGRATED')) AS m(action, actor, from_state, to_state, disposition)
     UNION ALL
     -- DROPPED, DEFERRED and DEAD: by the holder while it works on the unit,
     -- by an operator from any state that is not terminal.
     SELECT 'dispose', h.actor, h.from_state::work_state, 'abandoned'::work_state, d.disposition
       FROM unnest(ARRAY['DROPPED', 'DEFERRED', 'DEAD']::disposition[]) AS d(disposition)
      CROSS JOIN (VALUES ('holder', 'in_progress'), ('holder', 'blocked'),
+                        ('workflow', 'in_progress'), ('workflow', 'verified'),
                         ('operator', 'ready'), ('operator', 'claimed'), ('operator', 'in_progress'),
                         ('operator', 'blocked'), ('operator', 'verified')) AS h(actor, from_state);
 END
@@ -170,7 +178,8 @@ BEGIN
         CASE WHEN 'units:claim' = ANY (p_permissions) THEN 'claimant' END,
         CASE WHEN 'units:claim' = ANY (p_permissions) AND p_holds THEN 'holder' END,
         CASE WHEN 'questions:answer' = ANY (p_permissions) THEN 'answerer' END,
-        CASE WHEN 'units:dispose-any' = ANY (p_permissions) THEN 'operator' END], NULL);
+        CASE WHEN 'units:dispose-any' = ANY (p_permissions) THEN 'operator' END,
+        CASE WHEN 'units:project' = ANY (p_permissions) AND p_holds THEN 'workflow' END], NULL);
 END
 $$;
 

@@ -27,7 +27,8 @@
 --           or the refusal's code (UNAUTHENTICATED, FORBIDDEN, INVALID_INPUT,
 --           EVIDENCE_REQUIRED, NOT_FOUND, LEASE_LOST, NOT_CLAIM_HOLDER,
 --           ILLEGAL_TRANSITION, DISPOSITION_IMMUTABLE, UNIT_ALREADY_CLAIMED,
---           AGENT_BUSY, QUESTION_NOT_OPEN, IDEMPOTENCY_KEY_REUSED, RETRY)
+--           AGENT_BUSY, WORKFLOW_OWNED, QUESTION_NOT_OPEN, IDEMPOTENCY_KEY_REUSED,
+--           RETRY)
 --   unit    the unit as the call leaves it (NULL when not found)
 --   info    what the refusal needs beyond the unit (holder, attempt,
 --           argument and rule, ...); for a replay, the first call's outcome
@@ -59,6 +60,7 @@ DROP FUNCTION IF EXISTS ledger_record_cost(text, text, text, text, text, uuid, u
 DROP FUNCTION IF EXISTS ledger_dispose(text, text, text, text, text, uuid, uuid, text, text, text, text, text[], text[]);
 DROP FUNCTION IF EXISTS ledger_register(text, text, text, text[], text[], text[]);
 DROP FUNCTION IF EXISTS ledger_begin(text, text);
+DROP FUNCTION IF EXISTS ledger_begin(bytea, text, text[], text, text);
 DROP FUNCTION IF EXISTS ledger_replay(text, text, text, text);
 DROP FUNCTION IF EXISTS ledger_pick(text, text, text);
 DROP FUNCTION IF EXISTS ledger_token_create(text, text, text[], bytea);
@@ -93,7 +95,13 @@ DROP FUNCTION IF EXISTS ledger_report_stalls(integer);
 -- both pass here; the unique index on (fleet, agent_id, source_event_id)
 -- refuses the second's event, and the service runs that call again, which
 -- then replays.
+--
+-- A token of the Temporal projection (units:project) acts as the workflow
+-- of the unit p_unit it names: `who.name` comes back as
+-- 'workflow:<workflow id>', the holder the unit's attempts and events name
+-- (SPEC §12); a unit no workflow models is FORBIDDEN to it.
 CREATE OR REPLACE FUNCTION ledger_begin(p_token bytea, p_notify text, p_permissions text[], p_key text, p_hash text,
+                                        p_unit uuid DEFAULT NULL,
                                         OUT who api_tokens, OUT refusal text, OUT info jsonb, OUT replayed uuid)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
@@ -113,7 +121,18 @@ BEGIN
     ELSIF NOT (who.permissions && p_permissions) THEN
         refusal := 'FORBIDDEN';
         info := jsonb_build_object('permission', p_permissions[1]);
-    ELSIF p_key IS NOT NULL AND (p_hash IS NULL OR NOT ledger_is_label(p_key)) THEN
+    ELSIF p_unit IS NOT NULL AND 'units:project' = ANY (who.permissions)
+          AND EXISTS (SELECT 1 FROM work_units u WHERE u.id = p_unit AND u.workflow_id IS NULL) THEN
+        refusal := 'FORBIDDEN';
+        info := jsonb_build_object('permission', p_permissions[1]);
+    END IF;
+    IF refusal IS NOT NULL THEN
+        RETURN;
+    ELSIF p_unit IS NOT NULL AND 'units:project' = ANY (who.permissions) THEN
+        -- (A unit not in the token's fleet keeps the name: the write then finds no unit.)
+        who.name := coalesce((SELECT 'workflow:' || u.workflow_id FROM work_units u WHERE u.id = p_unit), who.name);
+    END IF;
+    IF p_key IS NOT NULL AND (p_hash IS NULL OR NOT ledger_is_label(p_key)) THEN
         refusal := 'INVALID_INPUT';
         info := jsonb_build_object('argument', 'idempotencyKey',
                                    'rule', 'must be 1 to 256 printable characters with no invisible formatting characters');
@@ -244,8 +263,9 @@ $$;
 
 -- The unit claimNext takes, locked: stale units (a working state whose
 -- lease expired) first, longest expired first, then the oldest claimable
--- unit (by registration time, then external ref: an order only the pick's
--- own READY indexes give, so no planner estimate can send the pick through
+-- unit agents may claim (not a workflow's: SPEC §12; the READY indexes
+-- leave those out too) by registration time, then external ref (an order
+-- only the pick's own READY indexes give, so no planner estimate can send the pick through
 -- the fleet's keyset index and over every unit claimed before; migration
 -- 0025), optionally of one domain, with FOR NO KEY UPDATE SKIP LOCKED so
 -- that 64 agents claim at once without queueing on each other's rows. NO
@@ -274,7 +294,7 @@ BEGIN
          ORDER BY u.lease_expires_at, u.id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
         IF pick.id IS NULL THEN
             SELECT * INTO pick FROM work_units u
-             WHERE u.fleet = p_fleet AND u.state = ANY (ledger_from('claim'))
+             WHERE u.fleet = p_fleet AND u.state = ANY (ledger_from('claim')) AND u.workflow_id IS NULL
                AND NOT (u.attempt_count > 0 AND EXISTS (
                        SELECT 1 FROM work_unit_attempts a
                         WHERE a.id = u.current_attempt_id AND a.agent_id = p_agent AND a.outcome = 'failed'))
@@ -282,7 +302,7 @@ BEGIN
         END IF;
         IF pick.id IS NULL THEN
             SELECT * INTO pick FROM work_units u
-             WHERE u.fleet = p_fleet AND u.state = ANY (ledger_from('claim'))
+             WHERE u.fleet = p_fleet AND u.state = ANY (ledger_from('claim')) AND u.workflow_id IS NULL
              ORDER BY u.created_at, u.external_ref LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
         END IF;
     ELSE
@@ -293,6 +313,7 @@ BEGIN
         IF pick.id IS NULL THEN
             SELECT * INTO pick FROM work_units u
              WHERE u.fleet = p_fleet AND u.state = ANY (ledger_from('claim')) AND u.domain = p_domain
+               AND u.workflow_id IS NULL
                AND NOT (u.attempt_count > 0 AND EXISTS (
                        SELECT 1 FROM work_unit_attempts a
                         WHERE a.id = u.current_attempt_id AND a.agent_id = p_agent AND a.outcome = 'failed'))
@@ -301,6 +322,7 @@ BEGIN
         IF pick.id IS NULL THEN
             SELECT * INTO pick FROM work_units u
              WHERE u.fleet = p_fleet AND u.state = ANY (ledger_from('claim')) AND u.domain = p_domain
+               AND u.workflow_id IS NULL
              ORDER BY u.created_at, u.external_ref LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
         END IF;
     END IF;
@@ -320,6 +342,11 @@ $$;
 -- gets it back with its lease renewed ('renewed', a heartbeat event), one
 -- that holds a BLOCKED unit gets it as it is ('held'); claimNext with
 -- nothing claimable answers no row; claimUnit says why not.
+--
+-- A workflow-modelled unit is its workflow's (SPEC §12): claimNext never
+-- picks it and claimUnit refuses it (WORKFLOW_OWNED), but for the Temporal
+-- projection's token, which claims it for the workflow (ledger_begin) when
+-- a run starts, with no lease: Temporal times the run.
 CREATE OR REPLACE FUNCTION ledger_claim(p_token bytea, p_notify text, p_key text, p_hash text, p_lease integer,
                                         p_domain text, p_unit uuid)
 RETURNS TABLE (result text, unit work_units, info jsonb)
@@ -335,15 +362,19 @@ DECLARE
     v_attempt uuid;
     v_started timestamptz;
     w work_units;
+    v_project boolean;
 BEGIN
-    SELECT * INTO b FROM ledger_begin(p_token, p_notify, '{units:claim}', p_key, p_hash);
+    SELECT * INTO b FROM ledger_begin(p_token, p_notify, '{units:claim}', p_key, p_hash, p_unit);
     IF b.refusal IS NOT NULL THEN
         RETURN QUERY SELECT * FROM ledger_answer(b.refusal, b.replayed, b.info);
         RETURN;
     END IF;
     v_fleet := (b.who).fleet;
     v_agent := (b.who).name;
-    IF p_lease IS NULL OR p_lease NOT BETWEEN 30 AND 86400 THEN
+    v_project := 'units:project' = ANY ((b.who).permissions);
+    IF v_project AND p_unit IS NULL THEN
+        RETURN; -- the projection claims the units of its workflows only
+    ELSIF p_lease IS NULL OR p_lease NOT BETWEEN 30 AND 86400 THEN
         RETURN QUERY SELECT * FROM ledger_invalid(p_unit, 'leaseSeconds', 'must be between 30 and 86400');
         RETURN;
     ELSIF p_domain IS NOT NULL AND NOT ledger_is_label(p_domain) THEN
@@ -355,7 +386,7 @@ BEGIN
     IF held.id IS NULL THEN
         IF p_unit IS NOT NULL THEN
             SELECT * INTO pick FROM work_units u
-             WHERE u.fleet = v_fleet AND u.id = p_unit
+             WHERE u.fleet = v_fleet AND u.id = p_unit AND (u.workflow_id IS NULL OR v_project)
                AND (u.state = ANY (ledger_from('claim'))
                     OR (u.state = ANY (ledger_from('reclaim')) AND u.lease_expires_at < now()))
                FOR NO KEY UPDATE;
@@ -375,7 +406,8 @@ BEGIN
         UPDATE work_units u
            SET state = ledger_to(CASE WHEN reclaimed THEN 'reclaim' ELSE 'claim' END, pick.state),
                claimed_by = v_agent, current_attempt_id = v_attempt,
-               attempt_count = pick.attempt_count + 1, lease_expires_at = now() + p_lease * interval '1 second',
+               attempt_count = pick.attempt_count + 1,
+               lease_expires_at = CASE WHEN pick.workflow_id IS NULL THEN now() + p_lease * interval '1 second' END,
                last_heartbeat_at = now(), updated_at = clock_timestamp(),
                first_claimed_at = coalesce(u.first_claimed_at, v_started)
          WHERE u.id = pick.id
@@ -396,8 +428,9 @@ BEGIN
             RETURN QUERY SELECT 'held'::text, held, '{}'::jsonb;
             RETURN;
         END IF;
-        UPDATE work_units u SET lease_expires_at = now() + p_lease * interval '1 second', last_heartbeat_at = now(),
-                                updated_at = clock_timestamp()
+        UPDATE work_units u
+           SET lease_expires_at = CASE WHEN u.workflow_id IS NULL THEN now() + p_lease * interval '1 second' END,
+               last_heartbeat_at = now(), updated_at = clock_timestamp()
          WHERE u.id = held.id AND u.claimed_by = v_agent AND u.state = ANY (ledger_working_states())
         RETURNING u.* INTO w;
         IF w.id IS NULL THEN
@@ -426,6 +459,8 @@ BEGIN
     SELECT * INTO w FROM work_units u WHERE u.id = p_unit;
     IF w.id IS NULL THEN
         RETURN QUERY SELECT 'NOT_FOUND'::text, NULL::work_units, jsonb_build_object('what', 'unit', 'id', p_unit);
+    ELSIF w.workflow_id IS NOT NULL AND NOT v_project AND NOT w.state = ANY (ledger_terminal_states()) THEN
+        RETURN QUERY SELECT 'WORKFLOW_OWNED'::text, w, jsonb_build_object('workflow_id', w.workflow_id);
     ELSIF (w.state = ANY (ledger_held_states()) AND w.claimed_by IS NOT NULL
            AND NOT (w.state = ANY (ledger_working_states()) AND w.lease_expires_at < now())) THEN
         RETURN QUERY SELECT 'UNIT_ALREADY_CLAIMED'::text, w, jsonb_build_object('holder', w.claimed_by);
@@ -495,7 +530,7 @@ DECLARE
     v_agent text;
     w work_units;
 BEGIN
-    SELECT * INTO b FROM ledger_begin(p_token, p_notify, '{units:claim}', p_key, p_hash);
+    SELECT * INTO b FROM ledger_begin(p_token, p_notify, '{units:claim}', p_key, p_hash, p_unit);
     IF b.refusal IS NOT NULL THEN
         RETURN QUERY SELECT * FROM ledger_answer(b.refusal, b.replayed, b.info);
         RETURN;
@@ -683,7 +718,7 @@ $$;
 
 -- release: the holder gives the unit up (`release`). From a working state
 -- back to READY, ending the attempt as p_outcome ('abandoned', the default,
--- or 'failed'); on a BLOCKED unit the attempt ends as blocked, the holder is
+-- or 'failed'; 'superseded' for a workflow's run that continued as new); on a BLOCKED unit the attempt ends as blocked, the holder is
 -- cleared and the unit waits for its answer.
 CREATE OR REPLACE FUNCTION ledger_release(p_token bytea, p_notify text, p_key text, p_hash text, p_unit uuid,
                                           p_attempt uuid, p_outcome text, p_reason text)
@@ -697,13 +732,15 @@ DECLARE
     w work_units;
     ended attempt_outcome;
 BEGIN
-    SELECT * INTO b FROM ledger_begin(p_token, p_notify, '{units:claim}', p_key, p_hash);
+    SELECT * INTO b FROM ledger_begin(p_token, p_notify, '{units:claim}', p_key, p_hash, p_unit);
     IF b.refusal IS NOT NULL THEN
         RETURN QUERY SELECT * FROM ledger_answer(b.refusal, b.replayed, b.info);
         RETURN;
     END IF;
     v_agent := (b.who).name;
-    IF coalesce(p_outcome, 'abandoned') NOT IN ('abandoned', 'failed') THEN
+    -- A workflow's run continued as new: its attempt is superseded by the next run's.
+    IF coalesce(p_outcome, 'abandoned') NOT IN ('abandoned', 'failed')
+       AND NOT (p_outcome = 'superseded' AND 'units:project' = ANY ((b.who).permissions)) THEN
         RETURN QUERY SELECT * FROM ledger_invalid(p_unit, 'outcome', 'a release ends the attempt as ABANDONED or FAILED');
         RETURN;
     ELSIF p_reason IS NOT NULL AND NOT ledger_is_long_text(p_reason) THEN
@@ -755,7 +792,7 @@ DECLARE
     w work_units;
     billed work_unit_attempts;
 BEGIN
-    SELECT * INTO b FROM ledger_begin(p_token, p_notify, '{units:claim,units:dispose-any}', p_key, p_hash);
+    SELECT * INTO b FROM ledger_begin(p_token, p_notify, '{units:claim,units:dispose-any}', p_key, p_hash, p_unit);
     IF b.refusal IS NOT NULL THEN
         RETURN QUERY SELECT * FROM ledger_answer(b.refusal, b.replayed, b.info);
         RETURN;
@@ -823,7 +860,7 @@ DECLARE
     prev work_units;
     w work_units;
 BEGIN
-    SELECT * INTO b FROM ledger_begin(p_token, p_notify, '{units:claim,units:dispose-any}', p_key, p_hash);
+    SELECT * INTO b FROM ledger_begin(p_token, p_notify, '{units:claim,units:dispose-any}', p_key, p_hash, p_unit);
     IF b.refusal IS NOT NULL THEN
         RETURN QUERY SELECT * FROM ledger_answer(b.refusal, b.replayed, b.info);
         RETURN;

@@ -1,0 +1,150 @@
+//! The Temporal projection's tables (SPEC §12): the fleets' links
+//! (`temporal link`, the owner's), the per-run marks (moved by
+//! `ledger_temporal_mark`, temporal.sql), the workflow-modelled units the
+//! projection follows, and what `audit --temporal` compares. Reads run as
+//! the service's own login, across fleets, like the sweeper's.
+
+use std::collections::HashMap;
+
+use sea_orm::{ConnectionTrait, DbErr, FromQueryResult};
+use uuid::Uuid;
+
+use super::stmt;
+use crate::ledger::RunMark;
+
+/// A fleet's link: new workflows of `namespace` matching `query` become
+/// units of `fleet`.
+#[derive(Debug, Clone, PartialEq, Eq, FromQueryResult)]
+pub struct Link {
+    pub fleet: String,
+    pub namespace: String,
+    pub query: String,
+}
+
+pub async fn links(db: &impl ConnectionTrait) -> Result<Vec<Link>, DbErr> {
+    let rows =
+        db.query_all_raw(stmt("SELECT fleet, namespace, query FROM temporal_links ORDER BY created_at", [])).await?;
+    rows.iter().map(|r| Link::from_query_result(r, "")).collect()
+}
+
+/// Adds a link; false when it was there already.
+pub async fn link(db: &impl ConnectionTrait, link: &Link) -> Result<bool, DbErr> {
+    let done = db
+        .execute_raw(stmt(
+            "INSERT INTO temporal_links (fleet, namespace, query) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+            [link.fleet.clone().into(), link.namespace.clone().into(), link.query.clone().into()],
+        ))
+        .await?;
+    Ok(done.rows_affected() > 0)
+}
+
+/// Removes a link; false when there was none. Units it registered stay.
+pub async fn unlink(db: &impl ConnectionTrait, link: &Link) -> Result<bool, DbErr> {
+    let done = db
+        .execute_raw(stmt(
+            "DELETE FROM temporal_links WHERE fleet = $1 AND namespace = $2 AND query = $3",
+            [link.fleet.clone().into(), link.namespace.clone().into(), link.query.clone().into()],
+        ))
+        .await?;
+    Ok(done.rows_affected() > 0)
+}
+
+/// A run's mark: the last event projected, and whether the run is closed.
+pub type Marks = HashMap<(String, String, String, String), (i64, bool)>;
+
+/// Every run's mark, by (fleet, namespace, workflow id, run id).
+pub async fn marks(db: &impl ConnectionTrait) -> Result<Marks, DbErr> {
+    let rows = db
+        .query_all_raw(stmt(
+            "SELECT fleet, namespace, workflow_id, run_id, last_event_id, closed FROM temporal_runs",
+            [],
+        ))
+        .await?;
+    rows.iter()
+        .map(|r| {
+            let key = (
+                r.try_get("", "fleet")?,
+                r.try_get("", "namespace")?,
+                r.try_get("", "workflow_id")?,
+                r.try_get("", "run_id")?,
+            );
+            Ok((key, (r.try_get("", "last_event_id")?, r.try_get("", "closed")?)))
+        })
+        .collect()
+}
+
+/// Moves a run's mark (never back), as the projection's token, in the
+/// transaction of `db`.
+pub async fn mark(db: &impl ConnectionTrait, token_hash: &[u8], mark: &RunMark) -> Result<(), DbErr> {
+    let row = db
+        .query_one_raw(stmt(
+            "SELECT ledger_temporal_mark($1, $2, $3, $4, $5, $6, $7) AS mark",
+            [
+                token_hash.to_vec().into(),
+                mark.namespace.clone().into(),
+                mark.workflow_id.clone().into(),
+                mark.run_id.clone().into(),
+                mark.unit_id.into(),
+                mark.event_id.into(),
+                mark.closed.into(),
+            ],
+        ))
+        .await?;
+    let moved: Option<i64> = row.map(|r| r.try_get("", "mark")).transpose()?.flatten();
+    moved.map(|_| ()).ok_or_else(|| DbErr::Custom("the projection's token may not move a run's mark".into()))
+}
+
+/// A workflow-modelled unit as the projection and the audit see it.
+#[derive(Debug, Clone, FromQueryResult)]
+pub struct WorkflowUnit {
+    pub fleet: String,
+    pub id: Uuid,
+    pub workflow_id: String,
+    pub state: String,
+    /// The namespace its runs were projected from (none yet: the default).
+    pub namespace: Option<String>,
+    /// How its last attempt ended (none while it runs).
+    pub last_outcome: Option<String>,
+    /// The `source_event_id` of the last event projected onto it.
+    pub last_projected: Option<String>,
+}
+
+/// The workflow-modelled units of `fleet` (every fleet: `None`), only those
+/// not terminal when `open_only`.
+pub async fn workflow_units(
+    db: &impl ConnectionTrait,
+    fleet: Option<&str>,
+    open_only: bool,
+) -> Result<Vec<WorkflowUnit>, DbErr> {
+    let rows = db
+        .query_all_raw(stmt(
+            "SELECT u.fleet, u.id, u.workflow_id, u.state::text AS state,
+                    (SELECT r.namespace FROM temporal_runs r WHERE r.unit_id = u.id ORDER BY r.updated_at DESC LIMIT 1) AS namespace,
+                    (SELECT a.outcome::text FROM work_unit_attempts a WHERE a.id = u.current_attempt_id) AS last_outcome,
+                    (SELECT e.source_event_id FROM work_unit_events e
+                      WHERE e.unit_id = u.id AND e.source_event_id LIKE 'temporal:%' ORDER BY e.seq DESC LIMIT 1) AS last_projected
+               FROM work_units u
+              WHERE u.workflow_id IS NOT NULL AND ($1::text IS NULL OR u.fleet = $1)
+                AND (NOT $2 OR u.disposition IS NULL)
+              ORDER BY u.fleet, u.created_at, u.id",
+            [fleet.map(str::to_owned).into(), open_only.into()],
+        ))
+        .await?;
+    rows.iter().map(|r| WorkflowUnit::from_query_result(r, "")).collect()
+}
+
+/// The unit of `fleet` that workflow `workflow_id` runs, and its state.
+pub async fn unit_of(
+    db: &impl ConnectionTrait,
+    fleet: &str,
+    workflow_id: &str,
+) -> Result<Option<(Uuid, String)>, DbErr> {
+    let row = db
+        .query_one_raw(stmt(
+            "SELECT id, state::text AS state FROM work_units WHERE fleet = $1 AND workflow_id = $2
+              ORDER BY created_at, id LIMIT 1",
+            [fleet.to_owned().into(), workflow_id.to_owned().into()],
+        ))
+        .await?;
+    row.map(|r| Ok((r.try_get("", "id")?, r.try_get("", "state")?))).transpose()
+}

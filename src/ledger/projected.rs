@@ -1,0 +1,79 @@
+//! The Temporal projection's writes (SPEC §12): each is one of the write
+//! functions every write calls (`writes.sql`), as the projection's token
+//! acting for the unit's workflow, keyed by the Temporal event it records
+//! (`temporal:<namespace>:<workflowId>:<runId>:<eventId>`), so a replay
+//! appends nothing; the run's mark moves in the same transaction, so a
+//! restart or another replica resumes after it.
+
+use sea_orm::{TransactionTrait, Value};
+use uuid::Uuid;
+
+use super::write::{Keyed, answer, retrying};
+use super::{Ledger, LedgerError, UnitModel};
+use crate::auth::Principal;
+use crate::db::{self, writes};
+
+/// Where a run's projection stands once a write commits.
+#[derive(Debug, Clone)]
+pub struct RunMark {
+    pub namespace: String,
+    pub workflow_id: String,
+    pub run_id: String,
+    pub unit_id: Uuid,
+    /// The last history event projected (or skipped) with this write.
+    pub event_id: i64,
+    /// The run's history is closed and wholly projected.
+    pub closed: bool,
+}
+
+/// One projected write: the function, the operation its key's fingerprint
+/// names with the arguments it covers, the key, and the function's own
+/// arguments after the common ones.
+pub struct Projected<'a> {
+    pub function: &'static str,
+    pub operation: &'static str,
+    pub key: String,
+    pub args: &'a serde_json::Value,
+    pub values: Vec<Value>,
+}
+
+impl Ledger {
+    /// Runs `write` as `who` and moves `mark` in the same transaction. The
+    /// result is the write's answer (`ok`, `claimed`, `replayed`) and the
+    /// unit, or the refusal the function decided (the mark moves then too:
+    /// the event is recorded as refused, not retried forever).
+    pub async fn project(
+        &self,
+        who: &Principal,
+        write: Projected<'_>,
+        mark: &RunMark,
+    ) -> Result<Result<(String, UnitModel), LedgerError>, LedgerError> {
+        let keyed = Keyed { operation: write.operation, key: Some(write.key), args: write.args };
+        let mut values: Vec<Value> = vec![who.token_hash.to_vec().into(), self.notifier.mode().setting().into()];
+        values.extend(keyed.values()?);
+        values.extend(write.values);
+        let function = write.function;
+        let row = retrying(function, || async {
+            let tx = self.db.begin().await?;
+            let row = writes::call(&tx, function, values.clone()).await?.pop();
+            let row = row.ok_or_else(|| LedgerError::internal(format!("{function} answered no row")))?;
+            if row.result == "RETRY" {
+                return Err(LedgerError::Retry);
+            }
+            db::temporal::mark(&tx, &who.token_hash, mark).await?;
+            tx.commit().await?;
+            Ok(row)
+        })
+        .await?;
+        if matches!(row.result.as_str(), "ok" | "claimed" | "reclaimed" | "renewed") {
+            self.notifier.committed(&who.fleet);
+        }
+        Ok(answer(row, who, write.operation))
+    }
+
+    /// Moves `mark` alone: events that record nothing (skipped ones).
+    pub async fn mark_run(&self, who: &Principal, mark: &RunMark) -> Result<(), LedgerError> {
+        db::temporal::mark(&self.db, &who.token_hash, mark).await?;
+        Ok(())
+    }
+}
