@@ -37,10 +37,20 @@ async fn temporal_workflows_are_projected_once_each_and_never_written_back() {
     link(&app, FLEET).await;
     let reader = app.token(FLEET, "watcher", Role::Reader).await;
     let mut ws = Ws::subscription(&app, &reader, EVENTS, json!({})).await;
-    // The subscription runs once it delivers an event committed after it.
+    // Without a cursor the stream starts whenever the server runs it, and a
+    // unit registered before that is rightly never sent: register probes
+    // until one arrives (proof that it runs).
     let operator = app.token(FLEET, "op", Role::Operator).await;
-    app.register(&operator, &["sentinel"]).await;
-    assert_eq!(ws.next_data().await["ledgerEvents"]["eventType"], "REGISTERED");
+    let mut running = false;
+    for k in 0..30 {
+        app.register(&operator, &[&format!("sentinel-{k}")]).await;
+        if let Ok(event) = tokio::time::timeout(std::time::Duration::from_secs(1), ws.next_data()).await {
+            assert_eq!(event["ledgerEvents"]["eventType"], "REGISTERED");
+            running = true;
+            break;
+        }
+    }
+    assert!(running, "a probe reaches the subscription");
 
     // A unit registered by hand with its workflow's id, in a fleet without a link.
     let other = app.token("th", "op", Role::Operator).await;
@@ -75,7 +85,7 @@ async fn temporal_workflows_are_projected_once_each_and_never_written_back() {
     assert_eq!(extensions["workflowId"], "wf-terminate");
     assert!(!extensions["legalActions"].to_string().contains("claim"), "{extensions}");
     let claimed = agent.claim_next(json!({})).await;
-    assert_eq!(claimed.data()["r"]["externalRef"], "sentinel", "only the agents' unit");
+    assert_eq!(claimed.data()["r"]["externalRef"], "sentinel-0", "only the agents' units");
 
     temporal
         .cli(&["workflow", "terminate", "--workflow-id", "wf-terminate", "--reason", "operator stop"])

@@ -21,6 +21,10 @@ use crate::skip::skip;
 /// How long a workflow may take to show in the ledger.
 pub const DEADLINE: Duration = Duration::from_secs(90);
 
+/// How long a call of Temporal's CLI or of worker.py may take: a port
+/// another test took answers it with nothing at all.
+const SUBPROCESS: Duration = Duration::from_secs(30);
+
 /// A dev server and a worker, stopped when dropped.
 pub struct Temporal {
     pub port: u16,
@@ -49,18 +53,26 @@ impl Temporal {
         }
         let dir = tempfile::tempdir().expect("a temporary directory");
         let db_file = persistent.then(|| dir.path().join("temporal.db"));
-        let port = loopback_ports(4);
-        let mut temporal = Temporal { port, db_file, server: None, worker: None, _dir: dir };
-        temporal.start_server().await;
-        temporal.start_worker().await;
-        Some(temporal)
+        let mut temporal = Temporal { port: loopback_ports(4), db_file, server: None, worker: None, _dir: dir };
+        // The four ports were free when chosen; a test running beside this
+        // one may bind one of them first, and then the server exits: it
+        // starts again on four others.
+        for _ in 0..3 {
+            if temporal.try_start_server().await {
+                temporal.start_worker().await;
+                return Some(temporal);
+            }
+            temporal.port = loopback_ports(4);
+        }
+        panic!("Temporal's dev server exited three times on start: ports taken?");
     }
 
     pub fn address(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
-    pub async fn start_server(&mut self) {
+    /// Starts the dev server on its ports; false when it exits first.
+    async fn try_start_server(&mut self) -> bool {
         let port = self.port;
         let mut args: Vec<String> = ["server", "start-dev", "--headless", "--ip", "127.0.0.1", "--log-level", "error"]
             .into_iter()
@@ -86,11 +98,22 @@ impl Temporal {
         loop {
             let ok = self.cli(&["operator", "namespace", "describe", "--namespace", "default"]).await.is_ok();
             if ok {
-                return;
+                return true;
+            }
+            if let Some(server) = &mut self.server
+                && let Ok(Some(_)) = server.try_wait()
+            {
+                self.server = None;
+                return false;
             }
             assert!(tokio::time::Instant::now() < deadline, "Temporal's dev server did not come up within 60 s");
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
+    }
+
+    /// The dev server again on its ports (after [`Temporal::stop_server`]).
+    pub async fn start_server(&mut self) {
+        assert!(self.try_start_server().await, "Temporal's dev server exited on restart: port {} taken?", self.port);
     }
 
     pub async fn stop_server(&mut self) {
@@ -118,23 +141,25 @@ impl Temporal {
 
     /// Starts workflow `id` (type MigrateUnit) in `scenario`.
     pub async fn start_workflow(&self, id: &str, scenario: &str, extra: &[&str]) {
-        let out = Command::new("python3")
+        let start = Command::new("python3")
             .arg(worker_py())
             .args(["start", "--address", &self.address(), "--workflow-id", id, "--scenario", scenario])
             .args(extra)
-            .output()
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(SUBPROCESS, start)
             .await
+            .unwrap_or_else(|_| panic!("worker.py start {id}: no answer within {SUBPROCESS:?}"))
             .expect("run worker.py start");
         assert!(out.status.success(), "start {id}: {}", String::from_utf8_lossy(&out.stderr));
     }
 
     /// Runs Temporal's CLI against the dev server; its stdout, or stderr.
     pub async fn cli(&self, args: &[&str]) -> Result<String, String> {
-        let out = Command::new("temporal")
-            .args(args)
-            .args(["--address", &self.address()])
-            .output()
+        let out = Command::new("temporal").args(args).args(["--address", &self.address()]).kill_on_drop(true).output();
+        let out = tokio::time::timeout(SUBPROCESS, out)
             .await
+            .map_err(|_| format!("temporal {args:?}: no answer within {SUBPROCESS:?}"))?
             .map_err(|e| e.to_string())?;
         if out.status.success() {
             Ok(String::from_utf8_lossy(&out.stdout).into_owned())
