@@ -4,6 +4,11 @@
 # server binaries for the embedded mode); see docker-compose.yml.
 
 FROM rust:1-bookworm AS builder
+# Temporal's client compiles Temporal's gRPC protos with protoc and its
+# well-known types.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends protobuf-compiler libprotobuf-dev \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
 # Cache mounts keep the registry and the target folder between builds; the
