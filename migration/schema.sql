@@ -2171,18 +2171,15 @@ CREATE FUNCTION public.ledger_temporal_mark(p_token bytea, p_namespace text, p_w
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
     AS $$
 DECLARE
-    v_fleet text;
+    b record;
     mark bigint;
 BEGIN
-    SELECT t.fleet INTO v_fleet FROM api_tokens t
-     WHERE t.token_hash = p_token AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now())
-       AND 'units:project' = ANY (t.permissions);
-    IF v_fleet IS NULL THEN
+    SELECT * INTO b FROM ledger_begin(p_token, NULL, '{units:project}', NULL, NULL);
+    IF b.refusal IS NOT NULL THEN
         RETURN NULL;
     END IF;
-    PERFORM set_config('work_ledger.fleet', v_fleet, true);
     INSERT INTO temporal_runs AS r (fleet, namespace, workflow_id, run_id, unit_id, last_event_id, closed)
-    VALUES (v_fleet, p_namespace, p_workflow, p_run, p_unit, greatest(p_event, 0), p_closed)
+    VALUES ((b.who).fleet, p_namespace, p_workflow, p_run, p_unit, greatest(p_event, 0), p_closed)
     ON CONFLICT (fleet, namespace, workflow_id, run_id) DO UPDATE
        SET last_event_id = greatest(r.last_event_id, excluded.last_event_id), closed = r.closed OR excluded.closed,
            updated_at = clock_timestamp()

@@ -8,25 +8,23 @@
 
 -- Moves the mark of run p_run of workflow p_workflow (namespace
 -- p_namespace, unit p_unit) to event p_event, never back, and records that
--- the run closed (p_closed). Authenticates like every write: a live token
--- with units:project, whose fleet it writes in. Returns the mark as it is
--- now (NULL: the token may not).
+-- the run closed (p_closed). Authenticates as every write does
+-- (ledger_begin): a live token with units:project, whose fleet it writes
+-- in. It appends no event, so it asks for no notification. Returns the
+-- mark as it is now (NULL: the token may not).
 CREATE OR REPLACE FUNCTION ledger_temporal_mark(p_token bytea, p_namespace text, p_workflow text, p_run text,
                                                 p_unit uuid, p_event bigint, p_closed boolean)
 RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
-    v_fleet text;
+    b record;
     mark bigint;
 BEGIN
-    SELECT t.fleet INTO v_fleet FROM api_tokens t
-     WHERE t.token_hash = p_token AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now())
-       AND 'units:project' = ANY (t.permissions);
-    IF v_fleet IS NULL THEN
+    SELECT * INTO b FROM ledger_begin(p_token, NULL, '{units:project}', NULL, NULL);
+    IF b.refusal IS NOT NULL THEN
         RETURN NULL;
     END IF;
-    PERFORM set_config('work_ledger.fleet', v_fleet, true);
     INSERT INTO temporal_runs AS r (fleet, namespace, workflow_id, run_id, unit_id, last_event_id, closed)
-    VALUES (v_fleet, p_namespace, p_workflow, p_run, p_unit, greatest(p_event, 0), p_closed)
+    VALUES ((b.who).fleet, p_namespace, p_workflow, p_run, p_unit, greatest(p_event, 0), p_closed)
     ON CONFLICT (fleet, namespace, workflow_id, run_id) DO UPDATE
        SET last_event_id = greatest(r.last_event_id, excluded.last_event_id), closed = r.closed OR excluded.closed,
            updated_at = clock_timestamp()
