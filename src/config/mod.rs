@@ -14,7 +14,7 @@ use clap::{ArgGroup, Args, Parser, Subcommand};
 use uuid::Uuid;
 
 pub use parse::fleet_name;
-use parse::{future_time, identifier};
+use parse::{future_time, identifier, list_filter};
 pub use serve::{LiveArgs, NotifyMode, ServeArgs, SurfaceArgs, TemporalArgs};
 
 use crate::agent_cli;
@@ -113,10 +113,10 @@ pub enum TemporalCommand {
 pub struct LinkArgs {
     #[arg(long, value_parser = fleet_name)]
     pub fleet: String,
-    #[arg(long, default_value = "default")]
+    #[arg(long, default_value = "default", value_parser = identifier)]
     pub namespace: String,
     /// A Temporal list filter, e.g. `WorkflowType='MigrateUnit'`.
-    #[arg(long)]
+    #[arg(long, value_parser = list_filter)]
     pub query: String,
 }
 

@@ -24,6 +24,15 @@ pub(super) fn identifier(text: &str) -> Result<String, String> {
     crate::ledger::validate::label("name", text).map(|()| text.to_owned()).map_err(|e| e.to_string())
 }
 
+/// A Temporal list filter of `temporal link` (the `CHECK` of
+/// `temporal_links.query` says the same): 1 to 8,000 characters.
+pub(super) fn list_filter(text: &str) -> Result<String, String> {
+    match text.chars().count() {
+        1..=8000 => Ok(text.to_owned()),
+        n => Err(format!("a list filter is 1 to 8,000 characters, not {n}")),
+    }
+}
+
 /// A time a token may expire at: RFC 3339, and in the future.
 pub(super) fn future_time(text: &str) -> Result<DateTime<Utc>, String> {
     let at = DateTime::parse_from_rfc3339(text.trim())
@@ -46,6 +55,15 @@ mod tests {
         }
         for bad in ["", "-a", ".a", "a b", "a\"b", "a\nb", "a\u{202E}b", "é", &"x".repeat(64), &"x".repeat(5000)] {
             assert!(fleet_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn list_filters_are_bounded() {
+        assert!(list_filter("WorkflowType='MigrateUnit'").is_ok());
+        assert!(list_filter(&"q".repeat(8000)).is_ok());
+        for bad in ["", &"q".repeat(8001)] {
+            assert!(list_filter(bad).is_err(), "{} characters", bad.len());
         }
     }
 

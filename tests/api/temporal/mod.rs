@@ -266,3 +266,25 @@ pub async fn event_types(app: &TestApp, fleet: &str, id: &str) -> Vec<String> {
     .map(|r| r["t"].as_str().unwrap_or_default().to_owned())
     .collect()
 }
+
+/// `temporal link` refuses a namespace or list filter past its limit with a
+/// clear message, and writes no link.
+#[tokio::test]
+async fn a_link_past_its_limits_is_refused_and_writes_nothing() {
+    use crate::operator::{text, work_ledger};
+    let app = crate::helpers::spawn_app().await;
+    let long_query = "q".repeat(8001);
+    let long_namespace = "n".repeat(257);
+    for (args, said) in [
+        (vec!["temporal", "link", "--fleet", "f", "--query", long_query.as_str()], "1 to 8,000 characters"),
+        (vec!["temporal", "link", "--fleet", "f", "--query", ""], "1 to 8,000 characters"),
+        (vec!["temporal", "link", "--fleet", "f", "--namespace", long_namespace.as_str(), "--query", "q"], "256"),
+    ] {
+        let out = work_ledger(&app, &args, None);
+        assert!(!out.status.success(), "{args:?}");
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(said), "{stderr}");
+        assert!(!stderr.to_lowercase().contains("violates"), "no database text: {stderr}");
+    }
+    assert_eq!(app.sql_i64("SELECT count(*) FROM temporal_links").await, 0);
+}
