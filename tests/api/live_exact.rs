@@ -512,20 +512,9 @@ async fn a_stream_resumes_exactly_after_the_ledger_is_restored_into_a_fresh_clus
     assert_eq!(unit_ref(&prompt_event(&mut resumed, "r4").await), "r4");
     // (b) New writes are delivered live; (c) nothing restored comes as new.
     let mut live = Ws::subscription(&restored, &reader, EVENTS, only_registered(None)).await;
-    // Without a cursor the stream starts whenever the server runs it, and a
-    // unit registered before that is rightly never sent: register probes
-    // until one arrives (proof that it runs; the first thing it sends must be
-    // a probe, nothing restored), then one last probe that every stream
-    // reads up to.
-    let mut first = None;
-    for k in 0..30 {
-        restored.register(&op, &[&format!("probe-{k}")]).await;
-        if let Ok(event) = tokio::time::timeout(Duration::from_secs(1), next_event(&mut live)).await {
-            first = Some(event);
-            break;
-        }
-    }
-    let first = first.expect("a probe reaches the fresh subscription");
+    // The first thing the fresh stream sends must be a probe, nothing
+    // restored; then one last probe that every stream reads up to.
+    let first = live.first_probe(&restored, &op, "probe").await;
     assert!(unit_ref(&first).starts_with("probe-"), "a fresh subscription got {} first", unit_ref(&first));
     restored.register(&op, &["probe-end"]).await;
     for ws in [&mut live, &mut resumed] {

@@ -138,6 +138,20 @@ impl Ws {
         message
     }
 
+    /// The first `ledgerEvents` item of a subscription started without a
+    /// cursor: such a stream starts whenever the server runs it, and a unit
+    /// registered before that is rightly never sent, so units
+    /// `{prefix}-{k}` are registered until one arrives (proof that it runs).
+    pub async fn first_probe(&mut self, app: &TestApp, token: &str, prefix: &str) -> Value {
+        for k in 0..30 {
+            app.register(token, &[&format!("{prefix}-{k}")]).await;
+            if let Ok(data) = tokio::time::timeout(Duration::from_secs(1), self.next_data()).await {
+                return data["ledgerEvents"].clone();
+            }
+        }
+        panic!("no `{prefix}` probe reached the subscription within 30 tries");
+    }
+
     /// The payload of the next `next` message (of any id), asserting it has no errors.
     pub async fn next_data(&mut self) -> Value {
         let message = self.expect_type("next").await;

@@ -37,20 +37,8 @@ async fn temporal_workflows_are_projected_once_each_and_never_written_back() {
     link(&app, FLEET).await;
     let reader = app.token(FLEET, "watcher", Role::Reader).await;
     let mut ws = Ws::subscription(&app, &reader, EVENTS, json!({})).await;
-    // Without a cursor the stream starts whenever the server runs it, and a
-    // unit registered before that is rightly never sent: register probes
-    // until one arrives (proof that it runs).
     let operator = app.token(FLEET, "op", Role::Operator).await;
-    let mut running = false;
-    for k in 0..30 {
-        app.register(&operator, &[&format!("sentinel-{k}")]).await;
-        if let Ok(event) = tokio::time::timeout(std::time::Duration::from_secs(1), ws.next_data()).await {
-            assert_eq!(event["ledgerEvents"]["eventType"], "REGISTERED");
-            running = true;
-            break;
-        }
-    }
-    assert!(running, "a probe reaches the subscription");
+    assert_eq!(ws.first_probe(&app, &operator, "sentinel").await["eventType"], "REGISTERED");
 
     // A unit registered by hand with its workflow's id, in a fleet without a link.
     let other = app.token("th", "op", Role::Operator).await;
