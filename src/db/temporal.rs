@@ -14,7 +14,7 @@ use crate::ledger::RunMark;
 
 /// A fleet's link: new workflows of `namespace` matching `query` become
 /// units of `fleet`.
-#[derive(Debug, Clone, PartialEq, Eq, FromQueryResult)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, FromQueryResult)]
 pub struct Link {
     pub fleet: String,
     pub namespace: String,
@@ -52,12 +52,27 @@ pub async fn unlink(db: &impl ConnectionTrait, link: &Link) -> Result<bool, DbEr
 /// A run's mark: the last event projected, and whether the run is closed.
 pub type Marks = HashMap<(String, String, String, String), (i64, bool)>;
 
-/// Every run's mark, by (fleet, namespace, workflow id, run id).
-pub async fn marks(db: &impl ConnectionTrait) -> Result<Marks, DbErr> {
+/// The marks of every run of the workflows `keys` (fleet, namespace,
+/// workflow id), by (fleet, namespace, workflow id, run id).
+pub async fn marks_of<'a>(
+    db: &impl ConnectionTrait,
+    keys: impl Iterator<Item = &'a (String, String, String)>,
+) -> Result<Marks, DbErr> {
+    let (mut fleets, mut namespaces, mut workflows) = (Vec::new(), Vec::new(), Vec::new());
+    for (fleet, namespace, workflow) in keys {
+        fleets.push(fleet.clone());
+        namespaces.push(namespace.clone());
+        workflows.push(workflow.clone());
+    }
+    if fleets.is_empty() {
+        return Ok(Marks::new());
+    }
     let rows = db
         .query_all_raw(stmt(
-            "SELECT fleet, namespace, workflow_id, run_id, last_event_id, closed FROM temporal_runs",
-            [],
+            "SELECT r.fleet, r.namespace, r.workflow_id, r.run_id, r.last_event_id, r.closed
+               FROM unnest($1::text[], $2::text[], $3::text[]) AS k (fleet, namespace, workflow_id)
+               JOIN temporal_runs r USING (fleet, namespace, workflow_id)",
+            [fleets.into(), namespaces.into(), workflows.into()],
         ))
         .await?;
     rows.iter()
@@ -70,6 +85,28 @@ pub async fn marks(db: &impl ConnectionTrait) -> Result<Marks, DbErr> {
             );
             Ok((key, (r.try_get("", "last_event_id")?, r.try_get("", "closed")?)))
         })
+        .collect()
+}
+
+/// The open workflow-modelled units to look up by workflow id: (fleet,
+/// namespace of their last run if any, workflow id); only those no run was
+/// projected onto yet unless `all`.
+pub async fn followable_units(
+    db: &impl ConnectionTrait,
+    all: bool,
+) -> Result<Vec<(String, Option<String>, String)>, DbErr> {
+    let rows = db
+        .query_all_raw(stmt(
+            "SELECT u.fleet, u.workflow_id,
+                    (SELECT r.namespace FROM temporal_runs r WHERE r.unit_id = u.id ORDER BY r.updated_at DESC LIMIT 1) AS namespace
+               FROM work_units u
+              WHERE u.workflow_id IS NOT NULL AND u.disposition IS NULL
+                AND ($1 OR NOT EXISTS (SELECT 1 FROM temporal_runs r WHERE r.unit_id = u.id))",
+            [all.into()],
+        ))
+        .await?;
+    rows.iter()
+        .map(|r| Ok((r.try_get("", "fleet")?, r.try_get("", "namespace")?, r.try_get("", "workflow_id")?)))
         .collect()
 }
 
@@ -109,13 +146,8 @@ pub struct WorkflowUnit {
     pub last_projected: Option<String>,
 }
 
-/// The workflow-modelled units of `fleet` (every fleet: `None`), only those
-/// not terminal when `open_only`.
-pub async fn workflow_units(
-    db: &impl ConnectionTrait,
-    fleet: Option<&str>,
-    open_only: bool,
-) -> Result<Vec<WorkflowUnit>, DbErr> {
+/// The workflow-modelled units of `fleet` (every fleet: `None`).
+pub async fn workflow_units(db: &impl ConnectionTrait, fleet: Option<&str>) -> Result<Vec<WorkflowUnit>, DbErr> {
     let rows = db
         .query_all_raw(stmt(
             "SELECT u.fleet, u.id, u.workflow_id, u.state::text AS state,
@@ -125,9 +157,8 @@ pub async fn workflow_units(
                       WHERE e.unit_id = u.id AND e.source_event_id LIKE 'temporal:%' ORDER BY e.seq DESC LIMIT 1) AS last_projected
                FROM work_units u
               WHERE u.workflow_id IS NOT NULL AND ($1::text IS NULL OR u.fleet = $1)
-                AND (NOT $2 OR u.disposition IS NULL)
               ORDER BY u.fleet, u.created_at, u.id",
-            [fleet.map(str::to_owned).into(), open_only.into()],
+            [fleet.map(str::to_owned).into()],
         ))
         .await?;
     rows.iter().map(|r| WorkflowUnit::from_query_result(r, "")).collect()

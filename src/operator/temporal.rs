@@ -54,7 +54,7 @@ pub async fn audit(db: &DatabaseConnection, endpoint: &TemporalEndpoint, fleet: 
     let reads = TemporalReads::connect(endpoint, IDENTITY)
         .await
         .map_err(|e| format!("Temporal at {}: {e}", endpoint.address))?;
-    let units = links::workflow_units(db, fleet, false).await?;
+    let units = links::workflow_units(db, fleet).await?;
     let mut mismatches = Vec::new();
     for unit in &units {
         let namespace = unit.namespace.clone().unwrap_or_else(|| endpoint.namespace.clone());

@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, SecondsFormat, Utc};
+
 use temporalio_client::tonic::IntoRequest;
 use temporalio_client::{ClientTlsOptions, Connection, ConnectionOptions, TlsOptions, Url};
 use temporalio_common::protos::temporal::api::common::v1::WorkflowExecution;
@@ -121,38 +123,52 @@ impl TemporalReads {
         }
     }
 
-    /// The events of one run's history, in order.
-    pub async fn history(
+    /// One page of a run's history after `next_page_token` (empty: from
+    /// its first event). While the run is open Temporal holds the read until
+    /// events past the token exist (or its long-poll interval passes) and
+    /// answers with a token to read on from; once the run is closed and read
+    /// to its end, the token is empty.
+    pub async fn history_page(
         &self,
         namespace: &str,
         workflow_id: &str,
         run_id: &str,
-    ) -> Result<Vec<HistoryEvent>, ReadError> {
+        next_page_token: Vec<u8>,
+    ) -> Result<HistoryPage, ReadError> {
+        let request = GetWorkflowExecutionHistoryRequest {
+            namespace: namespace.to_owned(),
+            execution: Some(execution(workflow_id, run_id)),
+            maximum_page_size: HISTORY_PAGE,
+            next_page_token,
+            wait_new_event: true,
+            ..Default::default()
+        };
         let mut service = self.connection.workflow_service();
-        let mut events = Vec::new();
-        let mut next_page_token = Vec::new();
-        loop {
-            let request = GetWorkflowExecutionHistoryRequest {
-                namespace: namespace.to_owned(),
-                execution: Some(execution(workflow_id, run_id)),
-                maximum_page_size: HISTORY_PAGE,
-                next_page_token,
-                ..Default::default()
-            };
-            let page =
-                service.get_workflow_execution_history(request.into_request()).await.map_err(status)?.into_inner();
-            events.extend(page.history.map(|h| h.events).unwrap_or_default());
-            if page.next_page_token.is_empty() {
-                return Ok(events);
-            }
-            next_page_token = page.next_page_token;
-        }
+        let page = service.get_workflow_execution_history(request.into_request()).await.map_err(status)?.into_inner();
+        Ok(HistoryPage { events: page.history.map(|h| h.events).unwrap_or_default(), next: page.next_page_token })
     }
+}
+
+/// Events of a run's history, and where to read on from (empty: the run is
+/// closed and this page holds its last event).
+pub struct HistoryPage {
+    pub events: Vec<HistoryEvent>,
+    pub next: Vec<u8>,
 }
 
 /// The list filter of every run of workflow `workflow_id`.
 pub fn runs_of(workflow_id: &str) -> String {
     format!("WorkflowId = '{}'", workflow_id.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+/// `query` narrowed to the runs started at `since` or later, so that a pass
+/// lists what is new rather than every run the filter ever matched (a
+/// filter with its own `ORDER BY` is listed whole).
+pub fn started_since(query: &str, since: DateTime<Utc>) -> String {
+    if query.to_ascii_lowercase().contains("order by") {
+        return query.to_owned();
+    }
+    format!("({query}) AND StartTime >= '{}'", since.to_rfc3339_opts(SecondsFormat::Millis, true))
 }
 
 fn execution(workflow_id: &str, run_id: &str) -> WorkflowExecution {

@@ -8,8 +8,8 @@ use crate::metrics::Metrics;
 
 #[derive(Clone, Default)]
 pub struct TemporalMetrics {
-    /// Seconds from the Temporal event time of the oldest event a pass found
-    /// unprojected to that pass (0: nothing new).
+    /// The largest age (seconds from Temporal's event time) of a batch of
+    /// events read since the previous pass (0: nothing new).
     pub lag: Gauge<f64, AtomicU64>,
     /// Ledger events appended from Temporal histories by this process.
     pub projected: Counter,
@@ -24,7 +24,7 @@ impl TemporalMetrics {
         let me = Self::default();
         metrics.register(
             "temporal_lag_seconds",
-            "How far behind Temporal the projection was at its last pass (event time of the oldest unprojected event to now)",
+            "How far behind Temporal the projection was since its last pass (largest age of a batch of events read, from Temporal's event time)",
             me.lag.clone(),
         );
         metrics.register(

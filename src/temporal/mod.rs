@@ -4,28 +4,34 @@
 //! events ([`mapping`], [`run`]), through the writes every other write
 //! takes, as the workflow. It never writes to Temporal.
 //!
-//! Every `interval` a pass lists the runs of each link's filter and of the
-//! units registered with a `workflowId` by hand, and projects each run's
-//! history past its mark (`temporal_runs`, moved in the transaction of the
-//! write that projected the event); any number of replicas may run it at
-//! once, and each event is projected once (its `source_event_id` is unique).
-//! Temporal away is a warning with backoff, never a failed readiness.
+//! Every `interval` a pass lists the runs started since its last list (the
+//! whole of each link's filter at start and every `resync`) and those of
+//! the open units registered with a `workflowId` by hand, and hands each
+//! workflow with a run not closed to a follower ([`follow`]) that reads its
+//! history as Temporal writes it and projects each event past the run's
+//! mark (`temporal_runs`, moved in the transaction of the write that
+//! projected the event). Any number of replicas may run it at once, and
+//! each event is projected once (its `source_event_id` is unique). Temporal
+//! away is a warning with backoff, never a failed readiness.
 
 pub mod client;
+mod follow;
 pub mod mapping;
 mod metrics;
 mod run;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::future::try_join_all;
+use chrono::{DateTime, Utc};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::{self, Permission, Principal};
 use crate::db;
 use crate::ledger::Ledger;
 pub use client::{Run, TemporalEndpoint, TemporalReads};
+use follow::{Context, Tokens, Workflow};
 pub use metrics::TemporalMetrics;
 
 #[derive(Debug, Clone)]
@@ -35,51 +41,62 @@ pub struct TemporalConfig {
     pub interval: Duration,
     /// Longest wait between tries while Temporal is away.
     pub max_backoff: Duration,
+    /// Time between passes that list each link's filter whole (the others
+    /// list the runs started since the last list).
+    pub resync: Duration,
 }
 
 impl TemporalConfig {
     pub fn new(endpoint: TemporalEndpoint) -> Self {
-        Self { endpoint, interval: Duration::from_secs(1), max_backoff: Duration::from_secs(60) }
+        Self {
+            endpoint,
+            interval: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(60),
+            resync: Duration::from_secs(300),
+        }
     }
 }
-
-/// The name of the projection's tokens (one per fleet, minted by each
-/// replica for a day and revoked when it stops).
-const TOKEN_NAME: &str = "temporal";
-const TOKEN_LIFETIME: Duration = Duration::from_secs(86_400);
-const TOKEN_RENEW_AFTER: Duration = Duration::from_secs(43_200);
 
 /// The identity the client announces to Temporal (no history ever holds
 /// it: the client only reads).
 pub const IDENTITY: &str = "work-ledger-projection";
 
+/// How far before its last list a pass lists again: a run shows in
+/// Temporal's visibility store a moment after it starts.
+const LIST_OVERLAP: chrono::TimeDelta = chrono::TimeDelta::seconds(30);
+
+/// A workflow of a fleet: (fleet, namespace, workflow id).
+type Key = (String, String, String);
+
 pub struct TemporalProjection {
     ledger: Ledger,
     config: TemporalConfig,
     metrics: TemporalMetrics,
-    reads: Option<TemporalReads>,
-    tokens: HashMap<String, (Principal, Instant)>,
-}
-
-/// Runs of one workflow of one fleet, to project in the order they started.
-type Followed = BTreeMap<(String, String, String), Vec<Run>>;
-
-/// Workflows projected side by side in a pass.
-const WORKFLOWS_AT_ONCE: usize = 16;
-
-/// A followed workflow, its runs by start, and the token it is projected as.
-struct Workflow {
-    fleet: String,
-    namespace: String,
-    workflow_id: String,
-    who: Principal,
-    runs: Vec<Run>,
+    tokens: Tokens,
+    /// What the followers share, made with the connection to Temporal.
+    context: Option<Arc<Context>>,
+    followers: HashMap<Key, JoinHandle<Result<(), String>>>,
+    /// Workflows whose follower failed: listed by id at the next pass.
+    failed: HashSet<Key>,
+    /// When each link was last listed (as a pass started), and when whole.
+    listed: HashMap<db::temporal::Link, DateTime<Utc>>,
+    resynced: Option<Instant>,
 }
 
 impl TemporalProjection {
     pub fn new(ledger: Ledger, config: TemporalConfig) -> Self {
         let metrics = TemporalMetrics::registered(ledger.metrics());
-        Self { ledger, config, metrics, reads: None, tokens: HashMap::new() }
+        Self {
+            ledger,
+            config,
+            metrics,
+            tokens: Tokens::default(),
+            context: None,
+            followers: HashMap::new(),
+            failed: HashSet::new(),
+            listed: HashMap::new(),
+            resynced: None,
+        }
     }
 
     /// Passes every `interval` until `stop`; while Temporal is away, tries
@@ -94,7 +111,9 @@ impl TemporalProjection {
                     self.config.interval
                 }
                 Err(err) => {
-                    self.reads = None;
+                    // Reconnect, and list whole: what failed to list is not lost.
+                    self.context = None;
+                    self.resynced = None;
                     backoff = (backoff * 2).min(self.config.max_backoff);
                     tracing::warn!(error = %err, retry_in = ?backoff, "Temporal projection: Temporal is not reachable or refused a read; trying again");
                     backoff
@@ -105,102 +124,113 @@ impl TemporalProjection {
                 _ = tokio::time::sleep(wait) => {}
             }
         }
-        for (principal, _) in self.tokens.values() {
-            let _ = db::tokens::revoke(self.ledger.db(), principal.token_id).await;
+        for (_, follower) in self.followers.drain() {
+            follower.abort();
         }
+        self.tokens.revoke_all(&self.ledger).await;
     }
 
-    /// One pass over every followed workflow.
+    /// One pass: the followers that ended are collected, the runs new since
+    /// the last pass listed, and each workflow with a run not closed and no
+    /// follower gets one.
     pub async fn pass(&mut self) -> Result<(), String> {
-        let reads = match &self.reads {
-            Some(reads) => reads.clone(),
+        let context = match &self.context {
+            Some(context) => context.clone(),
             None => {
                 let reads = TemporalReads::connect(&self.config.endpoint, IDENTITY).await?;
-                self.reads = Some(reads.clone());
-                reads
+                let context = Context::new(self.ledger.clone(), reads, self.tokens.clone(), self.metrics.clone());
+                self.context.insert(Arc::new(context)).clone()
             }
         };
-        let followed = self.followed(&reads).await?;
-        let marks = db::temporal::marks(self.ledger.db()).await.map_err(|e| e.to_string())?;
-        let mut workflows = Vec::with_capacity(followed.len());
-        for ((fleet, namespace, workflow_id), mut runs) in followed {
+        self.collect().await;
+        let whole = self.resynced.is_none_or(|at| at.elapsed() >= self.config.resync);
+        let started = Utc::now();
+        let found = self.found(&context.reads, whole, started).await?;
+        if whole {
+            self.resynced = Some(Instant::now());
+        }
+        let marks = db::temporal::marks_of(self.ledger.db(), found.keys()).await.map_err(|e| e.to_string())?;
+        for (key, mut runs) in found {
             runs.sort_by_key(|r| (r.started_us, r.run_id.clone()));
-            let who = self.principal(&fleet).await?;
-            workflows.push(Workflow { fleet, namespace, workflow_id, who, runs });
+            let open: Vec<(String, i64)> = runs
+                .iter()
+                .filter_map(|r| match marks.get(&(key.0.clone(), key.1.clone(), key.2.clone(), r.run_id.clone())) {
+                    Some((_, true)) => None,
+                    Some((after, false)) => Some((r.run_id.clone(), *after)),
+                    None => Some((r.run_id.clone(), 0)),
+                })
+                .collect();
+            if open.is_empty() {
+                continue;
+            }
+            let known = runs.into_iter().map(|r| r.run_id).collect();
+            let (fleet, namespace, workflow_id) = key.clone();
+            let workflow = Workflow { fleet, namespace, workflow_id, open, known };
+            self.followers.insert(key, tokio::spawn(follow::follow(context.clone(), workflow)));
         }
-        // A workflow's runs in order; WORKFLOWS_AT_ONCE workflows side by
-        // side (each run is one history read and a few writes: one after
-        // another, 1,000 open workflows made a pass of many seconds).
-        let mut lag = 0.0_f64;
-        for chunk in workflows.chunks(WORKFLOWS_AT_ONCE) {
-            let lags = try_join_all(chunk.iter().map(|w| self.project_workflow(&reads, w, &marks))).await?;
-            lag = lags.into_iter().fold(lag, f64::max);
-        }
-        self.metrics.lag.set(lag);
+        self.metrics.lag.set(context.take_lag());
         Ok(())
     }
 
-    /// Each run of `w` not closed yet, in order, from its mark; the
-    /// largest lag seen.
-    async fn project_workflow(
-        &self,
-        reads: &TemporalReads,
-        w: &Workflow,
-        marks: &db::temporal::Marks,
-    ) -> Result<f64, String> {
-        let mut lag = 0.0_f64;
-        for found in &w.runs {
-            let key = (w.fleet.clone(), w.namespace.clone(), w.workflow_id.clone(), found.run_id.clone());
-            let (after, closed) = marks.get(&key).copied().unwrap_or((0, false));
-            if closed {
-                continue;
-            }
-            let target = run::Target { fleet: &w.fleet, namespace: &w.namespace, run: found, after };
-            lag = lag.max(run::project(&self.ledger, reads, &w.who, &target, &self.metrics).await?);
+    /// Takes the followers that ended; those that failed are listed again
+    /// at this pass.
+    async fn collect(&mut self) {
+        let ended: Vec<Key> = self.followers.iter().filter(|(_, f)| f.is_finished()).map(|(k, _)| k.clone()).collect();
+        for key in ended {
+            let Some(follower) = self.followers.remove(&key) else { continue };
+            let failure = match follower.await {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) => e,
+                Err(e) => e.to_string(),
+            };
+            tracing::warn!(workflow = %key.2, fleet = %key.0, error = %failure, "Temporal projection: following a workflow failed; it is listed again");
+            self.failed.insert(key);
         }
-        Ok(lag)
     }
 
-    /// The runs of every link's filter and of every open unit registered
-    /// with a `workflowId` by hand, by fleet, namespace and workflow.
-    async fn followed(&self, reads: &TemporalReads) -> Result<Followed, String> {
+    /// The runs of workflows without a follower that this pass looks at:
+    /// those each link's filter lists (whole, or started since its last
+    /// list), those of workflows whose follower failed, and those of every
+    /// open unit registered with a `workflowId` by hand.
+    async fn found(
+        &mut self,
+        reads: &TemporalReads,
+        whole: bool,
+        started: DateTime<Utc>,
+    ) -> Result<BTreeMap<Key, Vec<Run>>, String> {
         let db = self.ledger.db();
-        let mut followed = Followed::new();
+        let mut found = BTreeMap::<Key, Vec<Run>>::new();
         for link in db::temporal::links(db).await.map_err(|e| e.to_string())? {
-            for found in reads.list(&link.namespace, &link.query).await? {
-                let key = (link.fleet.clone(), link.namespace.clone(), found.workflow_id.clone());
-                followed.entry(key).or_default().push(found);
+            let query = match self.listed.get(&link) {
+                Some(last) if !whole => client::started_since(&link.query, *last - LIST_OVERLAP),
+                _ => link.query.clone(),
+            };
+            for run in reads.list(&link.namespace, &query).await? {
+                let key = (link.fleet.clone(), link.namespace.clone(), run.workflow_id.clone());
+                if !self.followers.contains_key(&key) {
+                    found.entry(key).or_default().push(run);
+                }
             }
+            self.listed.insert(link, started);
         }
-        for unit in db::temporal::workflow_units(db, None, true).await.map_err(|e| e.to_string())? {
-            let namespace = unit.namespace.unwrap_or_else(|| self.config.endpoint.namespace.clone());
-            let key = (unit.fleet, namespace, unit.workflow_id);
-            if followed.contains_key(&key) {
+        // Units whose runs were seen are followed from the links' lists and
+        // the runs their closing events name; the others are looked up by
+        // id at each pass, every one at a whole pass.
+        let mut by_id: Vec<Key> = self.failed.drain().collect();
+        for (fleet, namespace, workflow_id) in
+            db::temporal::followable_units(db, whole).await.map_err(|e| e.to_string())?
+        {
+            by_id.push((fleet, namespace.unwrap_or_else(|| self.config.endpoint.namespace.clone()), workflow_id));
+        }
+        for key in by_id {
+            if found.contains_key(&key) || self.followers.contains_key(&key) {
                 continue;
             }
             let runs = reads.list(&key.1, &client::runs_of(&key.2)).await?;
             if !runs.is_empty() {
-                followed.insert(key, runs);
+                found.insert(key, runs);
             }
         }
-        Ok(followed)
-    }
-
-    /// The projection's token for `fleet`: minted on first use, again
-    /// before it expires.
-    async fn principal(&mut self, fleet: &str) -> Result<Principal, String> {
-        if let Some((who, minted)) = self.tokens.get(fleet)
-            && minted.elapsed() < TOKEN_RENEW_AFTER
-        {
-            return Ok(who.clone());
-        }
-        let permissions = vec![Permission::UnitsRegister, Permission::UnitsClaim, Permission::UnitsProject];
-        let who = auth::mint(self.ledger.db(), fleet, TOKEN_NAME, permissions, TOKEN_LIFETIME)
-            .await
-            .map_err(|e| format!("cannot mint the projection's token for fleet {fleet}: {e}"))?;
-        if let Some((old, _)) = self.tokens.insert(fleet.to_owned(), (who.clone(), Instant::now())) {
-            let _ = db::tokens::revoke(self.ledger.db(), old.token_id).await;
-        }
-        Ok(who)
+        Ok(found)
     }
 }

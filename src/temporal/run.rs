@@ -1,14 +1,16 @@
-//! One run's history projected past its mark: each event that means
-//! something to the ledger becomes one write (two or three for a completion
-//! that verifies and disposes), keyed by the event; the others move the mark
-//! alone.
+//! One run followed from its first event to its close: each event that
+//! means something to the ledger becomes one write (two or three for a
+//! completion that verifies and disposes), keyed by the event, in the
+//! transaction that moves the run's mark; the others record nothing.
 
 use chrono::Utc;
 use sea_orm::Value;
 use serde_json::json;
+use temporalio_common::protos::temporal::api::history::v1::HistoryEvent;
+use temporalio_common::protos::temporal::api::history::v1::history_event::Attributes;
 use uuid::Uuid;
 
-use super::client::{Run, TemporalReads};
+use super::follow::Context;
 use super::mapping::{self, Outcome, Step};
 use super::metrics::TemporalMetrics;
 use crate::auth::Principal;
@@ -16,11 +18,12 @@ use crate::db;
 use crate::db::writes::function;
 use crate::ledger::{Ledger, Projected, RegisterUnit, RunMark};
 
-/// The run to project, and the last event projected before.
+/// The run to follow, and the last event projected before.
 pub struct Target<'a> {
     pub fleet: &'a str,
     pub namespace: &'a str,
-    pub run: &'a Run,
+    pub workflow_id: &'a str,
+    pub run_id: &'a str,
     pub after: i64,
 }
 
@@ -31,48 +34,104 @@ const CLAIM_LEASE: i32 = 900;
 /// Longest reason the ledger keeps (SPEC §9).
 const MAX_REASON: usize = 8000;
 
-/// Projects `target`'s new events; returns how far behind the oldest of
-/// them was (seconds from Temporal's event time to now; 0: none new).
-pub async fn project(
-    ledger: &Ledger,
-    reads: &TemporalReads,
-    who: &Principal,
-    target: &Target<'_>,
-    metrics: &TemporalMetrics,
-) -> Result<f64, String> {
-    let run = target.run;
-    // The whole history (Temporal reads it from the start anyway): what an
-    // event means may depend on the events before the mark (the run's first
-    // activity start is the one that moves the unit to IN_PROGRESS).
-    let history = reads.history(target.namespace, &run.workflow_id, &run.run_id).await?;
-    let first_start = history.iter().find(|e| mapping::step(e) == Step::ActivityStarted).map(|e| e.event_id);
-    let events: Vec<_> = history.into_iter().filter(|e| e.event_id > target.after).collect();
-    let Some(first) = events.first() else { return Ok(0.0) };
-    let lag = first
+/// Reads `target`'s history page after page, each as soon as Temporal has
+/// it, and projects the events past its mark, until the run is closed;
+/// returns the run that carries the workflow on (continued as new, retried
+/// or the next cron run), if the closing event names one.
+pub async fn follow(ctx: &Context, target: &Target<'_>) -> Result<Option<String>, String> {
+    let mut token = Vec::new();
+    let mut after = target.after;
+    // What an event means may depend on the events before the mark (the
+    // run's first activity start is the one that moves the unit to
+    // IN_PROGRESS), so the history is read from its first event.
+    let mut first_start = None;
+    let mut unit_id = None;
+    loop {
+        let page = ctx.reads.history_page(target.namespace, target.workflow_id, target.run_id, token).await?;
+        for event in &page.events {
+            if first_start.is_none() && mapping::step(event) == Step::ActivityStarted {
+                first_start = Some(event.event_id);
+            }
+        }
+        let new: Vec<&HistoryEvent> = page.events.iter().filter(|e| e.event_id > after).collect();
+        if let Some(last) = new.last() {
+            after = last.event_id;
+            let unit = match unit_id {
+                Some(unit) => unit,
+                None => *unit_id.insert(unit_of(ctx, target).await?),
+            };
+            ctx.saw_lag(lag_of(new[0]));
+            let _writing = ctx.writers.acquire().await.map_err(err)?;
+            let who = ctx.who(target.fleet).await?;
+            let mut projector = Projector {
+                ledger: &ctx.ledger,
+                who: &who,
+                target,
+                unit_id: unit,
+                first_start,
+                completing: false,
+                metrics: &ctx.metrics,
+            };
+            for event in new {
+                let step = mapping::step(event);
+                if step == Step::Skipped || (step == Step::ActivityStarted && first_start != Some(event.event_id)) {
+                    ctx.metrics.skipped.inc();
+                    continue;
+                }
+                let closing = matches!(step, Step::Completed(_) | Step::Ended(..));
+                projector.step(event.event_id, step, closing).await?;
+            }
+        }
+        if page.next.is_empty() {
+            return Ok(page.events.last().and_then(next_run));
+        }
+        token = page.next;
+    }
+}
+
+/// Seconds from Temporal's time of `event` to now.
+fn lag_of(event: &HistoryEvent) -> f64 {
+    event
         .event_time
         .map(|t| (Utc::now().timestamp_micros() - (t.seconds * 1_000_000 + i64::from(t.nanos) / 1000)) as f64 / 1e6)
         .unwrap_or(0.0)
-        .max(0.0);
-    let db = ledger.db();
-    let unit_id = match db::temporal::unit_of(db, target.fleet, &run.workflow_id).await.map_err(err)? {
-        Some((unit, _)) => unit,
-        None => register(ledger, who, target.fleet, &run.workflow_id).await?.0,
+        .max(0.0)
+}
+
+/// The run a closing event hands the workflow to.
+fn next_run(event: &HistoryEvent) -> Option<String> {
+    let next = match event.attributes.as_ref()? {
+        Attributes::WorkflowExecutionContinuedAsNewEventAttributes(a) => &a.new_execution_run_id,
+        Attributes::WorkflowExecutionFailedEventAttributes(a) => &a.new_execution_run_id,
+        Attributes::WorkflowExecutionTimedOutEventAttributes(a) => &a.new_execution_run_id,
+        Attributes::WorkflowExecutionCompletedEventAttributes(a) => &a.new_execution_run_id,
+        _ => return None,
     };
-    let mut projector = Projector { ledger, who, target, unit_id, first_start, completing: false, metrics };
-    let last = events.len() - 1;
-    for (i, event) in events.iter().enumerate() {
-        let step = mapping::step(event);
-        let closing = matches!(step, Step::Completed(_) | Step::Ended(..));
-        if step == Step::Skipped || (step == Step::ActivityStarted && first_start != Some(event.event_id)) {
-            metrics.skipped.inc();
-            if i == last {
-                projector.mark_only(event.event_id, closing).await?;
-            }
-            continue;
-        }
-        projector.step(event.event_id, step, closing).await?;
+    Some(next.clone()).filter(|n| !n.is_empty())
+}
+
+/// The unit the run's workflow is, registered on first sight (its
+/// `externalRef` is the workflow id).
+async fn unit_of(ctx: &Context, target: &Target<'_>) -> Result<Uuid, String> {
+    let db = ctx.ledger.db();
+    if let Some((unit, _)) = db::temporal::unit_of(db, target.fleet, target.workflow_id).await.map_err(err)? {
+        return Ok(unit);
     }
-    Ok(lag)
+    let who = ctx.who(target.fleet).await?;
+    let unit = RegisterUnit {
+        external_ref: target.workflow_id.to_owned(),
+        domain: None,
+        workflow_id: Some(target.workflow_id.to_owned()),
+    };
+    ctx.ledger.register_units(&who, vec![unit]).await.map_err(err)?;
+    db::temporal::unit_of(db, target.fleet, target.workflow_id).await.map_err(err)?.map(|(unit, _)| unit).ok_or_else(
+        || {
+            format!(
+                "workflow {}: its ref is a unit of fleet {} without that workflowId",
+                target.workflow_id, target.fleet
+            )
+        },
+    )
 }
 
 struct Projector<'a> {
@@ -106,7 +165,7 @@ impl Projector<'_> {
                 done
             }
             Step::Ended(ended, reason) => self.release(event_id, ended.outcome(), &reason, true).await,
-            Step::Skipped => self.mark_only(event_id, closing).await,
+            Step::Skipped => Ok(()),
         }
     }
 
@@ -178,8 +237,8 @@ impl Projector<'_> {
         values: Vec<Value>,
         closing: bool,
     ) -> Result<(), String> {
-        let run = self.target.run;
-        let key = format!("temporal:{}:{}:{}:{event_id}{suffix}", self.target.namespace, run.workflow_id, run.run_id);
+        let t = self.target;
+        let key = format!("temporal:{}:{}:{}:{event_id}{suffix}", t.namespace, t.workflow_id, t.run_id);
         let write = Projected { function, operation, key: key.clone(), args, values };
         // The completion's writes but its last leave the mark before it.
         let whole = closing || !self.completing;
@@ -197,33 +256,17 @@ impl Projector<'_> {
         Ok(())
     }
 
-    async fn mark_only(&self, event_id: i64, closing: bool) -> Result<(), String> {
-        self.ledger.mark_run(self.who, &self.mark(event_id, closing)).await.map_err(err)
-    }
-
     fn mark(&self, event_id: i64, closed: bool) -> RunMark {
-        let run = self.target.run;
+        let t = self.target;
         RunMark {
-            namespace: self.target.namespace.to_owned(),
-            workflow_id: run.workflow_id.clone(),
-            run_id: run.run_id.clone(),
+            namespace: t.namespace.to_owned(),
+            workflow_id: t.workflow_id.to_owned(),
+            run_id: t.run_id.to_owned(),
             unit_id: self.unit_id,
             event_id,
             closed,
         }
     }
-}
-
-/// Registers the unit of a new workflow a link matched (its `externalRef`
-/// is the workflow id).
-async fn register(ledger: &Ledger, who: &Principal, fleet: &str, workflow_id: &str) -> Result<(Uuid, String), String> {
-    let unit =
-        RegisterUnit { external_ref: workflow_id.to_owned(), domain: None, workflow_id: Some(workflow_id.to_owned()) };
-    ledger.register_units(who, vec![unit]).await.map_err(err)?;
-    db::temporal::unit_of(ledger.db(), fleet, workflow_id)
-        .await
-        .map_err(err)?
-        .ok_or_else(|| format!("workflow {workflow_id}: its ref is a unit of fleet {fleet} without that workflowId"))
 }
 
 /// A reason within SPEC §9's bounds: at most 8000 characters, no control

@@ -3,6 +3,7 @@
 //! worker (the Python SDK, `tests/temporal/worker.py`), and asserts on what
 //! the ledger's database recorded, polling with deadlines.
 
+mod follow;
 mod lifecycle;
 mod outage;
 
@@ -168,6 +169,20 @@ impl Temporal {
         }
     }
 
+    /// How many history reads Temporal's frontend has served (its own
+    /// count, from the dev server's metrics).
+    pub async fn history_reads(&self) -> u64 {
+        let url = format!("http://127.0.0.1:{}/metrics", self.port + 2);
+        let text = reqwest::get(&url).await.expect("scrape Temporal").text().await.expect("metrics text");
+        text.lines()
+            .filter(|l| {
+                l.starts_with("client_requests{")
+                    && l.contains("operation=\"HistoryClientGetWorkflowExecutionHistory\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
     /// Every event of every run of workflow `id`, as Temporal's CLI prints them.
     pub async fn history(&self, id: &str) -> Vec<Value> {
         let runs = self
@@ -201,6 +216,9 @@ impl Temporal {
             temporal: Some(TemporalConfig {
                 interval: Duration::from_millis(200),
                 max_backoff: Duration::from_secs(2),
+                // Whole lists often: a test that resets the marks sees
+                // every run projected again within seconds.
+                resync: Duration::from_secs(2),
                 ..TemporalConfig::new(endpoint)
             }),
             ..test_config()
