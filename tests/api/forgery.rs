@@ -464,7 +464,8 @@ async fn every_function_the_app_role_may_call_leaves_a_ledger_the_state_machine_
     // of the reads, which writes nothing.
     let writes: Vec<Value> = functions.iter().filter(|f| f["owner"] == "work_ledger_writer").cloned().collect();
     assert!(writes.len() >= 9, "the writes of a fleet: {functions:?}");
-    let takes_token = |f: &Value| f["names"].as_array().and_then(|n| n.first()).and_then(Value::as_str) == Some("p_token");
+    let takes_token =
+        |f: &Value| f["names"].as_array().and_then(|n| n.first()).and_then(Value::as_str) == Some("p_token");
     for f in &functions {
         let write = f["owner"] == "work_ledger_writer";
         assert!(takes_token(f) == write || f["name"] == "ledger_session", "a token taken or not: {f}");
@@ -486,7 +487,10 @@ async fn every_function_the_app_role_may_call_leaves_a_ledger_the_state_machine_
         let tx = app.owner.begin().await.expect("begin");
         tx.execute_unprepared("SET LOCAL ROLE work_ledger_app").await.expect("role");
         let answer = tx
-            .query_one_raw(Statement::from_string(DbBackend::Postgres, format!("SELECT to_jsonb(w) AS j FROM {call} w")))
+            .query_one_raw(Statement::from_string(
+                DbBackend::Postgres,
+                format!("SELECT to_jsonb(w) AS j FROM {call} w"),
+            ))
             .await
             .unwrap_or_else(|e| panic!("{call}: {e}"))
             .map(|row| row.try_get::<Option<Value>>("", "j").expect("j"));

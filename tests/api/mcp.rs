@@ -41,7 +41,9 @@ async fn the_official_mcp_client_drives_a_lifecycle_and_meets_refusals() {
     // a reader's only reads.
     let agent_tools = step("agent tools")["tools"].clone();
     assert_eq!(agent_tools, tools_of(Role::Agent), "the contract's tools for an agent");
-    for (tool, shown) in [("claim_next", true), ("get_unit", true), ("answer_question", false), ("open_questions", false)] {
+    for (tool, shown) in
+        [("claim_next", true), ("get_unit", true), ("answer_question", false), ("open_questions", false)]
+    {
         assert_eq!(agent_tools.as_array().is_some_and(|t| t.contains(&json!(tool))), shown, "{tool}: {agent_tools}");
     }
     let claimed = step("claim_next");
@@ -69,8 +71,9 @@ async fn the_official_mcp_client_drives_a_lifecycle_and_meets_refusals() {
 
     let reader_tools = step("reader tools")["tools"].clone();
     assert_eq!(reader_tools, tools_of(Role::Reader), "the contract's tools for a reader");
-    let reads = reader_tools.as_array().expect("tools").iter().filter_map(Value::as_str).map(contract::tool);
-    assert!(reads.clone().count() > 0 && reads.clone().all(|op| op.is_some_and(|op| op.root == Root::Query)), "{reader_tools}");
+    let reads: Vec<_> =
+        reader_tools.as_array().expect("tools").iter().filter_map(Value::as_str).map(contract::tool).collect();
+    assert!(!reads.is_empty() && reads.iter().all(|op| op.is_some_and(|op| op.root == Root::Query)), "{reader_tools}");
     let forbidden = step("reader claim_next");
     assert_eq!(forbidden["isError"], true);
     assert_eq!(forbidden["body"]["code"], "FORBIDDEN");

@@ -152,7 +152,9 @@ async fn owners(app: &TestApp, names: &[String]) -> BTreeMap<String, String> {
             names.join("', '")
         ))
         .await;
-    rows.iter().map(|r| (r["f"].as_str().expect("f").to_owned(), r["owner"].as_str().expect("owner").to_owned())).collect()
+    rows.iter()
+        .map(|r| (r["f"].as_str().expect("f").to_owned(), r["owner"].as_str().expect("owner").to_owned()))
+        .collect()
 }
 
 /// Every function `writes.sql` defines belongs to the writer role, read
