@@ -235,13 +235,15 @@ pub async fn migrate_locked(db: &DatabaseConnection) -> Result<(), DbErr> {
 /// The steps of [`migrate_locked`], in order: refuse a schema this build
 /// cannot run against, the repeatable files the tables use, the versioned
 /// migrations, the other repeatable files, then the rules applied on every
-/// run (privileges and grants) and the rebuild of changed projections.
+/// run (the writer role's functions, privileges and grants) and the rebuild
+/// of changed projections.
 async fn migrate_steps(db: &DatabaseConnection) -> Result<(), DbErr> {
     check_schema(db).await?;
     db.execute_unprepared(BOOKKEEPING).await?;
     apply_repeatable(db, BEFORE).await?;
     Migrator::up(db, None).await?;
     apply_repeatable(db, AFTER).await?;
+    own_writer_functions(db).await?;
     for (_, sql) in ALWAYS {
         db.execute_unprepared(sql).await?;
     }
@@ -274,6 +276,7 @@ const AFTER: &[(&str, &str)] = &[
     ("state_machine", include_str!("sql/repeatable/state_machine.sql")),
     ("guards", include_str!("sql/repeatable/guards.sql")),
     ("writes", include_str!("sql/repeatable/writes.sql")),
+    ("service_writes", include_str!("sql/repeatable/service_writes.sql")),
     ("temporal", include_str!("sql/repeatable/temporal.sql")),
     ("warden", include_str!("sql/repeatable/warden.sql")),
     ("calendar", include_str!("sql/repeatable/calendar.sql")),
@@ -283,6 +286,57 @@ const AFTER: &[(&str, &str)] = &[
     ("views", include_str!("sql/repeatable/views.sql")),
     ("policies", include_str!("sql/repeatable/policies.sql")),
 ];
+
+/// The repeatable files whose every function belongs to the writer role:
+/// the writes of a fleet and their helpers (`writes.sql`), and the Temporal
+/// projection's mark (`temporal.sql`). The writer role runs them under
+/// row-level security, and `grants.sql` opens its doors to the service's
+/// role and its helpers to no one.
+const WRITER_FILES: &[&str] = &["writes", "temporal"];
+
+/// The name of every `CREATE [OR REPLACE] FUNCTION` in `sql` outside its
+/// `--` comments, lower case, without a `public.` prefix, as often as it is
+/// defined.
+pub fn functions_defined(sql: &str) -> Vec<String> {
+    let lower = sql.to_lowercase();
+    let words: Vec<&str> =
+        lower.lines().flat_map(|line| line.split("--").next().unwrap_or_default().split_whitespace()).collect();
+    let mut names = Vec::new();
+    for (i, w) in words.iter().enumerate() {
+        if *w != "function" || i == 0 {
+            continue;
+        }
+        let create = words[i - 1] == "create" || (words[i - 1] == "replace" && i >= 3 && words[i - 3] == "create");
+        if let (true, Some(next)) = (create, words.get(i + 1)) {
+            names.push(next.split('(').next().unwrap_or_default().trim_start_matches("public.").to_owned());
+        }
+    }
+    names
+}
+
+/// The functions the writer role owns: every one [`WRITER_FILES`] define.
+pub fn writer_functions() -> Vec<String> {
+    AFTER.iter().filter(|(name, _)| WRITER_FILES.contains(name)).flat_map(|(_, sql)| functions_defined(sql)).collect()
+}
+
+/// Hands the writer role each of [`writer_functions`] it does not own, by
+/// name whatever the signature. On every `migrate`, not only when a file
+/// changed: a restore without owners hands every function to the
+/// restoring login. Before the grants, which follow from the owners.
+async fn own_writer_functions(db: &DatabaseConnection) -> Result<(), DbErr> {
+    let others = strings(
+        db,
+        "SELECT p.oid::regprocedure::text FROM pg_proc p
+          WHERE p.pronamespace = 'public'::regnamespace AND p.proname = ANY ($1)
+            AND p.proowner <> 'work_ledger_writer'::regrole",
+        [writer_functions().into()],
+    )
+    .await?;
+    for f in others {
+        db.execute_unprepared(&format!("ALTER FUNCTION {f} OWNER TO work_ledger_writer")).await?;
+    }
+    Ok(())
+}
 
 /// Applied by every `migrate`, after the repeatable files: the database's
 /// own privileges (a dump does not carry them) and the grants, derived by

@@ -448,7 +448,7 @@ async fn every_function_the_app_role_may_call_leaves_a_ledger_the_state_machine_
     // Every function the app role may execute, with its argument types.
     let functions = app
         .sql_json(
-            "SELECT p.proname AS name, to_jsonb(p.proargnames) AS names,
+            "SELECT p.proname AS name, to_jsonb(p.proargnames) AS names, pg_get_userbyid(p.proowner) AS owner,
                     coalesce(array_agg(format_type(t.ty, NULL) ORDER BY t.ord) FILTER (WHERE t.ty IS NOT NULL), '{}') AS args
                FROM pg_proc p LEFT JOIN LATERAL unnest(p.proargtypes) WITH ORDINALITY AS t(ty, ord) ON true
               WHERE p.pronamespace = 'public'::regnamespace AND p.prokind = 'f'
@@ -458,15 +458,50 @@ async fn every_function_the_app_role_may_call_leaves_a_ledger_the_state_machine_
               GROUP BY p.oid, p.proname",
         )
         .await;
-    let writes: Vec<Value> = functions
-        .iter()
-        .filter(|f| f["names"].as_array().and_then(|n| n.first()).and_then(Value::as_str) == Some("p_token"))
-        // The door of the reads takes a token too, and writes nothing.
-        .filter(|f| f["name"] != "ledger_session")
-        .cloned()
-        .collect();
-    // Nine writes, and the Temporal projection's mark.
-    assert_eq!(writes.len(), 10, "the writes of a fleet, each taking a token first: {functions:?}");
+    // The writes of a fleet: the writer role's functions the app role may
+    // call (its doors, grants.sql), each taking the caller's token first;
+    // no other function the app role may call takes a token but the door
+    // of the reads, which writes nothing.
+    let writes: Vec<Value> = functions.iter().filter(|f| f["owner"] == "work_ledger_writer").cloned().collect();
+    assert!(writes.len() >= 9, "the writes of a fleet: {functions:?}");
+    let takes_token =
+        |f: &Value| f["names"].as_array().and_then(|n| n.first()).and_then(Value::as_str) == Some("p_token");
+    for f in &functions {
+        let write = f["owner"] == "work_ledger_writer";
+        assert!(takes_token(f) == write || f["name"] == "ledger_session", "a token taken or not: {f}");
+    }
+    // Each authenticates it: called with a token that is no one's, it
+    // answers UNAUTHENTICATED (the mark: nothing) and writes nothing.
+    let written = "SELECT (SELECT coalesce(max(seq), 0) FROM work_unit_events) AS e,
+                          (SELECT count(*) FROM temporal_runs) AS r, (SELECT count(*) FROM work_units) AS u";
+    let before_strangers = app.sql_json(written).await;
+    for write in &writes {
+        let args: Vec<String> = write["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .enumerate()
+            .map(|(k, ty)| if k == 0 { hash_sql("wl_no-one") } else { format!("NULL::{}", ty.as_str().expect("type")) })
+            .collect();
+        let call = format!("{}({})", write["name"].as_str().expect("name"), args.join(", "));
+        let tx = app.owner.begin().await.expect("begin");
+        tx.execute_unprepared("SET LOCAL ROLE work_ledger_app").await.expect("role");
+        let answer = tx
+            .query_one_raw(Statement::from_string(
+                DbBackend::Postgres,
+                format!("SELECT to_jsonb(w) AS j FROM {call} w"),
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("{call}: {e}"))
+            .map(|row| row.try_get::<Option<Value>>("", "j").expect("j"));
+        tx.commit().await.expect("commit");
+        let refused = match &answer {
+            Some(Some(row)) => row["result"] == "UNAUTHENTICATED",
+            _ => true,
+        };
+        assert!(refused, "{call} answered a stranger {answer:?}");
+    }
+    assert_eq!(app.sql_json(written).await, before_strangers, "a stranger's call wrote");
     let hostile = |ty: &str, rng: &mut StdRng| match pools.iter().find(|(t, _)| *t == ty) {
         Some((_, pool)) => pool.choose(rng).expect("pool").clone(),
         None => format!("NULL::{ty}"),

@@ -6,6 +6,7 @@
 use serde_json::{Value, json};
 use tokio::process::Command;
 use work_ledger::auth::Role;
+use work_ledger::contract::{self, OPERATIONS, Root};
 
 use crate::helpers::{TestApp, spawn_app};
 use crate::node_client::client_dir;
@@ -35,27 +36,16 @@ async fn the_official_mcp_client_drives_a_lifecycle_and_meets_refusals() {
 
     assert_eq!(step("anonymous")["connected"], false, "no token, no session");
     assert!(step("anonymous")["error"].as_str().unwrap_or_default().contains("UNAUTHENTICATED"), "{stdout}");
-    assert_eq!(
-        step("agent tools")["tools"],
-        json!([
-            "block",
-            "claim_next",
-            "claim_unit",
-            "dispose",
-            "fleet_roster",
-            "get_unit",
-            "get_unit_by_ref",
-            "heartbeat",
-            "my_work",
-            "queue_depth",
-            "record_cost",
-            "release",
-            "start_work",
-            "verify",
-            "wait_for_answer"
-        ]),
-        "an agent sees the lifecycle and reader tools, not triage's"
-    );
+    // What each token is shown is what the contract binds to its permissions;
+    // an agent's tools are the lifecycle's and the reads', none of triage's,
+    // a reader's only reads.
+    let agent_tools = step("agent tools")["tools"].clone();
+    assert_eq!(agent_tools, tools_of(Role::Agent), "the contract's tools for an agent");
+    for (tool, shown) in
+        [("claim_next", true), ("get_unit", true), ("answer_question", false), ("open_questions", false)]
+    {
+        assert_eq!(agent_tools.as_array().is_some_and(|t| t.contains(&json!(tool))), shown, "{tool}: {agent_tools}");
+    }
     let claimed = step("claim_next");
     assert_eq!(claimed["isError"], false, "{claimed:#}");
     let unit = claimed["body"]["unit"]["id"].as_str().expect("unit id").to_owned();
@@ -79,7 +69,11 @@ async fn the_official_mcp_client_drives_a_lifecycle_and_meets_refusals() {
     assert_eq!(disposed["body"]["unit"]["state"], "DONE");
     assert_eq!(disposed["body"]["unit"]["disposition"], "MIGRATED");
 
-    assert_eq!(step("reader tools")["tools"], json!(["fleet_roster", "get_unit", "get_unit_by_ref", "queue_depth"]));
+    let reader_tools = step("reader tools")["tools"].clone();
+    assert_eq!(reader_tools, tools_of(Role::Reader), "the contract's tools for a reader");
+    let reads: Vec<_> =
+        reader_tools.as_array().expect("tools").iter().filter_map(Value::as_str).map(contract::tool).collect();
+    assert!(!reads.is_empty() && reads.iter().all(|op| op.is_some_and(|op| op.root == Root::Query)), "{reader_tools}");
     let forbidden = step("reader claim_next");
     assert_eq!(forbidden["isError"], true);
     assert_eq!(forbidden["body"]["code"], "FORBIDDEN");
@@ -94,6 +88,19 @@ async fn the_official_mcp_client_drives_a_lifecycle_and_meets_refusals() {
     let kinds: Vec<&str> = events.iter().filter_map(|e| e["t"].as_str()).collect();
     assert_eq!(kinds, ["registered", "claimed", "transitioned", "cost_recorded", "transitioned", "disposed"]);
     assert!(events[1..].iter().all(|e| e["a"] == "mcp-agent"), "{events:?}");
+}
+
+/// The tools the contract shows a token of `role`, by name (as the client
+/// lists them).
+fn tools_of(role: Role) -> Value {
+    let permissions = role.permissions();
+    let mut tools: Vec<&str> = OPERATIONS
+        .iter()
+        .filter(|op| op.needs.iter().any(|p| permissions.contains(p)))
+        .filter_map(|op| op.tool)
+        .collect();
+    tools.sort_unstable();
+    json!(tools)
 }
 
 #[tokio::test]

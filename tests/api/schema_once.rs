@@ -33,23 +33,6 @@ fn sql_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     }
 }
 
-/// The name of every `CREATE [OR REPLACE] FUNCTION` in `sql`.
-fn functions_defined(sql: &str) -> Vec<String> {
-    let lower = sql.to_lowercase();
-    let words: Vec<&str> = lower.split_whitespace().collect();
-    let mut names = Vec::new();
-    for (i, w) in words.iter().enumerate() {
-        if *w != "function" || i == 0 {
-            continue;
-        }
-        let create = words[i - 1] == "create" || (words[i - 1] == "replace" && i >= 3 && words[i - 3] == "create");
-        if let (true, Some(next)) = (create, words.get(i + 1)) {
-            names.push(next.split('(').next().unwrap_or_default().trim_start_matches("public.").to_owned());
-        }
-    }
-    names
-}
-
 /// Every SQL file the migrator applies (`migration/src/`; `schema.sql` is
 /// the record of what they make, not a source).
 #[test]
@@ -60,7 +43,7 @@ fn no_function_is_defined_twice_under_migration() {
     for file in &files {
         let sql = std::fs::read_to_string(file).expect("read");
         let name = file.strip_prefix(migration_dir()).expect("under migration/").display().to_string();
-        for f in functions_defined(&sql) {
+        for f in migration::functions_defined(&sql) {
             seen.entry(f).or_default().push(name.clone());
         }
     }
@@ -69,7 +52,9 @@ fn no_function_is_defined_twice_under_migration() {
     assert!(twice.is_empty(), "defined more than once: {twice:?}");
     // The scan itself sees a second definition.
     assert_eq!(
-        functions_defined("CREATE FUNCTION a() ...; create or replace function public.a(x int) ..."),
+        migration::functions_defined(
+            "CREATE FUNCTION a() ...; -- not CREATE FUNCTION b()\ncreate or replace function public.a(x int) ..."
+        ),
         ["a", "a"]
     );
 }
@@ -96,6 +81,7 @@ async fn assert_the_rule(app: &TestApp) {
     let all = ["work_ledger_app", "work_ledger_reader", "work_ledger_warden", "work_ledger_writer"];
     let functions = function_grants(app).await;
     assert!(functions.len() > 100);
+    let writers = migration::writer_functions();
     let mut doors = 0;
     for f in &functions {
         let name = f["f"].as_str().expect("f");
@@ -103,10 +89,13 @@ async fn assert_the_rule(app: &TestApp) {
         let callers: BTreeSet<&str> =
             f["callers"].as_array().expect("callers").iter().filter_map(Value::as_str).collect();
         assert_eq!(f["public"], false, "PUBLIC may execute {name}");
-        // No function is owned by a role outside the rule: the writes and
-        // their helpers by the writer role, the warden's pass by the warden.
+        // No function is owned by a role outside the rule: the writer role
+        // owns exactly the functions of its files (the writes and their
+        // helpers), the warden its pass.
+        let proname = name.split('(').next().unwrap_or_default();
+        assert_eq!(owner == "work_ledger_writer", writers.iter().any(|w| w == proname), "{name} is owned by {owner}");
         match owner {
-            "work_ledger_writer" => assert!(name.starts_with("ledger_"), "the writer role owns {name}"),
+            "work_ledger_writer" => {}
             "work_ledger_warden" => assert!(name.starts_with("ledger_warden_pass("), "the warden owns {name}"),
             o => assert_eq!(o, migrator, "{name} is owned by {o}"),
         }
@@ -152,6 +141,62 @@ async fn every_grant_follows_the_one_rule() {
     let after = function_grants(&app).await;
     let forgotten = after.iter().find(|f| f["f"] == "ledger_forgotten()").expect("the function");
     assert_eq!(forgotten["callers"], json!(["work_ledger_reader"]));
+}
+
+/// The owner of each function of the ledger's schema named in `names`.
+async fn owners(app: &TestApp, names: &[String]) -> BTreeMap<String, String> {
+    let rows = app
+        .sql_json(&format!(
+            "SELECT p.oid::regprocedure::text AS f, pg_get_userbyid(p.proowner) AS owner FROM pg_proc p
+              WHERE p.pronamespace = 'public'::regnamespace AND p.proname IN ('{}')",
+            names.join("', '")
+        ))
+        .await;
+    rows.iter()
+        .map(|r| (r["f"].as_str().expect("f").to_owned(), r["owner"].as_str().expect("owner").to_owned()))
+        .collect()
+}
+
+/// Every function `writes.sql` defines belongs to the writer role, read
+/// from the file itself: no list names them (a write added to the file is
+/// the writer's by the next `migrate`). Handed to the migrating login, as a
+/// restore without owners hands them, they are the writer's again after
+/// `migrate`, and its doors the service's.
+#[tokio::test]
+async fn every_function_of_writes_sql_is_the_writer_roles_by_the_file_alone() {
+    let app = spawn_app().await;
+    let file = std::fs::read_to_string(migration_dir().join("src/sql/repeatable/writes.sql")).expect("writes.sql");
+    let defined = migration::functions_defined(&file);
+    assert!(defined.len() > 10, "the scan found only {defined:?}");
+    // Each function of the file, with its owner unless that is the writer role.
+    let others = async || {
+        let owned = owners(&app, &defined).await;
+        assert!(owned.len() >= defined.len(), "not every function of writes.sql exists: {owned:?}");
+        owned.into_iter().filter(|(_, o)| o != "work_ledger_writer").collect::<Vec<_>>()
+    };
+    assert_eq!(others().await, [], "not the writer role's");
+
+    app.sql(
+        "DO $$
+         DECLARE f regprocedure;
+         BEGIN
+             FOR f IN SELECT oid::regprocedure FROM pg_proc WHERE proowner = 'work_ledger_writer'::regrole LOOP
+                 EXECUTE format('ALTER FUNCTION %s OWNER TO %I', f, current_user);
+             END LOOP;
+         END $$",
+    )
+    .await;
+    assert!(others().await.len() >= defined.len(), "handed to the migrating login");
+    db::migrate(&app.db_url).await.expect("migrate");
+    assert_eq!(others().await, [], "the writer role's again");
+    let doors = app
+        .sql_i64(
+            "SELECT count(*) FROM pg_proc WHERE proowner = 'work_ledger_writer'::regrole AND prosecdef
+                AND has_function_privilege('work_ledger_app', oid, 'EXECUTE')",
+        )
+        .await;
+    assert!(doors >= 9, "the service may call only {doors} writes");
+    assert_the_rule(&app).await;
 }
 
 /// `pg_dump --schema-only` of `url`, without what differs by login or by

@@ -19,29 +19,13 @@
 --   readers (each sees its own fleet's rows); the writer role writes the
 --   ledger's four tables (the event log append-only). The few tables
 --   outside that rule are listed last.
-
--- Who owns what, by name, whatever the signatures (here, because a restore
--- without owners hands every function to the restoring login): the writes
--- of a fleet and their helpers belong to the writer role, which runs them
--- under row-level security; the reader warden's pass belongs to the
--- warden's role (database_privileges.sql).
-DO $$
-DECLARE
-    f regprocedure;
-BEGIN
-    FOR f IN
-        SELECT p.oid::regprocedure FROM pg_proc p
-         WHERE p.pronamespace = 'public'::regnamespace
-           AND p.proname IN ('ledger_claim', 'ledger_heartbeat', 'ledger_transition', 'ledger_block', 'ledger_unblock',
-                             'ledger_release', 'ledger_record_cost', 'ledger_dispose', 'ledger_register',
-                             'ledger_begin', 'ledger_answer', 'ledger_invalid', 'ledger_log', 'ledger_refusal',
-                             'ledger_attempt_refusal', 'ledger_pick', 'ledger_temporal_mark')
-           AND p.proowner <> 'work_ledger_writer'::regrole
-    LOOP
-        EXECUTE format('ALTER FUNCTION %s OWNER TO work_ledger_writer', f);
-    END LOOP;
-END
-$$;
+--
+-- Who owns what is settled before this file: the migrator hands
+-- work_ledger_writer every function writes.sql and temporal.sql define, by
+-- the files' own CREATE FUNCTION statements (`WRITER_FILES`,
+-- migration/src/lib.rs); the reader warden's pass belongs to the warden's
+-- role (database_privileges.sql); every other function to the migrating
+-- login.
 
 ALTER DEFAULT PRIVILEGES REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
 
