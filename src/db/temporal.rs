@@ -164,6 +164,21 @@ pub async fn workflow_units(db: &impl ConnectionTrait, fleet: Option<&str>) -> R
     rows.iter().map(|r| WorkflowUnit::from_query_result(r, "")).collect()
 }
 
+/// Which of `workflow_ids` are the workflows of units of `fleet`.
+pub async fn registered(
+    db: &impl ConnectionTrait,
+    fleet: &str,
+    workflow_ids: &[String],
+) -> Result<std::collections::HashSet<String>, DbErr> {
+    let rows = db
+        .query_all_raw(stmt(
+            "SELECT workflow_id FROM work_units WHERE fleet = $1 AND workflow_id = ANY ($2)",
+            [fleet.to_owned().into(), workflow_ids.to_vec().into()],
+        ))
+        .await?;
+    rows.iter().map(|r| r.try_get("", "workflow_id")).collect()
+}
+
 /// The unit of `fleet` that workflow `workflow_id` runs, and its state.
 pub async fn unit_of(
     db: &impl ConnectionTrait,

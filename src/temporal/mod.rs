@@ -29,7 +29,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::db;
-use crate::ledger::Ledger;
+use crate::ledger::{Ledger, RegisterUnit, validate};
 pub use client::{Run, TemporalEndpoint, TemporalReads};
 use follow::{Context, Tokens, Workflow};
 pub use metrics::TemporalMetrics;
@@ -63,7 +63,7 @@ pub const IDENTITY: &str = "work-ledger-projection";
 
 /// How far before its last list a pass lists again: a run shows in
 /// Temporal's visibility store a moment after it starts.
-const LIST_OVERLAP: chrono::TimeDelta = chrono::TimeDelta::seconds(30);
+const LIST_OVERLAP: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
 
 /// A workflow of a fleet: (fleet, namespace, workflow id).
 type Key = (String, String, String);
@@ -150,6 +150,7 @@ impl TemporalProjection {
             self.resynced = Some(Instant::now());
         }
         let marks = db::temporal::marks_of(self.ledger.db(), found.keys()).await.map_err(|e| e.to_string())?;
+        let mut new = Vec::new();
         for (key, mut runs) in found {
             runs.sort_by_key(|r| (r.started_us, r.run_id.clone()));
             let open: Vec<(String, i64)> = runs
@@ -165,11 +166,49 @@ impl TemporalProjection {
             }
             let known = runs.into_iter().map(|r| r.run_id).collect();
             let (fleet, namespace, workflow_id) = key.clone();
-            let workflow = Workflow { fleet, namespace, workflow_id, open, known };
+            new.push((key, Workflow { fleet, namespace, workflow_id, open, known }));
+        }
+        self.register(&context, &new).await;
+        for (key, workflow) in new {
             self.followers.insert(key, tokio::spawn(follow::follow(context.clone(), workflow)));
         }
         self.metrics.lag.set(context.take_lag());
         Ok(())
+    }
+
+    /// Registers the units of the workflows about to be followed that have
+    /// none yet, a write per fleet for up to a thousand, rather than one
+    /// each when their followers start (which still register a unit this
+    /// missed).
+    async fn register(&self, context: &Context, workflows: &[(Key, Workflow)]) {
+        let mut by_fleet = BTreeMap::<&str, Vec<String>>::new();
+        for (_, w) in workflows {
+            by_fleet.entry(&w.fleet).or_default().push(w.workflow_id.clone());
+        }
+        for (fleet, ids) in by_fleet {
+            let registered = match db::temporal::registered(self.ledger.db(), fleet, &ids).await {
+                Ok(registered) => registered,
+                Err(e) => {
+                    return tracing::warn!(error = %e, "Temporal projection: cannot read which workflows have units");
+                }
+            };
+            let units: Vec<RegisterUnit> = ids
+                .into_iter()
+                .filter(|id| !registered.contains(id))
+                .map(|id| RegisterUnit { external_ref: id.clone(), domain: None, workflow_id: Some(id) })
+                .collect();
+            let mut units = units.into_iter().peekable();
+            while units.peek().is_some() {
+                let batch: Vec<RegisterUnit> = units.by_ref().take(validate::MAX_REGISTER_BATCH).collect();
+                let done = match context.who(fleet).await {
+                    Ok(who) => self.ledger.register_units(&who, batch).await.map(|_| ()).map_err(|e| e.to_string()),
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = done {
+                    tracing::warn!(fleet, error = %e, "Temporal projection: registering new workflows' units failed; each follower registers its own");
+                }
+            }
+        }
     }
 
     /// Takes the followers that ended; those that failed are listed again
