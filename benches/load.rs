@@ -34,10 +34,10 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr};
 use serde_json::{Value, json};
 use work_ledger::auth::{self, Role};
 use work_ledger::db::entities::Disposition;
-use work_ledger::db::writes::{self, function};
+use work_ledger::db::writes;
 use work_ledger::db::{self, Notify, stmt};
 use work_ledger::http::Application;
-use work_ledger::ledger::Ledger;
+use work_ledger::ledger::{Ledger, claims, lifecycle};
 
 mod peers;
 mod support;
@@ -926,7 +926,7 @@ async fn claim_and_finish_sql(
         };
         let mut start_args = common();
         start_args.extend([unit.into(), None::<uuid::Uuid>.into(), "in_progress".into(), None::<String>.into()]);
-        let started = timed(&mut ops[2].1, writes::call(pool, function::TRANSITION, start_args)).await;
+        let started = timed(&mut ops[2].1, writes::call(pool, lifecycle::TRANSITION, start_args)).await;
         let mut dispose_args = common();
         dispose_args.extend([
             unit.into(),
@@ -935,7 +935,7 @@ async fn claim_and_finish_sql(
             "https://ci.example/noop".into(),
             None::<String>.into(),
         ]);
-        let done = timed(&mut ops[3].1, writes::call(pool, function::DISPOSE, dispose_args)).await;
+        let done = timed(&mut ops[3].1, writes::call(pool, lifecycle::DISPOSE, dispose_args)).await;
         let ok = |r: &Result<Vec<writes::Written>, DbErr>| matches!(r, Ok(rows) if rows.first().is_some_and(|w| w.result == "ok"));
         if !(ok(&started) && ok(&done)) {
             eprintln!("claim-and-finish as SQL failed: {started:?} {done:?}");
@@ -1320,7 +1320,7 @@ async fn claim_next_sql(
         None::<String>.into(),
         None::<uuid::Uuid>.into(),
     ];
-    let rows = writes::call(db, function::CLAIM, args).await?;
+    let rows = writes::call(db, claims::CLAIM, args).await?;
     Ok(rows.into_iter().find(|w| w.result == "claimed" || w.result == "reclaimed").and_then(|w| w.unit).map(|u| u.id))
 }
 

@@ -1,8 +1,9 @@
 //! The ledger's writes: each is one call of its SQL function
 //! (`migration/src/sql/repeatable/writes.sql`), one autocommit statement
 //! whatever the call carries (an idempotency key, an attempt fence, a
-//! domain). The SQL lives there and only there; this module names the
-//! functions and decodes their answer rows.
+//! domain). The SQL lives there and only there; this module calls a
+//! function by the name its ledger method declares and decodes its answer
+//! rows.
 
 use sea_orm::{ConnectionTrait, DbErr, FromQueryResult, Value};
 use uuid::Uuid;
@@ -10,19 +11,6 @@ use uuid::Uuid;
 use super::entities::work_unit;
 use super::stmt;
 use super::units::UNIT_COLUMNS;
-
-/// The write functions, by name.
-pub mod function {
-    pub const CLAIM: &str = "ledger_claim";
-    pub const HEARTBEAT: &str = "ledger_heartbeat";
-    pub const TRANSITION: &str = "ledger_transition";
-    pub const BLOCK: &str = "ledger_block";
-    pub const UNBLOCK: &str = "ledger_unblock";
-    pub const RELEASE: &str = "ledger_release";
-    pub const RECORD_COST: &str = "ledger_record_cost";
-    pub const DISPOSE: &str = "ledger_dispose";
-    pub const REGISTER: &str = "ledger_register";
-}
 
 /// One answer row of a write: `result` is `ok`, `claimed`, `reclaimed`,
 /// `renewed`, `held`, `replayed`, or the code of the refusal; `unit` the

@@ -7,7 +7,13 @@ use uuid::Uuid;
 use super::write::Keyed;
 use super::{Ledger, LedgerError, UnitModel, validate};
 use crate::auth::{Permission, Principal};
-use crate::db::writes::{Written, function};
+use crate::db::writes::Written;
+
+/// The claim's SQL function (`writes.sql`), which `claimNext` and
+/// `claimUnit` call.
+pub const CLAIM: &str = "ledger_claim";
+/// The heartbeat's SQL function.
+pub const HEARTBEAT: &str = "ledger_heartbeat";
 
 /// What a claim did (SPEC §3, "claim outcome").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +65,7 @@ impl Ledger {
         let args = json!({ "domain": domain, "leaseSeconds": lease });
         let keyed = Keyed { operation: "claimNext", key, args: &args };
         let values = vec![lease.into(), domain.into(), Option::<Uuid>::None.into()];
-        let Some(row) = self.call(who, function::CLAIM, Some(keyed), values).await?.pop() else {
+        let Some(row) = self.call(who, CLAIM, Some(keyed), values).await?.pop() else {
             return Ok(None);
         };
         Ok(Some(self.claimed(row, who)?))
@@ -80,7 +86,7 @@ impl Ledger {
         let args = json!({ "id": unit_id, "leaseSeconds": lease });
         let keyed = Keyed { operation: "claimUnit", key, args: &args };
         let values = vec![lease.into(), Option::<String>::None.into(), Some(unit_id).into()];
-        let row = self.call(who, function::CLAIM, Some(keyed), values).await?.pop();
+        let row = self.call(who, CLAIM, Some(keyed), values).await?.pop();
         let row = row.ok_or_else(|| LedgerError::internal("ledger_claim answered no row"))?;
         self.claimed(row, who)
     }
@@ -112,6 +118,6 @@ impl Ledger {
         who.require(Permission::UnitsClaim)?;
         let lease = validate::lease_seconds(lease_seconds)?;
         let values = vec![attempt_id.into(), lease.into()];
-        Ok(self.call_one(who, function::HEARTBEAT, None, values, "heartbeat").await?.1)
+        Ok(self.call_one(who, HEARTBEAT, None, values, "heartbeat").await?.1)
     }
 }

@@ -10,7 +10,15 @@ use super::write::Keyed;
 use super::{Ledger, LedgerError, UnitModel, validate};
 use crate::auth::{Permission, Principal};
 use crate::db::entities::{AttemptOutcome, Disposition, WorkState};
-use crate::db::writes::function;
+
+/// The SQL functions (`writes.sql`) of the writes below, each called by one
+/// method.
+pub const TRANSITION: &str = "ledger_transition";
+pub const BLOCK: &str = "ledger_block";
+pub const UNBLOCK: &str = "ledger_unblock";
+pub const RELEASE: &str = "ledger_release";
+pub const RECORD_COST: &str = "ledger_record_cost";
+pub const DISPOSE: &str = "ledger_dispose";
 
 const DEFAULT_ASSIGNEE_GROUP: &str = "agent-questions";
 
@@ -100,7 +108,7 @@ impl Ledger {
         let args = fenced(json!({ "unitId": unit_id, "to": to.api_name(), "evidenceUrl": evidence_url }), attempt_id);
         let keyed = Keyed { operation: "transition", key, args: &args };
         let values = vec![unit_id.into(), attempt_id.into(), to.as_sql().into(), evidence_url.into()];
-        Ok(self.call_one(who, function::TRANSITION, Some(keyed), values, to.api_name()).await?.1)
+        Ok(self.call_one(who, TRANSITION, Some(keyed), values, to.api_name()).await?.1)
     }
 
     pub async fn block(
@@ -122,7 +130,7 @@ impl Ledger {
         let args = fenced(json!({ "unitId": unit_id, "question": question, "assigneeGroup": group }), attempt_id);
         let keyed = Keyed { operation: "block", key, args: &args };
         let values = vec![unit_id.into(), attempt_id.into(), question.into(), group.into()];
-        Ok(self.call_one(who, function::BLOCK, Some(keyed), values, "BLOCKED").await?.1)
+        Ok(self.call_one(who, BLOCK, Some(keyed), values, "BLOCKED").await?.1)
     }
 
     /// `question`, when given, must be the unit's open question
@@ -152,7 +160,7 @@ impl Ledger {
         }
         let keyed = Keyed { operation: "unblock", key, args: &args };
         let values = vec![unit_id.into(), question_id.into(), answer.into(), also_answer_similar.into()];
-        let row = self.call(who, function::UNBLOCK, Some(keyed), values).await?.pop();
+        let row = self.call(who, UNBLOCK, Some(keyed), values).await?.pop();
         let row = row.ok_or_else(|| LedgerError::internal("ledger_unblock answered no row"))?;
         let also: Vec<Uuid> =
             row.info.get("also_answered").and_then(|ids| serde_json::from_value(ids.clone()).ok()).unwrap_or_default();
@@ -175,7 +183,7 @@ impl Ledger {
         let args = fenced(json!({ "unitId": unit_id, "reason": reason, "outcome": requested.as_sql() }), attempt_id);
         let keyed = Keyed { operation: "release", key, args: &args };
         let values = vec![unit_id.into(), attempt_id.into(), requested.as_sql().into(), reason.into()];
-        Ok(self.call_one(who, function::RELEASE, Some(keyed), values, "READY (release)").await?.1)
+        Ok(self.call_one(who, RELEASE, Some(keyed), values, "READY (release)").await?.1)
     }
 
     pub async fn record_cost(
@@ -195,7 +203,7 @@ impl Ledger {
         };
         let keyed = Keyed { operation: "recordCost", key: Some(key), args: &args };
         let values = vec![attempt.into(), unit.into(), cents.into()];
-        Ok(self.call_one(who, function::RECORD_COST, Some(keyed), values, "recordCost").await?.1)
+        Ok(self.call_one(who, RECORD_COST, Some(keyed), values, "recordCost").await?.1)
     }
 
     pub async fn dispose(
@@ -224,7 +232,7 @@ impl Ledger {
         let keyed = Keyed { operation: "dispose", key, args: &args };
         let values =
             vec![unit_id.into(), attempt_id.into(), disposition.as_sql().into(), evidence_url.into(), reason.into()];
-        let (result, unit) = self.call_one(who, function::DISPOSE, Some(keyed), values, &action).await?;
+        let (result, unit) = self.call_one(who, DISPOSE, Some(keyed), values, &action).await?;
         if result == "ok" {
             self.metrics.disposition(disposition.as_sql());
         }

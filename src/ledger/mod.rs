@@ -13,11 +13,11 @@
 //! | [`error`](LedgerError) | the domain error enum and its codes |
 
 pub mod aggregates;
-mod claims;
+pub mod claims;
 pub mod cursor;
 mod error;
 mod idempotency;
-mod lifecycle;
+pub mod lifecycle;
 pub mod notifier;
 mod projected;
 pub mod reads;
@@ -40,12 +40,14 @@ use uuid::Uuid;
 
 use crate::auth::{self, AuthError, Permission, Principal};
 use crate::db::entities::work_unit;
-use crate::db::writes::function;
 use crate::db::{self, Notify, events, units};
 use crate::metrics::Metrics;
 use notifier::Notifier;
 
 pub type UnitModel = work_unit::Model;
+
+/// The registration's SQL function (`writes.sql`).
+const REGISTER: &str = "ledger_register";
 
 /// Input of `registerUnits`.
 pub struct RegisterUnit {
@@ -149,8 +151,7 @@ impl Ledger {
             domains.push(unit.domain.unwrap_or_else(|| DEFAULT_DOMAIN.to_owned()));
             workflows.push(unit.workflow_id.unwrap_or_default());
         }
-        let rows =
-            self.call(who, function::REGISTER, None, vec![refs.into(), domains.into(), workflows.into()]).await?;
+        let rows = self.call(who, REGISTER, None, vec![refs.into(), domains.into(), workflows.into()]).await?;
         rows.into_iter().map(|row| write::answer(row, who, "READY").map(|(_, unit)| unit)).collect()
     }
 

@@ -15,8 +15,7 @@ use super::mapping::{self, Outcome, Step};
 use super::metrics::TemporalMetrics;
 use crate::auth::Principal;
 use crate::db;
-use crate::db::writes::function;
-use crate::ledger::{Ledger, Projected, RegisterUnit, RunMark};
+use crate::ledger::{Ledger, Projected, RegisterUnit, RunMark, claims, lifecycle};
 
 /// The run to follow, and the last event projected before.
 pub struct Target<'a> {
@@ -154,7 +153,7 @@ impl Projector<'_> {
             Step::Started => {
                 let args = json!({"unitId": unit, "leaseSeconds": CLAIM_LEASE});
                 let values = vec![CLAIM_LEASE.into(), Value::String(None), unit.into()];
-                self.write(event_id, "", function::CLAIM, "claimUnit", &args, values, closing).await
+                self.write(event_id, "", claims::CLAIM, "claimUnit", &args, values, closing).await
             }
             Step::ActivityStarted => self.start(event_id, "", closing).await,
             Step::Cost(cents) => self.cost(event_id, "", cents, closing).await,
@@ -188,7 +187,7 @@ impl Projector<'_> {
         let args = json!({"unitId": unit, "to": "VERIFIED", "evidenceUrl": first});
         let values = vec![unit.into(), Value::Uuid(None), "verified".into(), first.clone().into()];
         let disposed = outcome.disposition.is_some();
-        self.write(event_id, "", function::TRANSITION, "transition", &args, values, !disposed).await?;
+        self.write(event_id, "", lifecycle::TRANSITION, "transition", &args, values, !disposed).await?;
         let Some(disposition) = outcome.disposition else { return Ok(()) };
         let args =
             json!({"unitId": unit, "disposition": disposition.as_sql(), "evidenceUrl": last, "reason": outcome.reason});
@@ -199,21 +198,21 @@ impl Projector<'_> {
             last.clone().into(),
             outcome.reason.map(|r| bounded(&r)).into(),
         ];
-        self.write(event_id, ":dispose", function::DISPOSE, "dispose", &args, values, true).await
+        self.write(event_id, ":dispose", lifecycle::DISPOSE, "dispose", &args, values, true).await
     }
 
     async fn start(&mut self, event_id: i64, suffix: &str, closing: bool) -> Result<(), String> {
         let unit = self.unit_id;
         let args = json!({"unitId": unit, "to": "IN_PROGRESS"});
         let values = vec![unit.into(), Value::Uuid(None), "in_progress".into(), Value::String(None)];
-        self.write(event_id, suffix, function::TRANSITION, "transition", &args, values, closing).await
+        self.write(event_id, suffix, lifecycle::TRANSITION, "transition", &args, values, closing).await
     }
 
     async fn cost(&mut self, event_id: i64, suffix: &str, cents: i64, closing: bool) -> Result<(), String> {
         let unit = self.unit_id;
         let args = json!({"unitId": unit, "cents": cents});
         let values = vec![Value::Uuid(None), unit.into(), cents.into()];
-        self.write(event_id, suffix, function::RECORD_COST, "recordCost", &args, values, closing).await
+        self.write(event_id, suffix, lifecycle::RECORD_COST, "recordCost", &args, values, closing).await
     }
 
     async fn release(&mut self, event_id: i64, outcome: &str, reason: &str, closing: bool) -> Result<(), String> {
@@ -221,7 +220,7 @@ impl Projector<'_> {
         let reason = bounded(reason);
         let args = json!({"unitId": unit, "outcome": outcome, "reason": reason});
         let values = vec![unit.into(), Value::Uuid(None), outcome.into(), reason.into()];
-        self.write(event_id, "", function::RELEASE, "release", &args, values, closing).await
+        self.write(event_id, "", lifecycle::RELEASE, "release", &args, values, closing).await
     }
 
     /// One write keyed by the event (and `suffix`, for the second and third

@@ -24,9 +24,22 @@ async fn an_open_workflow_is_read_when_its_history_grows_not_at_every_pass() {
         ),
     )
     .await;
-    // wf-idle sleeps for an hour and wf-done is closed: fifteen passes (200
-    // ms apart) read neither history again. A read that waits for new events
-    // may end after Temporal's long-poll interval (20 s) and be asked again.
+    // Once wf-idle sleeps (its timer started: the last event it writes for
+    // an hour) and wf-done is closed, fifteen passes (200 ms apart) read
+    // neither history again. A read that waits for new events may end
+    // after Temporal's long-poll interval (20 s) and be asked again.
+    let deadline = tokio::time::Instant::now() + super::DEADLINE;
+    while !temporal
+        .history("wf-idle")
+        .await
+        .iter()
+        .any(|e| e["eventType"].as_str().unwrap_or_default().to_uppercase().replace('_', "").contains("TIMERSTARTED"))
+    {
+        assert!(tokio::time::Instant::now() < deadline, "wf-idle's timer did not start");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    // The follower's read of the timer's event, if it was still on its way.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     let before = temporal.history_reads().await;
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     let idle = temporal.history_reads().await - before;
