@@ -179,18 +179,13 @@ pub async fn registered(
     rows.iter().map(|r| r.try_get("", "workflow_id")).collect()
 }
 
-/// The unit of `fleet` that workflow `workflow_id` runs, and its state.
-pub async fn unit_of(
-    db: &impl ConnectionTrait,
-    fleet: &str,
-    workflow_id: &str,
-) -> Result<Option<(Uuid, String)>, DbErr> {
+/// The unit of `fleet` that workflow `workflow_id` runs.
+pub async fn unit_of(db: &impl ConnectionTrait, fleet: &str, workflow_id: &str) -> Result<Option<Uuid>, DbErr> {
     let row = db
         .query_one_raw(stmt(
-            "SELECT id, state::text AS state FROM work_units WHERE fleet = $1 AND workflow_id = $2
-              ORDER BY created_at, id LIMIT 1",
+            "SELECT id FROM work_units WHERE fleet = $1 AND workflow_id = $2 ORDER BY created_at, id LIMIT 1",
             [fleet.to_owned().into(), workflow_id.to_owned().into()],
         ))
         .await?;
-    row.map(|r| Ok((r.try_get("", "id")?, r.try_get("", "state")?))).transpose()
+    row.map(|r| r.try_get("", "id")).transpose()
 }

@@ -20,7 +20,7 @@ pub struct RunMark {
     pub workflow_id: String,
     pub run_id: String,
     pub unit_id: Uuid,
-    /// The last history event projected (or skipped) with this write.
+    /// The last history event projected with this write.
     pub event_id: i64,
     /// The run's history is closed and wholly projected.
     pub closed: bool,
@@ -49,9 +49,7 @@ impl Ledger {
         mark: &RunMark,
     ) -> Result<Result<(String, UnitModel), LedgerError>, LedgerError> {
         let keyed = Keyed { operation: write.operation, key: Some(write.key), args: write.args };
-        let mut values: Vec<Value> = vec![who.token_hash.to_vec().into(), self.notifier.mode().setting().into()];
-        values.extend(keyed.values()?);
-        values.extend(write.values);
+        let values = self.call_values(who, Some(keyed), write.values)?;
         let function = write.function;
         let row = retrying(function, || async {
             let tx = self.db.begin().await?;
@@ -65,15 +63,7 @@ impl Ledger {
             Ok(row)
         })
         .await?;
-        if matches!(row.result.as_str(), "ok" | "claimed" | "reclaimed" | "renewed") {
-            self.notifier.committed(&who.fleet);
-        }
+        self.called(who, std::slice::from_ref(&row));
         Ok(answer(row, who, write.operation))
-    }
-
-    /// Moves `mark` alone: events that record nothing (skipped ones).
-    pub async fn mark_run(&self, who: &Principal, mark: &RunMark) -> Result<(), LedgerError> {
-        db::temporal::mark(&self.db, &who.token_hash, mark).await?;
-        Ok(())
     }
 }

@@ -50,11 +50,7 @@ impl Ledger {
         keyed: Option<Keyed<'_>>,
         args: Vec<Value>,
     ) -> Result<Vec<Written>, LedgerError> {
-        let mut values: Vec<Value> = vec![who.token_hash.to_vec().into(), self.notifier.mode().setting().into()];
-        if let Some(keyed) = keyed {
-            values.extend(keyed.values()?);
-        }
-        values.extend(args);
+        let values = self.call_values(who, keyed, args)?;
         let rows = retrying(function, || async {
             let rows = self.on_pool(writes::call(&self.db, function, values.clone())).await?;
             match rows.first() {
@@ -63,13 +59,36 @@ impl Ledger {
             }
         })
         .await?;
+        self.called(who, &rows);
+        Ok(rows)
+    }
+
+    /// The arguments every write function takes first (the caller's token
+    /// hash, the notification mode, the key and fingerprint when keyed),
+    /// then `args`.
+    pub(super) fn call_values(
+        &self,
+        who: &Principal,
+        keyed: Option<Keyed<'_>>,
+        args: Vec<Value>,
+    ) -> Result<Vec<Value>, LedgerError> {
+        let mut values: Vec<Value> = vec![who.token_hash.to_vec().into(), self.notifier.mode().setting().into()];
+        if let Some(keyed) = keyed {
+            values.extend(keyed.values()?);
+        }
+        values.extend(args);
+        Ok(values)
+    }
+
+    /// After a write committed: a token the database no longer knows is
+    /// forgotten, and a write that appended an event wakes the fleet's feed.
+    pub(super) fn called(&self, who: &Principal, rows: &[Written]) {
         if rows.iter().any(|row| row.result == "UNAUTHENTICATED") {
             self.known_tokens().forget(&who.token_hash);
         }
         if rows.iter().any(|row| matches!(row.result.as_str(), "ok" | "claimed" | "reclaimed" | "renewed")) {
             self.notifier.committed(&who.fleet);
         }
-        Ok(rows)
     }
 
     /// [`Ledger::call`] for a write of one unit: the unit, or the refusal

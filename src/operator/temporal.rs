@@ -1,14 +1,13 @@
 //! `work-ledger temporal link|unlink|links` (which workflows become units
 //! of a fleet) and `work-ledger audit --temporal` (SPEC §12, O4): every
 //! workflow-modelled unit compared with Temporal's status of its workflow's
-//! latest run, read-only on both sides; it never fixes anything.
+//! current run, read-only on both sides; it never fixes anything.
 
 use sea_orm::DatabaseConnection;
 
 use super::AnyError;
 use crate::db::temporal::{self as links, Link, WorkflowUnit};
-use crate::temporal::client::runs_of;
-use crate::temporal::{IDENTITY, Run, TemporalEndpoint, TemporalReads};
+use crate::temporal::{IDENTITY, TemporalEndpoint, TemporalReads};
 
 pub async fn link(db: &DatabaseConnection, link: Link) -> Result<(), AnyError> {
     let added = links::link(db, &link).await?;
@@ -58,12 +57,7 @@ pub async fn audit(db: &DatabaseConnection, endpoint: &TemporalEndpoint, fleet: 
     let mut mismatches = Vec::new();
     for unit in &units {
         let namespace = unit.namespace.clone().unwrap_or_else(|| endpoint.namespace.clone());
-        let latest = reads
-            .list(&namespace, &runs_of(&unit.workflow_id))
-            .await?
-            .into_iter()
-            .max_by_key(|r: &Run| (r.started_us, r.run_id.clone()));
-        let status = latest.map(|r| r.status);
+        let status = reads.current_status(&namespace, &unit.workflow_id).await?;
         if !agrees(unit, status.as_deref()) {
             mismatches.push(Mismatch {
                 fleet: unit.fleet.clone(),
@@ -88,7 +82,7 @@ pub async fn audit(db: &DatabaseConnection, endpoint: &TemporalEndpoint, fleet: 
     }
 }
 
-/// Whether `unit` agrees with the status of its workflow's latest run
+/// Whether `unit` agrees with the status of its workflow's current run
 /// (`None`: Temporal has no run of it).
 fn agrees(unit: &WorkflowUnit, status: Option<&str>) -> bool {
     let state = unit.state.as_str();

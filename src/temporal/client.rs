@@ -38,9 +38,6 @@ pub struct TemporalEndpoint {
 pub struct Run {
     pub workflow_id: String,
     pub run_id: String,
-    /// Temporal's status: `Running`, `Completed`, `Failed`, `Canceled`,
-    /// `Terminated`, `ContinuedAsNew`, `TimedOut`.
-    pub status: String,
     /// When it started, in microseconds since the epoch (runs of one
     /// workflow are projected in this order).
     pub started_us: i64,
@@ -91,12 +88,7 @@ impl TemporalReads {
                 let Some(execution) = info.execution else { continue };
                 let started_us =
                     info.start_time.map(|t| t.seconds * 1_000_000 + i64::from(t.nanos) / 1000).unwrap_or(0);
-                runs.push(Run {
-                    workflow_id: execution.workflow_id,
-                    run_id: execution.run_id,
-                    status: status_name(info.status),
-                    started_us,
-                });
+                runs.push(Run { workflow_id: execution.workflow_id, run_id: execution.run_id, started_us });
             }
             if page.next_page_token.is_empty() {
                 return Ok(runs);
@@ -105,16 +97,14 @@ impl TemporalReads {
         }
     }
 
-    /// The status of one run (`None`: Temporal no longer has it).
-    pub async fn describe(
-        &self,
-        namespace: &str,
-        workflow_id: &str,
-        run_id: &str,
-    ) -> Result<Option<String>, ReadError> {
+    /// The status of the workflow's current run, read from its state, not
+    /// from the visibility store (`None`: Temporal no longer has it):
+    /// `Running`, `Completed`, `Failed`, `Canceled`, `Terminated`,
+    /// `ContinuedAsNew`, `TimedOut`.
+    pub async fn current_status(&self, namespace: &str, workflow_id: &str) -> Result<Option<String>, ReadError> {
         let request = DescribeWorkflowExecutionRequest {
             namespace: namespace.to_owned(),
-            execution: Some(execution(workflow_id, run_id)),
+            execution: Some(execution(workflow_id, "")),
         };
         match self.connection.workflow_service().describe_workflow_execution(request.into_request()).await {
             Ok(answer) => Ok(answer.into_inner().workflow_execution_info.map(|info| status_name(info.status))),

@@ -192,11 +192,8 @@ impl TemporalProjection {
                     return tracing::warn!(error = %e, "Temporal projection: cannot read which workflows have units");
                 }
             };
-            let units: Vec<RegisterUnit> = ids
-                .into_iter()
-                .filter(|id| !registered.contains(id))
-                .map(|id| RegisterUnit { external_ref: id.clone(), domain: None, workflow_id: Some(id) })
-                .collect();
+            let units: Vec<RegisterUnit> =
+                ids.into_iter().filter(|id| !registered.contains(id)).map(|id| run::workflow_unit(&id)).collect();
             let mut units = units.into_iter().peekable();
             while units.peek().is_some() {
                 let batch: Vec<RegisterUnit> = units.by_ref().take(validate::MAX_REGISTER_BATCH).collect();

@@ -109,28 +109,22 @@ fn next_run(event: &HistoryEvent) -> Option<String> {
     Some(next.clone()).filter(|n| !n.is_empty())
 }
 
-/// The unit the run's workflow is, registered on first sight (its
-/// `externalRef` is the workflow id).
+/// The unit the run's workflow is, registered on first sight.
 async fn unit_of(ctx: &Context, target: &Target<'_>) -> Result<Uuid, String> {
-    let db = ctx.ledger.db();
-    if let Some((unit, _)) = db::temporal::unit_of(db, target.fleet, target.workflow_id).await.map_err(err)? {
+    if let Some(unit) = db::temporal::unit_of(ctx.ledger.db(), target.fleet, target.workflow_id).await.map_err(err)? {
         return Ok(unit);
     }
     let who = ctx.who(target.fleet).await?;
-    let unit = RegisterUnit {
-        external_ref: target.workflow_id.to_owned(),
-        domain: None,
-        workflow_id: Some(target.workflow_id.to_owned()),
-    };
-    ctx.ledger.register_units(&who, vec![unit]).await.map_err(err)?;
-    db::temporal::unit_of(db, target.fleet, target.workflow_id).await.map_err(err)?.map(|(unit, _)| unit).ok_or_else(
-        || {
-            format!(
-                "workflow {}: its ref is a unit of fleet {} without that workflowId",
-                target.workflow_id, target.fleet
-            )
-        },
-    )
+    let units = ctx.ledger.register_units(&who, vec![workflow_unit(target.workflow_id)]).await.map_err(err)?;
+    units.into_iter().find(|u| u.workflow_id.as_deref() == Some(target.workflow_id)).map(|u| u.id).ok_or_else(|| {
+        format!("workflow {}: its ref is a unit of fleet {} without that workflowId", target.workflow_id, target.fleet)
+    })
+}
+
+/// The unit a workflow a link found is registered as: its `externalRef`
+/// and `workflowId` are the workflow id.
+pub fn workflow_unit(workflow_id: &str) -> RegisterUnit {
+    RegisterUnit { external_ref: workflow_id.to_owned(), domain: None, workflow_id: Some(workflow_id.to_owned()) }
 }
 
 struct Projector<'a> {
