@@ -10,7 +10,19 @@ use sea_orm::{ConnectionTrait, DbErr, FromQueryResult};
 use uuid::Uuid;
 
 use super::stmt;
-use crate::ledger::RunMark;
+
+/// Where a run's projection stands once a write commits.
+#[derive(Debug, Clone)]
+pub struct RunMark {
+    pub namespace: String,
+    pub workflow_id: String,
+    pub run_id: String,
+    pub unit_id: Uuid,
+    /// The last history event projected with this write.
+    pub event_id: i64,
+    /// The run's history is closed and wholly projected.
+    pub closed: bool,
+}
 
 /// A fleet's link: new workflows of `namespace` matching `query` become
 /// units of `fleet`.

@@ -28,10 +28,11 @@ mod triage;
 pub mod validate;
 mod write;
 
+pub use crate::db::temporal::RunMark;
 pub use claims::ClaimOutcome;
 pub use error::{LedgerError, UnitFacts};
 pub use lifecycle::{CostTarget, Dispose, Release, ReleaseOutcome, Unblock};
-pub use projected::{Projected, RunMark};
+pub use projected::Projected;
 pub use situation::ClaimSituation;
 use std::sync::Arc;
 

@@ -6,25 +6,12 @@
 //! restart or another replica resumes after it.
 
 use sea_orm::{TransactionTrait, Value};
-use uuid::Uuid;
 
 use super::write::{Keyed, answer, retrying};
 use super::{Ledger, LedgerError, UnitModel};
 use crate::auth::Principal;
+use crate::db::temporal::RunMark;
 use crate::db::{self, writes};
-
-/// Where a run's projection stands once a write commits.
-#[derive(Debug, Clone)]
-pub struct RunMark {
-    pub namespace: String,
-    pub workflow_id: String,
-    pub run_id: String,
-    pub unit_id: Uuid,
-    /// The last history event projected with this write.
-    pub event_id: i64,
-    /// The run's history is closed and wholly projected.
-    pub closed: bool,
-}
 
 /// One projected write: the function, the operation its key's fingerprint
 /// names with the arguments it covers, the key, and the function's own

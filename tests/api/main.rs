@@ -21,6 +21,7 @@ mod foreign_sessions;
 mod forgery;
 mod graphiql;
 mod hostile;
+mod house;
 mod http_spec;
 mod idempotency;
 mod invariants;
