@@ -47,7 +47,7 @@ pub async fn run() -> Result<ExitCode, AnyError> {
     let cli = Cli::parse();
     match cli.command {
         // Neither needs a database: the agent talks to a server over HTTP.
-        Command::PrintSchema => print!("{}", graphql::sdl()),
+        Command::PrintSchema => print!("{}", graphql::schema_file()),
         Command::Agent(args) => return Ok(agent_cli::run(args).await),
         command => {
             let (url, embedded) = database(&cli.database).await?;

@@ -3,7 +3,8 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::contract::{Surface, envelope};
+use crate::contract::Surface;
+use crate::graphql::envelope;
 
 /// Why a command did not end with a result on stdout.
 #[derive(Debug)]

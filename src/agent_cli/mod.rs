@@ -22,7 +22,8 @@ use clap::Args;
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
-use crate::contract::{Operation, Surface, envelope};
+use crate::contract::{Operation, Surface};
+use crate::graphql::envelope;
 use client::Client;
 pub use failure::Failure;
 
@@ -118,7 +119,7 @@ async fn execute(args: AgentArgs) -> Result<Value, Failure> {
     let state = state::path(args.state.as_deref(), url, token);
     let agent = Agent { client, state };
     let verb = &args.command;
-    let ops: Vec<&Operation> = crate::contract::verb(&verb.name).collect();
+    let ops: Vec<&Operation> = crate::graphql::bindings::verb(&verb.name).collect();
     // `claim` is `claimNext`, or `claimUnit` when a unit is named.
     let takes_unit = |op: &Operation| op.args().iter().any(|arg| arg.name == "unitId");
     let op = match ops.as_slice() {
@@ -205,7 +206,7 @@ impl Agent {
     async fn target(&self, op: &Operation, unit: Option<Uuid>, given: &Map<String, Value>) -> Result<Value, Failure> {
         if let Some(id) = unit {
             // The contract's own read of a unit (`get_unit`), as every surface renders it.
-            let read = bound(crate::contract::tool("get_unit"), "get_unit")?;
+            let read = bound(crate::graphql::bindings::tool("get_unit"), "get_unit")?;
             let found = self.call(read, json!({ "unitId": id }).as_object().cloned().unwrap_or_default()).await?;
             return match found.get("unit") {
                 Some(unit) if !unit.is_null() => Ok(unit.clone()),
@@ -235,7 +236,7 @@ impl Agent {
 
     /// What `status` shows (the contract's `me`), read to pick the unit a verb acts on.
     async fn mine(&self) -> Result<Mine, Failure> {
-        let status = bound(crate::contract::verb("status").next(), "status")?;
+        let status = bound(crate::graphql::bindings::verb("status").next(), "status")?;
         let mut found = self.call(status, Map::new()).await?;
         let me = found.get_mut("me").map(Value::take).unwrap_or(Value::Null);
         let Some(name) = me["name"].as_str().map(str::to_owned) else {

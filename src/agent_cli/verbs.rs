@@ -10,7 +10,8 @@ use clap::error::ErrorKind;
 use clap::{Arg, ArgAction, ArgMatches, Command, FromArgMatches, Subcommand};
 use serde_json::{Map, Value, json};
 
-use crate::contract::{CLI_FILLS, OPERATIONS, Operation, Surface, kebab};
+use crate::contract::{CLI_FILLS, Operation, Surface, kebab};
+use crate::graphql::bindings::OPERATIONS;
 use crate::graphql::shape::{self, Arg as FieldArg};
 
 /// Flags every verb has already (the connection): a field argument never
@@ -65,7 +66,7 @@ fn verb_names() -> impl Iterator<Item = &'static str> {
 /// A verb's arguments: those of its operations, less what the CLI fills.
 fn verb_args(verb: &str) -> Vec<(&'static Operation, FieldArg)> {
     let mut args: Vec<(&'static Operation, FieldArg)> = Vec::new();
-    for op in crate::contract::verb(verb) {
+    for op in crate::graphql::bindings::verb(verb) {
         for arg in op.args() {
             if !CLI_FILLS.contains(&arg.name.as_str()) && !args.iter().any(|(_, seen)| seen.name == arg.name) {
                 args.push((op, arg));
@@ -86,7 +87,7 @@ pub fn flag(arg: &str) -> String {
 }
 
 fn command(verb: &'static str) -> Command {
-    let ops: Vec<&Operation> = crate::contract::verb(verb).collect();
+    let ops: Vec<&Operation> = crate::graphql::bindings::verb(verb).collect();
     let about = ops.first().map(|op| op.description(Surface::Cli)).unwrap_or_default();
     let summary = ops.first().map(|op| op.summary(Surface::Cli)).unwrap_or_default();
     let mut command = Command::new(verb).about(summary).long_about(about);

@@ -1,19 +1,18 @@
 //! The operation contract: every operation an agent, triage or an operator
 //! calls is declared once, as its GraphQL field (the resolver's arguments,
 //! their types, documentation and validation, and the ledger call behind
-//! it), and bound here, one row each, to its MCP tool and its agent CLI verb.
-//! The tool's input schema, its description and the GraphQL document it
-//! sends are derived from the schema ([`crate::graphql::shape`]); the CLI's flags likewise.
-//! Every surface therefore runs the same resolver through the same executor:
-//! one authentication, one set of per-operation metrics and spans, one error
-//! envelope ([`envelope`]), one rendering of a unit ([`UNIT`]).
+//! it), and bound beside it, one [`Operation`] row each, to its MCP tool and
+//! its agent CLI verb (`BINDINGS` in the field's module, collected by
+//! [`crate::graphql::bindings`]). The tool's input schema, its description
+//! and the GraphQL document it sends are derived from the schema
+//! ([`crate::graphql::shape`]); the CLI's flags likewise. Every surface
+//! therefore runs the same resolver through the same executor: one
+//! authentication, one set of per-operation metrics and spans, one error
+//! envelope ([`crate::graphql::envelope`]), one rendering of a unit ([`UNIT`]).
 //!
 //! Adding an operation: `CONTRIBUTING.md`.
 
-pub mod envelope;
-
 use crate::auth::{Permission, Principal};
-use crate::ledger::state_machine::{ACTIONS, Action, HOLDER_LOOP};
 
 /// Which door a request came through; `legalActions` speak its language.
 #[derive(async_graphql::Enum, Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -105,17 +104,16 @@ pub const UNIT_NOW: &str = "{ id externalRef domain workflowId state disposition
     openQuestion { id question status assigneeGroup askedBy createdAt \
     similarAnswered { id unitId question answer answeredBy answeredAt } } }";
 
-const QUESTIONS: &str = "{ totalCount pageInfo { hasNextPage endCursor } nodes { id unitId question status \
-    assigneeGroup askedBy createdAt openForSeconds similarAnswered { id question answer answeredBy answeredAt } } }";
-const QUEUE_DEPTH: &str = "{ domain ready claimed inProgress blocked verified stalled done disposed }";
-const MY_WORK: &str = "{ fleet name grants { permission allows } heldUnit $UNIT awaitingDisposition $UNIT }";
+/// A selection of every field of the result's type that is a scalar or an
+/// enum, read from the schema ([`crate::graphql::shape`]).
+pub const SCALARS: &str = "$SCALARS";
 
-const AGENT: &[Permission] = &[Permission::UnitsClaim];
-const BILLING: &[Permission] = &[Permission::UnitsClaim, Permission::UnitsDisposeAny];
-const TRIAGE: &[Permission] = &[Permission::QuestionsAnswer];
-const READER: &[Permission] = &[Permission::LedgerRead];
+pub const AGENT: &[Permission] = &[Permission::UnitsClaim];
+pub const BILLING: &[Permission] = &[Permission::UnitsClaim, Permission::UnitsDisposeAny];
+pub const TRIAGE: &[Permission] = &[Permission::QuestionsAnswer];
+pub const READER: &[Permission] = &[Permission::LedgerRead];
 
-const fn op(field: &'static str, root: Root, needs: &'static [Permission]) -> Operation {
+pub const fn op(field: &'static str, root: Root, needs: &'static [Permission]) -> Operation {
     Operation {
         field,
         root,
@@ -137,106 +135,7 @@ const fn op(field: &'static str, root: Root, needs: &'static [Permission]) -> Op
 }
 
 /// `unitId` for a field's `id`.
-const UNIT_ID: &[(&str, &str)] = &[("unitId", "id")];
-
-/// Every bound operation. A GraphQL field without a row here is GraphQL
-/// only (the operator's reads, registration, tokens).
-pub const OPERATIONS: &[Operation] = &[
-    Operation { tool: Some("claim_next"), verb: Some("claim"), ..op("claimNext", Root::Mutation, AGENT) },
-    Operation {
-        tool: Some("claim_unit"),
-        verb: Some("claim"),
-        renamed: UNIT_ID,
-        ..op("claimUnit", Root::Mutation, AGENT)
-    },
-    Operation { tool: Some("heartbeat"), verb: Some("heartbeat"), ..op("heartbeat", Root::Mutation, AGENT) },
-    Operation {
-        tool: Some("start_work"),
-        verb: Some("start"),
-        preset: &[("to", "IN_PROGRESS")],
-        omits: &["evidenceUrl"],
-        doc: "Starts work on the unit you claimed: CLAIMED -> IN_PROGRESS. Heartbeat before the lease runs out.",
-        ..op("transition", Root::Mutation, AGENT)
-    },
-    Operation {
-        tool: Some("verify"),
-        verb: Some("verify"),
-        preset: &[("to", "VERIFIED")],
-        positional: Some("evidenceUrl"),
-        doc: "Records that the work is done and verified: IN_PROGRESS -> VERIFIED, with `evidenceUrl` a link to the \
-              evidence (a pull request, a CI run). Your attempt ends and the lease is cleared: claim your next unit, \
-              and still dispose of this one with MIGRATED.",
-        ..op("transition", Root::Mutation, AGENT)
-    },
-    Operation {
-        tool: Some("block"),
-        verb: Some("block"),
-        positional: Some("question"),
-        note: "You keep the unit: wait for the answer (wait_for_answer, or the unit's `questions`) or release it. \
-               When `openQuestion.similarAnswered` lists answers to the same question, read them first.",
-        ..op("block", Root::Mutation, AGENT)
-    },
-    Operation { tool: Some("release"), verb: Some("release"), ..op("release", Root::Mutation, AGENT) },
-    Operation {
-        tool: Some("record_cost"),
-        verb: Some("cost"),
-        positional: Some("cents"),
-        ..op("recordCost", Root::Mutation, BILLING)
-    },
-    Operation {
-        tool: Some("dispose"),
-        verb: Some("dispose"),
-        positional: Some("disposition"),
-        ..op("dispose", Root::Mutation, BILLING)
-    },
-    Operation { tool: Some("answer_question"), ..op("unblock", Root::Mutation, TRIAGE) },
-    Operation {
-        tool: Some("my_work"),
-        verb: Some("status"),
-        selection: MY_WORK,
-        result: "me",
-        note: "`heldUnit` is what you hold; `awaitingDisposition` what you verified and still have to dispose of.",
-        ..op("me", Root::Query, AGENT)
-    },
-    Operation {
-        tool: Some("wait_for_answer"),
-        verb: Some("wait"),
-        note: "Use it instead of polling while your unit is BLOCKED.",
-        ..op("waitForAnswer", Root::Query, AGENT)
-    },
-    Operation { tool: Some("get_unit"), renamed: UNIT_ID, ..op("unit", Root::Query, READER) },
-    Operation { tool: Some("get_unit_by_ref"), ..op("unitByRef", Root::Query, READER) },
-    Operation {
-        tool: Some("open_questions"),
-        preset: &[("status", "OPEN")],
-        selection: QUESTIONS,
-        result: "questions",
-        note: "Here: OPEN questions only, oldest first.",
-        ..op("questions", Root::Query, TRIAGE)
-    },
-    Operation {
-        tool: Some("open_question_groups"),
-        selection: "{ question waiting oldestAskedAt questionIds unitIds answeredBefore }",
-        result: "groups",
-        note: "Answer a group at once: answer_question with its first questionId and `alsoAnswerSimilar: true`.",
-        ..op("openQuestionGroups", Root::Query, TRIAGE)
-    },
-    Operation {
-        tool: Some("fleet_roster"),
-        selection: "{ totalCount pageInfo { hasNextPage endCursor } nodes { name status \
-            heldUnit { id externalRef state leaseExpiresAt } lastClaimAt lastHeartbeatAt claimsToday costCentsToday \
-            tokenLastUsedAt } }",
-        result: "agents",
-        note: "Who is alive: SILENT agents hold a unit whose lease ran out.",
-        ..op("agents", Root::Query, READER)
-    },
-    Operation {
-        tool: Some("queue_depth"),
-        selection: QUEUE_DEPTH,
-        result: "queueDepth",
-        ..op("queueDepth", Root::Query, READER)
-    },
-];
+pub const UNIT_ID: &[(&str, &str)] = &[("unitId", "id")];
 
 /// Arguments every CLI verb fills itself: the unit (the one you hold, or
 /// `--unit`), your attempt (the CLI's own record of its last claim) and a
@@ -262,84 +161,6 @@ impl Operation {
     }
 }
 
-pub fn tool(name: &str) -> Option<&'static Operation> {
-    OPERATIONS.iter().find(|op| op.tool == Some(name))
-}
-
-/// The rows of a CLI verb (`claim` is `claimNext`, or `claimUnit` with `--unit`).
-pub fn verb(name: &str) -> impl Iterator<Item = &'static Operation> + use<'_> {
-    OPERATIONS.iter().filter(move |op| op.verb == Some(name))
-}
-
-/// The operation bound to `action` on a surface: the row of its field whose
-/// presets the action fixes (the most specific one).
-fn bound(action: &Action, surface: Surface) -> Option<&'static Operation> {
-    OPERATIONS
-        .iter()
-        .filter(|op| op.field == action.field && op.binding(surface).is_some())
-        .filter(|op| op.preset.iter().all(|preset| action.fixed.contains(preset)))
-        .max_by_key(|op| op.preset.len())
-}
-
-/// `action` as the caller of `surface` writes it, or `None` when that
-/// surface has no binding for it (triage's `unblock` in the agent CLI).
-pub fn render_action(action: &Action, surface: Surface) -> Option<String> {
-    if surface == Surface::Graphql {
-        return Some(action.to_string());
-    }
-    let op = bound(action, surface)?;
-    let name = op.binding(surface)?;
-    let fixed = action.fixed.iter().filter(|fixed| !op.preset.contains(fixed));
-    if surface == Surface::Mcp {
-        let parts: Vec<String> = fixed
-            .map(|(arg, value)| format!("{arg}: {value}"))
-            .chain(action.needs.iter().map(|arg| (*arg).to_owned()))
-            .collect();
-        return Some(if parts.is_empty() { name.to_owned() } else { format!("{name}({})", parts.join(", ")) });
-    }
-    let mut words = vec![name.to_owned()];
-    if op.field == "claimUnit" {
-        words.push("--unit <unit-id>".to_owned());
-    }
-    for (arg, value) in fixed {
-        if op.positional == Some(*arg) {
-            words.push(value.to_ascii_lowercase());
-        } else {
-            words.push(format!("--{} {}", kebab(arg), value.to_ascii_lowercase()));
-        }
-    }
-    for arg in action.needs.iter().filter(|arg| !CLI_FILLS.contains(arg)) {
-        if op.positional == Some(*arg) {
-            words.push(format!("<{}>", kebab(arg)));
-        } else {
-            words.push(format!("--{0} <{0}>", kebab(arg)));
-        }
-    }
-    Some(words.join(" "))
-}
-
-/// The holder's loop ([`HOLDER_LOOP`]) in `surface`'s words, one line per
-/// state: `- IN_PROGRESS: heartbeat(attemptId), verify(evidenceUrl), ...:
-/// what to do.` The same rows give the holder its `legalActions`, so what
-/// the instructions name in a state is what the unit then offers.
-pub fn holder_loop(surface: Surface) -> String {
-    let lines = HOLDER_LOOP.iter().map(|step| {
-        let actions: Vec<String> = step.actions.iter().filter_map(|action| render_action(action, surface)).collect();
-        format!("- {}: {}: {}.", step.state.api_name(), actions.join(", "), step.says)
-    });
-    lines.collect::<Vec<_>>().join("\n")
-}
-
-/// A GraphQL action string (as `legalActions` and error extensions carry
-/// it) in another surface's language; `None` when that surface has no such
-/// operation. Strings this module does not know pass through unchanged.
-pub fn translate(graphql: &str, surface: Surface) -> Option<String> {
-    match ACTIONS.iter().find(|action| action.to_string() == graphql) {
-        Some(action) => render_action(action, surface),
-        None => Some(graphql.to_owned()),
-    }
-}
-
 /// `evidenceUrl` -> `evidence-url`.
 pub fn kebab(camel: &str) -> String {
     let mut out = String::with_capacity(camel.len() + 4);
@@ -352,43 +173,4 @@ pub fn kebab(camel: &str) -> String {
         }
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_action_has_a_tool_and_every_agent_action_a_verb() {
-        for action in ACTIONS {
-            assert!(render_action(action, Surface::Mcp).is_some(), "no MCP tool for {action}");
-            if action.field != "unblock" {
-                assert!(render_action(action, Surface::Cli).is_some(), "no CLI verb for {action}");
-            }
-        }
-    }
-
-    #[test]
-    fn actions_speak_the_surface_language() {
-        use crate::ledger::state_machine::{DISPOSE_ABANDON, START, VERIFY};
-        assert_eq!(render_action(&START, Surface::Mcp).as_deref(), Some("start_work"));
-        assert_eq!(render_action(&VERIFY, Surface::Mcp).as_deref(), Some("verify(evidenceUrl)"));
-        assert_eq!(render_action(&VERIFY, Surface::Cli).as_deref(), Some("verify <evidence-url>"));
-        assert_eq!(
-            render_action(&DISPOSE_ABANDON, Surface::Cli).as_deref(),
-            Some("dispose dropped|deferred|dead --evidence-url <evidence-url>")
-        );
-        assert_eq!(translate("transition(to: IN_PROGRESS)", Surface::Cli).as_deref(), Some("start"));
-    }
-
-    #[test]
-    fn tool_names_are_unique() {
-        let mut names: Vec<&str> = OPERATIONS.iter().filter_map(|op| op.tool).collect();
-        let count = names.len();
-        names.sort_unstable();
-        names.dedup();
-        assert_eq!(names.len(), count);
-        // The rows the agent CLI reads a unit and its status through.
-        assert!(tool("get_unit").is_some() && verb("status").next().is_some());
-    }
 }

@@ -6,6 +6,7 @@ use uuid::Uuid;
 
 use super::types::WorkUnit;
 use super::{Result, ledger, principal};
+use crate::contract::{AGENT, Operation, Root, op};
 use crate::ledger::{ClaimSituation, LedgerError};
 use crate::live::Live;
 use crate::live::wait::DEFAULT_WAIT_SECONDS;
@@ -53,3 +54,11 @@ impl AgentQuery {
         Ok(WorkUnit::returned(ctx, unit).await)
     }
 }
+
+/// `waitForAnswer`'s binding on MCP and the agent CLI ([`crate::contract`]).
+pub const BINDINGS: &[Operation] = &[Operation {
+    tool: Some("wait_for_answer"),
+    verb: Some("wait"),
+    note: "Use it instead of polling while your unit is BLOCKED.",
+    ..op("waitForAnswer", Root::Query, AGENT)
+}];

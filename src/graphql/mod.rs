@@ -2,7 +2,9 @@
 
 mod agent_reads;
 mod aggregates;
+pub mod bindings;
 mod documents;
+pub mod envelope;
 pub mod error;
 mod executor;
 mod guidance;
@@ -74,9 +76,15 @@ pub fn build_schema(ledger: Ledger, live: Live, metrics: bool) -> LedgerSchema {
     LedgerSchema::new(raw, ledger, metrics)
 }
 
-/// The SDL that `schema.graphql` must equal.
+/// The schema's SDL.
 pub fn sdl() -> String {
     Schema::build(Query::default(), Mutation::default(), Subscription).finish().sdl()
+}
+
+/// What `schema.graphql` must equal: the SDL, then the bindings of its
+/// fields on MCP and the CLI ([`bindings::reference`]) as comments.
+pub fn schema_file() -> String {
+    format!("{}\n{}", sdl(), bindings::reference())
 }
 
 /// The request's principal, put there by the HTTP layer after authentication.

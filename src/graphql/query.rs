@@ -2,6 +2,7 @@ use async_graphql::{Context, Object};
 
 use super::types::PrincipalObject;
 use super::{Result, ledger, principal};
+use crate::contract::{AGENT, Operation, Root, op};
 
 #[derive(Default)]
 pub struct MetaQuery;
@@ -25,3 +26,16 @@ impl MetaQuery {
         Ok(PrincipalObject(who.clone()))
     }
 }
+
+/// The selection `my_work` returns (`$UNIT`: a unit as the reads give it).
+const MY_WORK: &str = "{ fleet name grants { permission allows } heldUnit $UNIT awaitingDisposition $UNIT }";
+
+/// `me`'s binding on MCP and the agent CLI ([`crate::contract`]).
+pub const BINDINGS: &[Operation] = &[Operation {
+    tool: Some("my_work"),
+    verb: Some("status"),
+    selection: MY_WORK,
+    result: "me",
+    note: "`heldUnit` is what you hold; `awaitingDisposition` what you verified and still have to dispose of.",
+    ..op("me", Root::Query, AGENT)
+}];

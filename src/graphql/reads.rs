@@ -9,6 +9,7 @@ use super::pagination::{Conn, SortOrder, TotalCount, connection, counted_with, u
 use super::stalls::{StallConnection, stall_connection};
 use super::types::{BlockingQuestion, WorkUnit, WorkUnitEvent};
 use super::{Result, ledger, loaders, principal};
+use crate::contract::{Operation, READER, Root, SCALARS, TRIAGE, op};
 use crate::db::entities::{Disposition, EventType, QuestionStatus, WorkState, question, work_unit};
 use crate::db::reads::{self as db_reads, CostRow, DispositionRow, QueueDepthRow};
 use crate::ledger::cursor::{Cursor, List};
@@ -85,33 +86,6 @@ impl From<Option<TimeRange>> for Range {
     fn from(r: Option<TimeRange>) -> Self {
         let r = r.unwrap_or_default();
         Self { from: r.from, until: r.until }
-    }
-}
-
-/// The work of one domain (`v_queue_depth`): its open units by state, then
-/// its finished ones.
-#[derive(SimpleObject)]
-pub struct QueueDepth {
-    pub domain: String,
-    pub ready: i64,
-    pub claimed: i64,
-    pub in_progress: i64,
-    pub blocked: i64,
-    pub verified: i64,
-    /// CLAIMED or IN_PROGRESS with an expired lease.
-    pub stalled: i64,
-    /// DONE units (disposed MIGRATED).
-    pub done: i64,
-    /// Units with a permanent disposition: the DONE ones and the ABANDONED
-    /// ones (DROPPED, DEFERRED, DEAD). A domain with nothing open and units
-    /// disposed is finished.
-    pub disposed: i64,
-}
-
-impl From<QueueDepthRow> for QueueDepth {
-    fn from(r: QueueDepthRow) -> Self {
-        let QueueDepthRow { domain, ready, claimed, in_progress, blocked, verified, stalled, done, disposed } = r;
-        Self { domain, ready, claimed, in_progress, blocked, verified, stalled, done, disposed }
     }
 }
 
@@ -214,8 +188,8 @@ impl ReadQuery {
     /// The work of each domain (`v_queue_depth`): its open units by state and its
     /// finished ones (`done`, `disposed`), for every domain with units, finished
     /// ones too; an empty fleet gives an empty list, an unknown `domain` no row.
-    async fn queue_depth(&self, ctx: &Context<'_>, domain: Option<String>) -> Result<Vec<QueueDepth>> {
-        Ok(ledger(ctx).queue_depth(principal(ctx)?, domain).await?.into_iter().map(QueueDepth::from).collect())
+    async fn queue_depth(&self, ctx: &Context<'_>, domain: Option<String>) -> Result<Vec<QueueDepthRow>> {
+        Ok(ledger(ctx).queue_depth(principal(ctx)?, domain).await?)
     }
 
     #[graphql(complexity = "super::pagination::page_cost(first, child_complexity)")]
@@ -279,3 +253,24 @@ impl ReadQuery {
         unit_connection(ctx, page, List::Dispositions).await
     }
 }
+
+const QUESTIONS: &str = "{ totalCount pageInfo { hasNextPage endCursor } nodes { id unitId question status \
+    assigneeGroup askedBy createdAt openForSeconds similarAnswered { id question answer answeredBy answeredAt } } }";
+
+/// These reads' bindings on MCP ([`crate::contract`]).
+pub const BINDINGS: &[Operation] = &[
+    Operation {
+        tool: Some("open_questions"),
+        preset: &[("status", "OPEN")],
+        selection: QUESTIONS,
+        result: "questions",
+        note: "Here: OPEN questions only, oldest first.",
+        ..op("questions", Root::Query, TRIAGE)
+    },
+    Operation {
+        tool: Some("queue_depth"),
+        selection: SCALARS,
+        result: "queueDepth",
+        ..op("queueDepth", Root::Query, READER)
+    },
+];

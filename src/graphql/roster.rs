@@ -8,6 +8,7 @@ use super::loaders::UnitId;
 use super::pagination::{Conn, TotalCount, counted_with};
 use super::types::WorkUnit;
 use super::{Result, ledger, loaders, principal};
+use crate::contract::{Operation, READER, Root, op};
 use crate::db::reads::{AgentRow, AgentStatus};
 use crate::ledger::LedgerError;
 use crate::ledger::cursor::{List, encode_name};
@@ -82,3 +83,14 @@ impl RosterQuery {
         Ok(counted_with(page.items, page.has_next, TotalCount::List(page.total), cursor, Agent))
     }
 }
+
+/// `agents`' binding on MCP ([`crate::contract`]).
+pub const BINDINGS: &[Operation] = &[Operation {
+    tool: Some("fleet_roster"),
+    selection: "{ totalCount pageInfo { hasNextPage endCursor } nodes { name status \
+        heldUnit { id externalRef state leaseExpiresAt } lastClaimAt lastHeartbeatAt claimsToday costCentsToday \
+        tokenLastUsedAt } }",
+    result: "agents",
+    note: "Who is alive: SILENT agents hold a unit whose lease ran out.",
+    ..op("agents", Root::Query, READER)
+}];

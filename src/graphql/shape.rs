@@ -3,9 +3,7 @@
 //! tool's input JSON Schema, and the GraphQL document a call sends. Read from
 //! the schema's own SDL, so a change to a resolver is a change to every
 //! surface. It lives with the schema it reads rather than in the contract
-//! whose rows it shapes: `legalActions` speaks through the contract
-//! ([`crate::contract::render_action`]), so the contract stays below the
-//! schema.
+//! whose rows it shapes, so the contract stays below the schema.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -13,7 +11,8 @@ use std::sync::OnceLock;
 use async_graphql::parser::types::{BaseType, Type, TypeKind, TypeSystemDefinition};
 use serde_json::{Map, Value, json};
 
-use crate::contract::{OPERATIONS, Operation, Root, Surface};
+use super::bindings::OPERATIONS;
+use crate::contract::{Operation, Root, SCALARS, Surface};
 use crate::ledger::LedgerError;
 
 /// One argument of a field.
@@ -33,12 +32,19 @@ pub struct Arg {
 pub struct FieldShape {
     pub description: Option<String>,
     pub args: Vec<Arg>,
+    /// The named type of the result, under list and non-null wrappers.
+    result: String,
 }
 
 #[derive(Default)]
 struct Shapes {
     fields: HashMap<(&'static str, String), FieldShape>,
     enums: HashMap<String, Vec<String>>,
+    /// (enum type, value) -> the value's description.
+    enum_docs: HashMap<(String, String), String>,
+    /// Object type -> its fields without arguments whose type is a scalar
+    /// or an enum, in the order the schema declares them.
+    scalars: HashMap<String, Vec<String>>,
 }
 
 fn shapes() -> &'static Shapes {
@@ -51,15 +57,26 @@ fn read(sdl: &str) -> Shapes {
     // The SDL is the server's own; a parse failure leaves no shapes, and
     // every binding then answers INTERNAL (a unit test parses it).
     let Ok(document) = async_graphql::parser::parse_schema(sdl) else { return shapes };
+    let mut objects: HashMap<String, Vec<(String, String)>> = HashMap::new();
     for definition in document.definitions {
         let TypeSystemDefinition::Type(definition) = definition else { continue };
         let definition = definition.node;
         let name = definition.name.node.to_string();
         match definition.kind {
             TypeKind::Enum(values) => {
+                for value in &values.values {
+                    if let Some(doc) = &value.node.description {
+                        shapes.enum_docs.insert((name.clone(), value.node.value.node.to_string()), doc.node.clone());
+                    }
+                }
                 shapes.enums.insert(name, values.values.iter().map(|v| v.node.value.node.to_string()).collect());
             }
-            TypeKind::Object(object) if name == "Query" || name == "Mutation" => {
+            TypeKind::Object(object) if name != "Query" && name != "Mutation" => {
+                let fields = object.fields.iter().filter(|field| field.node.arguments.is_empty());
+                let fields = fields.map(|field| (field.node.name.node.to_string(), base_of(&field.node.ty.node).0));
+                objects.insert(name, fields.collect());
+            }
+            TypeKind::Object(object) => {
                 let root = if name == "Query" { "Query" } else { "Mutation" };
                 for field in object.fields {
                     let field = field.node;
@@ -79,12 +96,17 @@ fn read(sdl: &str) -> Shapes {
                             }
                         })
                         .collect();
-                    let shape = FieldShape { description: field.description.map(|d| d.node), args };
+                    let result = base_of(&field.ty.node).0;
+                    let shape = FieldShape { description: field.description.map(|d| d.node), args, result };
                     shapes.fields.insert((root, field.name.node.to_string()), shape);
                 }
             }
             _ => {}
         }
+    }
+    for (name, fields) in &objects {
+        let scalars = fields.iter().filter(|(_, ty)| !objects.contains_key(ty)).map(|(field, _)| field.clone());
+        shapes.scalars.insert(name.clone(), scalars.collect());
     }
     shapes
 }
@@ -154,7 +176,9 @@ impl Operation {
         let text = self.description(surface);
         let paragraph = text.split("\n\n").next().unwrap_or_default();
         let line = paragraph.split_whitespace().collect::<Vec<_>>().join(" ");
-        match line.find(". ") {
+        // The first ". " that ends a sentence, not an abbreviation ("e.g. ").
+        let end = line.match_indices(". ").map(|(at, _)| at).find(|at| !line[..*at].ends_with("e.g"));
+        match end {
             Some(end) => line[..=end].to_owned(),
             None => line,
         }
@@ -216,13 +240,26 @@ impl Operation {
         };
         let declared = if variables.is_empty() { String::new() } else { format!("({})", variables.join(", ")) };
         let call = if passed.is_empty() { String::new() } else { format!("({})", passed.join(", ")) };
-        Ok(format!("{keyword}{declared} {{ result: {}{call} {} }}", self.field, self.selection_for(surface)))
+        Ok(format!("{keyword}{declared} {{ result: {}{call} {} }}", self.field, self.selection_in(surface)))
+    }
+
+    /// The selection of the result on `surface`: [`Operation::selection_for`],
+    /// where [`SCALARS`] is every field of the result's type that is a
+    /// scalar or an enum (so a column added to a view's type is read
+    /// without naming it here).
+    fn selection_in(&self, surface: Surface) -> String {
+        let selection = self.selection_for(surface);
+        if selection != SCALARS {
+            return selection;
+        }
+        let fields = self.field_shape().and_then(|shape| shapes().scalars.get(&shape.result));
+        format!("{{ {} }}", fields.map(|fields| fields.join(" ")).unwrap_or_default())
     }
 }
 
 /// `text` (a field's documentation) as a caller of `surface` reads it. The
 /// response's extensions are fields of the result on MCP and the CLI
-/// ([`crate::contract::envelope::result`]): "the response's `extensions.claim`" is
+/// ([`super::envelope::result`]): "the response's `extensions.claim`" is
 /// "the result" there and `extensions.claim.outcome` is `outcome`. A field
 /// named in backquotes is its tool or verb when it has exactly one.
 fn in_words_of(text: &str, surface: Surface) -> String {
@@ -285,6 +322,11 @@ pub fn enum_values(type_name: &str) -> Option<&'static [String]> {
     shapes().enums.get(type_name).map(Vec::as_slice)
 }
 
+/// The description of one value of a GraphQL enum type (its doc comment).
+pub fn enum_value_doc(type_name: &str, value: &str) -> Option<&'static str> {
+    shapes().enum_docs.get(&(type_name.to_owned(), value.to_owned())).map(String::as_str)
+}
+
 impl Arg {
     /// The named type under any list and non-null wrappers.
     pub fn base(&self) -> &str {
@@ -298,7 +340,7 @@ mod tests {
 
     #[test]
     fn every_binding_names_a_field_and_its_presets_are_arguments() {
-        for op in OPERATIONS {
+        for op in OPERATIONS.iter() {
             let shape = op.shape().unwrap_or_else(|_| panic!("no field {}", op.field));
             for (preset, _) in op.preset {
                 assert!(shape.args.iter().any(|arg| arg.name == *preset), "{}: no argument {preset}", op.field);
@@ -319,8 +361,16 @@ mod tests {
     }
 
     #[test]
+    fn a_scalars_selection_reads_every_scalar_field_of_the_result() {
+        let depth = super::super::bindings::tool("queue_depth").expect("queue_depth");
+        let document = depth.document(&Map::new(), Surface::Mcp).expect("document");
+        let every = "{ domain ready claimed inProgress blocked verified stalled done disposed }";
+        assert!(document.ends_with(&format!("{{ result: queueDepth {every} }}")), "{document}");
+    }
+
+    #[test]
     fn a_document_declares_only_given_arguments_and_refuses_unknown_or_missing_ones() {
-        let verify = crate::contract::tool("verify").expect("verify");
+        let verify = super::super::bindings::tool("verify").expect("verify");
         let given: Map<String, Value> = serde_json::from_value(json!({
             "unitId": "00000000-0000-0000-0000-000000000000", "evidenceUrl": "https://x/1"
         }))

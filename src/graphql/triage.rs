@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{Result, ledger, principal};
+use crate::contract::{Operation, Root, TRIAGE, op};
 use crate::db::questions::OpenGroup;
 
 #[derive(Default)]
@@ -55,3 +56,12 @@ impl TriageQuery {
         Ok(groups.into_iter().map(QuestionGroup::from).collect())
     }
 }
+
+/// `openQuestionGroups`' binding on MCP ([`crate::contract`]).
+pub const BINDINGS: &[Operation] = &[Operation {
+    tool: Some("open_question_groups"),
+    selection: "{ question waiting oldestAskedAt questionIds unitIds answeredBefore }",
+    result: "groups",
+    note: "Answer a group at once: answer_question with its first questionId and `alsoAnswerSimilar: true`.",
+    ..op("openQuestionGroups", Root::Query, TRIAGE)
+}];

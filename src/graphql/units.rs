@@ -3,6 +3,7 @@ use uuid::Uuid;
 
 use super::types::WorkUnit;
 use super::{Result, ledger, principal};
+use crate::contract::{Operation, READER, Root, UNIT_ID, op};
 use crate::ledger::RegisterUnit;
 
 #[derive(Default)]
@@ -52,3 +53,9 @@ impl UnitMutation {
         Ok(WorkUnit::returned_all(ctx, units).await)
     }
 }
+
+/// The unit reads' bindings on MCP ([`crate::contract`]).
+pub const BINDINGS: &[Operation] = &[
+    Operation { tool: Some("get_unit"), renamed: UNIT_ID, ..op("unit", Root::Query, READER) },
+    Operation { tool: Some("get_unit_by_ref"), ..op("unitByRef", Root::Query, READER) },
+];

@@ -11,6 +11,7 @@ use uuid::Uuid;
 use super::notes::note;
 use super::types::WorkUnit;
 use super::{Result, ledger, principal};
+use crate::contract::{AGENT, BILLING, Operation, Root, TRIAGE, UNIT_ID, op};
 use crate::db::entities::{Disposition, WorkState};
 use crate::ledger::{ClaimSituation, CostTarget, Dispose, LedgerError, Release, ReleaseOutcome, Unblock};
 
@@ -231,3 +232,55 @@ work_mutation!(
     "Your current attempt: when given and not the unit's current attempt (a newer claim replaced it), the write is LEASE_LOST and changes nothing.",
     "Lease length in seconds, 30..86400 (default 900): heartbeat before it runs out, or the unit becomes reclaimable."
 );
+
+/// These fields' bindings on MCP and the agent CLI ([`crate::contract`]).
+pub const BINDINGS: &[Operation] = &[
+    Operation { tool: Some("claim_next"), verb: Some("claim"), ..op("claimNext", Root::Mutation, AGENT) },
+    Operation {
+        tool: Some("claim_unit"),
+        verb: Some("claim"),
+        renamed: UNIT_ID,
+        ..op("claimUnit", Root::Mutation, AGENT)
+    },
+    Operation { tool: Some("heartbeat"), verb: Some("heartbeat"), ..op("heartbeat", Root::Mutation, AGENT) },
+    Operation {
+        tool: Some("start_work"),
+        verb: Some("start"),
+        preset: &[("to", "IN_PROGRESS")],
+        omits: &["evidenceUrl"],
+        doc: "Starts work on the unit you claimed: CLAIMED -> IN_PROGRESS. Heartbeat before the lease runs out.",
+        ..op("transition", Root::Mutation, AGENT)
+    },
+    Operation {
+        tool: Some("verify"),
+        verb: Some("verify"),
+        preset: &[("to", "VERIFIED")],
+        positional: Some("evidenceUrl"),
+        doc: "Records that the work is done and verified: IN_PROGRESS -> VERIFIED, with `evidenceUrl` a link to the \
+              evidence (a pull request, a CI run). Your attempt ends and the lease is cleared: claim your next unit, \
+              and still dispose of this one with MIGRATED.",
+        ..op("transition", Root::Mutation, AGENT)
+    },
+    Operation {
+        tool: Some("block"),
+        verb: Some("block"),
+        positional: Some("question"),
+        note: "You keep the unit: wait for the answer (wait_for_answer, or the unit's `questions`) or release it. \
+               When `openQuestion.similarAnswered` lists answers to the same question, read them first.",
+        ..op("block", Root::Mutation, AGENT)
+    },
+    Operation { tool: Some("release"), verb: Some("release"), ..op("release", Root::Mutation, AGENT) },
+    Operation {
+        tool: Some("record_cost"),
+        verb: Some("cost"),
+        positional: Some("cents"),
+        ..op("recordCost", Root::Mutation, BILLING)
+    },
+    Operation {
+        tool: Some("dispose"),
+        verb: Some("dispose"),
+        positional: Some("disposition"),
+        ..op("dispose", Root::Mutation, BILLING)
+    },
+    Operation { tool: Some("answer_question"), ..op("unblock", Root::Mutation, TRIAGE) },
+];

@@ -15,6 +15,22 @@ pub const CLAIM: &str = "ledger_claim";
 /// The heartbeat's SQL function.
 pub const HEARTBEAT: &str = "ledger_heartbeat";
 
+/// What a caller may do next with these methods ([`super::state_machine`]):
+/// a claim for a claimable unit (offered by `next_actions`), a heartbeat by
+/// the holder while the lease runs, and the next claim after a verification.
+pub mod act {
+    use super::super::state_machine::{Action, action};
+    use crate::db::entities::WorkState::{Claimed, InProgress, Verified};
+
+    pub const CLAIM_UNIT: Action = action("claimUnit", &[], &[], &[], Some("claim"));
+    /// After a verification the holder claims its next unit (not this one).
+    pub const CLAIM_NEXT: Action = action("claimNext", &[], &[], &[Verified], None);
+    pub const HEARTBEAT: Action = action("heartbeat", &[], &["attemptId"], &[Claimed, InProgress], None);
+}
+
+/// The actions above, in the order `legalActions` names them.
+pub const ACTIONS: &[&super::state_machine::Action] = &[&act::CLAIM_UNIT, &act::CLAIM_NEXT, &act::HEARTBEAT];
+
 /// What a claim did (SPEC §3, "claim outcome").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClaimOutcome {

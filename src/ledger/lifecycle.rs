@@ -20,6 +20,51 @@ pub const RELEASE: &str = "ledger_release";
 pub const RECORD_COST: &str = "ledger_record_cost";
 pub const DISPOSE: &str = "ledger_dispose";
 
+/// What a caller may do next with these methods ([`super::state_machine`]),
+/// with the states in which the holder of the unit may (the moves
+/// themselves are `ledger_moves()`'s, state_machine.sql, and a test holds
+/// the two together). Answering and an operator's dispose are offered by
+/// `next_actions`.
+pub mod act {
+    use super::super::state_machine::{Action, action};
+    use crate::db::entities::WorkState::{Blocked, Claimed, InProgress, Verified};
+
+    pub const START: Action = action("transition", &[("to", "IN_PROGRESS")], &[], &[Claimed], Some("start"));
+    pub const VERIFY: Action =
+        action("transition", &[("to", "VERIFIED")], &["evidenceUrl"], &[InProgress], Some("verify"));
+    pub const BLOCK: Action = action("block", &[], &["question"], &[InProgress], Some("block"));
+    pub const RELEASE: Action = action("release", &[], &[], &[Claimed, InProgress, Blocked], Some("release"));
+    pub const RECORD_COST: Action = action(
+        "recordCost",
+        &[],
+        &["unitId", "cents", "idempotencyKey"],
+        &[Claimed, InProgress, Blocked, Verified],
+        None,
+    );
+    pub const UNBLOCK: Action = action("unblock", &[], &["questionId", "answer"], &[], Some("unblock"));
+    pub const DISPOSE_MIGRATED: Action =
+        action("dispose", &[("disposition", "MIGRATED")], &[], &[Verified], Some("dispose"));
+    pub const DISPOSE_ABANDON: Action = action(
+        "dispose",
+        &[("disposition", "DROPPED|DEFERRED|DEAD")],
+        &["evidenceUrl"],
+        &[InProgress, Blocked],
+        Some("dispose"),
+    );
+}
+
+/// The actions above, in the order `legalActions` names them.
+pub const ACTIONS: &[&super::state_machine::Action] = &[
+    &act::START,
+    &act::VERIFY,
+    &act::BLOCK,
+    &act::RELEASE,
+    &act::RECORD_COST,
+    &act::UNBLOCK,
+    &act::DISPOSE_MIGRATED,
+    &act::DISPOSE_ABANDON,
+];
+
 const DEFAULT_ASSIGNEE_GROUP: &str = "agent-questions";
 
 /// Input of `unblock`.

@@ -1,23 +1,35 @@
 //! The state machine of SPEC §3 as the caller sees it: which actions are
-//! legal next for this principal on this unit, and from which states a
-//! disposition may be set. The database enforces the same transitions
+//! legal next for this principal on this unit. The database enforces the same transitions
 //! (trigger `work_units_guard`); this module explains them.
 
 use chrono::{DateTime, Utc};
 
+use super::claims::{self, act::CLAIM_NEXT, act::CLAIM_UNIT};
+use super::lifecycle::{self, act::DISPOSE_ABANDON, act::DISPOSE_MIGRATED, act::UNBLOCK};
 use crate::auth::{Permission, Principal};
-use crate::db::entities::{Disposition, WorkState, work_unit};
+use crate::db::entities::{WorkState, work_unit};
 
 /// One thing a caller may do next: a root field, the arguments the action
-/// fixes (`to: IN_PROGRESS`) and those the caller supplies beyond the unit.
-/// Its `Display` is the GraphQL call shape an agent can copy
+/// fixes (`to: IN_PROGRESS`), those the caller supplies beyond the unit,
+/// the states in which the holder of a unit may take it, and the move of
+/// `ledger_moves()` it makes, if it moves the unit. Its `Display`
+/// is the GraphQL call shape an agent can copy
 /// (`transition(to: VERIFIED, evidenceUrl)`); the MCP tool and the CLI verb
-/// for it are the operation contract's ([`crate::contract::render_action`]).
+/// for it are its binding's ([`crate::graphql::bindings::render_action`]).
+/// An action is declared beside the ledger method that performs it
+/// (`claims::ACTIONS`, `lifecycle::ACTIONS`).
 #[derive(Debug, PartialEq, Eq)]
 pub struct Action {
     pub field: &'static str,
     pub fixed: &'static [(&'static str, &'static str)],
     pub needs: &'static [&'static str],
+    /// The states in which the holder of a unit may take it: the holder's
+    /// loop. Empty for an action the holder does not take (a claim,
+    /// answering a question) or that [`next_actions`] offers otherwise.
+    pub holder: &'static [WorkState],
+    /// The action of `ledger_moves()` (state_machine.sql) it makes, if it
+    /// moves the unit; a test holds `holder` to that declaration.
+    pub moves: Option<&'static str>,
 }
 
 impl std::fmt::Display for Action {
@@ -36,111 +48,40 @@ impl std::fmt::Display for Action {
     }
 }
 
-const fn action(
+pub const fn action(
     field: &'static str,
     fixed: &'static [(&'static str, &'static str)],
     needs: &'static [&'static str],
+    holder: &'static [WorkState],
+    moves: Option<&'static str>,
 ) -> Action {
-    Action { field, fixed, needs }
+    Action { field, fixed, needs, holder, moves }
 }
 
-pub const CLAIM_UNIT: Action = action("claimUnit", &[], &[]);
-pub const CLAIM_NEXT: Action = action("claimNext", &[], &[]);
-pub const HEARTBEAT: Action = action("heartbeat", &[], &["attemptId"]);
-pub const START: Action = action("transition", &[("to", "IN_PROGRESS")], &[]);
-pub const VERIFY: Action = action("transition", &[("to", "VERIFIED")], &["evidenceUrl"]);
-pub const BLOCK: Action = action("block", &[], &["question"]);
-pub const RELEASE: Action = action("release", &[], &[]);
-pub const RECORD_COST: Action = action("recordCost", &[], &["unitId", "cents", "idempotencyKey"]);
-pub const UNBLOCK: Action = action("unblock", &[], &["questionId", "answer"]);
-pub const WAIT_FOR_ANSWER: Action = action("waitForAnswer", &[], &[]);
-pub const DISPOSE_MIGRATED: Action = action("dispose", &[("disposition", "MIGRATED")], &[]);
-pub const DISPOSE_ABANDON: Action = action("dispose", &[("disposition", "DROPPED|DEFERRED|DEAD")], &["evidenceUrl"]);
+/// `waitForAnswer` is a read of the live feed (`live::wait`), not a ledger
+/// method, so its action is declared here.
+pub const WAIT_FOR_ANSWER: Action = action("waitForAnswer", &[], &[], &[WorkState::Blocked], None);
 
-/// Every action [`legal_actions`] can name.
-pub const ACTIONS: &[&Action] = &[
-    &CLAIM_UNIT,
-    &CLAIM_NEXT,
-    &HEARTBEAT,
-    &START,
-    &VERIFY,
-    &BLOCK,
-    &RELEASE,
-    &RECORD_COST,
-    &UNBLOCK,
-    &WAIT_FOR_ANSWER,
-    &DISPOSE_MIGRATED,
-    &DISPOSE_ABANDON,
-];
-
-/// One state of the holder's loop: what the agent that holds a unit in
-/// `state` may do with it, and what to do then in a sentence.
-pub struct Step {
-    pub state: WorkState,
-    pub actions: &'static [&'static Action],
-    pub says: &'static str,
+/// Every action [`legal_actions`] can name, in the order it names them.
+pub fn actions() -> impl Iterator<Item = &'static Action> {
+    let own: &'static [&'static Action] = &[&WAIT_FOR_ANSWER];
+    own.iter().chain(claims::ACTIONS).chain(lifecycle::ACTIONS).copied()
 }
 
-/// The holder's loop, declared once: [`next_actions`] gives these actions
-/// to the holder (an agent's `legalActions`), and the MCP instructions are
-/// written from the same rows ([`crate::contract::holder_loop`]). VERIFIED
-/// is no longer held (the attempt ended) but the agent is still its
-/// holder of record, the one that disposes of it.
-pub const HOLDER_LOOP: &[Step] = &[
-    Step {
-        state: WorkState::Claimed,
-        actions: &[&HEARTBEAT, &START, &RELEASE, &RECORD_COST],
-        says: "start work (or release the unit if it is not for you)",
-    },
-    Step {
-        state: WorkState::InProgress,
-        actions: &[&HEARTBEAT, &VERIFY, &BLOCK, &RELEASE, &RECORD_COST, &DISPOSE_ABANDON],
-        says: "heartbeat before the lease runs out; verify with an evidence link when done; block with a question \
-               when stuck; dispose DROPPED, DEFERRED or DEAD with evidence when the unit should not be migrated",
-    },
-    Step {
-        state: WorkState::Blocked,
-        actions: &[&WAIT_FOR_ANSWER, &RELEASE, &RECORD_COST, &DISPOSE_ABANDON],
-        says: "wait for the answer (it returns the unit IN_PROGRESS with the answer in its `questions`), or \
-               release the unit to take other work",
-    },
-    Step {
-        state: WorkState::Verified,
-        actions: &[&DISPOSE_MIGRATED, &RECORD_COST, &CLAIM_NEXT],
-        says: "the attempt has ended and you hold nothing: claim your next unit, and still dispose of this one \
-               with MIGRATED",
-    },
-];
-
-/// The holder's actions in `state` (none where the loop has no step).
-pub fn holder_actions(state: WorkState) -> &'static [&'static Action] {
-    HOLDER_LOOP.iter().find(|step| step.state == state).map_or(&[], |step| step.actions)
+/// The holder's loop: what the agent that holds a unit in `state` may do
+/// with it, in [`actions`]' order. [`next_actions`] gives these to the
+/// holder (an agent's `legalActions`), and MCP's instructions teach the
+/// same ([`crate::graphql::bindings::holder_loop`]). VERIFIED is no longer
+/// held (the attempt ended) but the agent is still its holder of record,
+/// the one that disposes of it.
+pub fn holder_actions(state: WorkState) -> Vec<&'static Action> {
+    actions().filter(|action| action.holder.contains(&state)).collect()
 }
 
-/// Where a disposition leads and from which states it may be set.
-pub struct DisposeRule {
-    pub terminal: WorkState,
-    /// States in which the holder may set it.
-    pub holder_states: &'static [WorkState],
-    /// States in which an operator (`units:dispose-any`) may set it.
-    pub operator_states: &'static [WorkState],
-}
-
-/// MIGRATED only from VERIFIED (-> DONE); DROPPED, DEFERRED and DEAD by the
-/// holder from IN_PROGRESS or BLOCKED, by an operator from any non-terminal
-/// state (-> ABANDONED).
-pub fn dispose_rule(disposition: Disposition) -> DisposeRule {
-    use WorkState::*;
-    match disposition {
-        Disposition::Migrated => {
-            DisposeRule { terminal: Done, holder_states: &[Verified], operator_states: &[Verified] }
-        }
-        Disposition::Dropped | Disposition::Deferred | Disposition::Dead => DisposeRule {
-            terminal: Abandoned,
-            holder_states: &[InProgress, Blocked],
-            operator_states: &[Ready, Claimed, InProgress, Blocked, Verified],
-        },
-    }
+/// The states in which a holder acts, in the order of a unit's life.
+pub fn holder_states() -> Vec<WorkState> {
+    use sea_orm::Iterable;
+    WorkState::iter().filter(|state| !holder_actions(*state).is_empty()).collect()
 }
 
 /// True when a CLAIMED or IN_PROGRESS unit's lease has run out before `now`
@@ -197,13 +138,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_loop_names_each_holding_state_once() {
-        let mut states: Vec<String> = HOLDER_LOOP.iter().map(|step| format!("{:?}", step.state)).collect();
-        let count = states.len();
-        states.dedup();
-        assert_eq!(states.len(), count);
+    fn the_loop_is_the_actions_declared_for_the_holder() {
+        assert_eq!(
+            holder_states(),
+            [WorkState::Claimed, WorkState::InProgress, WorkState::Blocked, WorkState::Verified]
+        );
         assert!(holder_actions(WorkState::Blocked).contains(&&WAIT_FOR_ANSWER));
         assert!(holder_actions(WorkState::Verified).contains(&&CLAIM_NEXT));
         assert!(holder_actions(WorkState::Done).is_empty());
+        let names: Vec<String> = actions().map(ToString::to_string).collect();
+        let mut unique = names.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len(), "an action declared twice: {names:?}");
     }
 }

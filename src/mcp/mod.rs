@@ -9,7 +9,7 @@
 //! resolver, checks, metrics and spans as `/graphql`). The result is the
 //! field's value as structured content (a write's unit as it is now, a
 //! read's with its history; `legalActions` as tool names); a refusal is a tool error carrying the
-//! envelope every surface shares ([`crate::contract::envelope`]). `tools/list`
+//! envelope every surface shares ([`crate::graphql::envelope`]). `tools/list`
 //! shows only the tools the token's permissions allow. What the transport
 //! refuses is a JSON-RPC error ([`rpc_errors`]).
 
@@ -30,12 +30,13 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::Principal;
-use crate::contract::{self, Surface, envelope};
+use crate::contract::{self, Surface};
 use crate::graphql::{LedgerSchema, error_object};
+use crate::graphql::{bindings, envelope};
 use crate::ledger::LedgerError;
 
 /// The server's instructions: how the loop goes, with the holder's loop of
-/// the state machine ([`contract::holder_loop`]) in tool names.
+/// the state machine ([`bindings::holder_loop`]) in tool names.
 fn instructions() -> String {
     format!(
         "work-ledger: the system of record for a fleet of coding agents. \
@@ -52,7 +53,7 @@ your lease ran out and the unit was reclaimed, the write is refused with LEASE_L
 another agent's work. \
 Give every write an `idempotencyKey`; after an UNAVAILABLE error (the database failing over) or a lost \
 answer, call again with the same arguments and the same key: a write that did land is returned, not made twice.",
-        contract::holder_loop(Surface::Mcp)
+        bindings::holder_loop(Surface::Mcp)
     )
 }
 
@@ -103,7 +104,7 @@ impl ServerHandler for LedgerTools {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let who = principal(&context)?;
-        let tools = contract::OPERATIONS.iter().filter(|op| op.permitted(&who)).filter_map(|op| {
+        let tools = bindings::OPERATIONS.iter().filter(|op| op.permitted(&who)).filter_map(|op| {
             let name = op.tool?;
             Some(Tool::new(name, op.description(Surface::Mcp), Arc::new(op.input_schema())))
         });
@@ -116,7 +117,7 @@ impl ServerHandler for LedgerTools {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let who = principal(&context)?;
-        let Some(op) = contract::tool(&request.name) else {
+        let Some(op) = bindings::tool(&request.name) else {
             return Err(ErrorData::invalid_params(format!("no tool named `{}`", request.name), None));
         };
         let args = request.arguments.unwrap_or_default();
@@ -154,5 +155,5 @@ impl LedgerTools {
 
 /// The tools and their descriptions' first lines, for the quick start.
 pub fn tool_names() -> impl Iterator<Item = (&'static str, String)> {
-    contract::OPERATIONS.iter().filter_map(|op| Some((op.tool?, op.description(Surface::Mcp))))
+    bindings::OPERATIONS.iter().filter_map(|op| Some((op.tool?, op.description(Surface::Mcp))))
 }

@@ -354,7 +354,7 @@ async fn four_agents_work_a_domain_through_mcp_alone() {
     .await;
     assert_eq!(
         v["structuredContent"]["unit"]["legalActions"],
-        json!(["dispose(disposition: MIGRATED)", "record_cost(unitId, cents, idempotencyKey)", "claim_next"]),
+        json!(["claim_next", "record_cost(unitId, cents, idempotencyKey)", "dispose(disposition: MIGRATED)"]),
         "{v:#}"
     );
     let done = tool(&app, a, "dispose", json!({ "unitId": u, "disposition": "MIGRATED" })).await;

@@ -6,7 +6,8 @@
 use serde_json::{Value, json};
 use tokio::process::Command;
 use work_ledger::auth::Role;
-use work_ledger::contract::{self, OPERATIONS, Root};
+use work_ledger::contract::Root;
+use work_ledger::graphql::bindings::{self, OPERATIONS};
 
 use crate::helpers::{TestApp, spawn_app};
 use crate::node_client::client_dir;
@@ -72,7 +73,7 @@ async fn the_official_mcp_client_drives_a_lifecycle_and_meets_refusals() {
     let reader_tools = step("reader tools")["tools"].clone();
     assert_eq!(reader_tools, tools_of(Role::Reader), "the contract's tools for a reader");
     let reads: Vec<_> =
-        reader_tools.as_array().expect("tools").iter().filter_map(Value::as_str).map(contract::tool).collect();
+        reader_tools.as_array().expect("tools").iter().filter_map(Value::as_str).map(bindings::tool).collect();
     assert!(!reads.is_empty() && reads.iter().all(|op| op.is_some_and(|op| op.root == Root::Query)), "{reader_tools}");
     let forbidden = step("reader claim_next");
     assert_eq!(forbidden["isError"], true);

@@ -4,7 +4,7 @@
 fn schema_graphql_matches_the_server() {
     let committed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/schema.graphql"))
         .expect("schema.graphql at the repo root");
-    let printed = work_ledger::graphql::sdl();
+    let printed = work_ledger::graphql::schema_file();
     assert!(
         committed == printed,
         "schema.graphql is stale: run `cargo run -- print-schema > schema.graphql` and commit it"
@@ -19,5 +19,5 @@ fn print_schema_command_prints_the_same_sdl() {
         .output()
         .expect("run work-ledger print-schema");
     assert!(out.status.success());
-    assert_eq!(String::from_utf8_lossy(&out.stdout), work_ledger::graphql::sdl());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), work_ledger::graphql::schema_file());
 }

@@ -2,23 +2,36 @@ use async_graphql::Enum;
 use sea_orm::entity::prelude::*;
 use serde::{Deserialize, Serialize};
 
-/// Where a unit is in its life (SPEC §3).
+/// Where a unit is in its life (SPEC §3). Each state's description says
+/// what its holder does in it: MCP's instructions teach the holder's loop
+/// from these sentences.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EnumIter, DeriveActiveEnum, Enum, Serialize, Deserialize)]
 #[sea_orm(rs_type = "String", db_type = "Enum", enum_name = "work_state")]
 #[serde(rename_all = "snake_case")]
 pub enum WorkState {
+    /// Waiting to be claimed: no one holds it.
     #[sea_orm(string_value = "ready")]
     Ready,
+    /// Claimed under a lease, work not started: start work, or release the unit if it is not for you.
     #[sea_orm(string_value = "claimed")]
     Claimed,
+    /// Being worked on under a lease: heartbeat before the lease runs out; verify with an evidence link when
+    /// done; block with a question when stuck; dispose DROPPED, DEFERRED or DEAD with evidence when the unit
+    /// should not be migrated.
     #[sea_orm(string_value = "in_progress")]
     InProgress,
+    /// Waiting for the answer to its blocking question: wait for it (it returns the unit IN_PROGRESS with the
+    /// answer in its `questions`), or release the unit to take other work.
     #[sea_orm(string_value = "blocked")]
     Blocked,
+    /// Verified with evidence; the attempt ended and the lease is cleared, so its agent holds nothing: claim
+    /// your next unit, and still dispose of this one with MIGRATED.
     #[sea_orm(string_value = "verified")]
     Verified,
+    /// Disposed MIGRATED: final.
     #[sea_orm(string_value = "done")]
     Done,
+    /// Disposed DROPPED, DEFERRED or DEAD: final.
     #[sea_orm(string_value = "abandoned")]
     Abandoned,
 }

@@ -6,8 +6,12 @@ use uuid::Uuid;
 
 use super::query::Query;
 
-/// The work of one domain (`v_queue_depth`).
-#[derive(Debug, Clone, FromQueryResult)]
+// The view's row is the API's type as it is (`QueueDepth`), so that a
+// column is added here once.
+/// The work of one domain (`v_queue_depth`): its open units by state, then
+/// its finished ones.
+#[derive(Debug, Clone, FromQueryResult, async_graphql::SimpleObject)]
+#[graphql(name = "QueueDepth")]
 pub struct QueueDepthRow {
     pub domain: String,
     pub ready: i64,
@@ -17,9 +21,11 @@ pub struct QueueDepthRow {
     pub verified: i64,
     /// CLAIMED or IN_PROGRESS with an expired lease.
     pub stalled: i64,
-    /// DONE units.
+    /// DONE units (disposed MIGRATED).
     pub done: i64,
-    /// Units with a disposition (DONE and ABANDONED).
+    /// Units with a permanent disposition: the DONE ones and the ABANDONED
+    /// ones (DROPPED, DEFERRED, DEAD). A domain with nothing open and units
+    /// disposed is finished.
     pub disposed: i64,
 }
 

@@ -5,8 +5,9 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{Attempt, BlockingQuestion, WorkUnitEvent};
-use crate::contract::{self, Surface};
+use crate::contract::Surface;
 use crate::db::entities::{Disposition, QuestionStatus, WorkState, work_unit};
+use crate::graphql::bindings;
 use crate::graphql::loaders::{self as loader, AttemptId, AttemptsOf, DisposalOf, EventsOf, QuestionsOf};
 use crate::graphql::pagination::{Conn, SortOrder, TotalCount, counted_with};
 use crate::graphql::{Result, ledger, loaders, principal};
@@ -161,6 +162,6 @@ impl WorkUnit {
     async fn legal_actions(&self, ctx: &Context<'_>, surface: Option<Surface>) -> Result<Vec<String>> {
         let surface = surface.unwrap_or_default();
         let actions = state_machine::next_actions(&self.0, principal(ctx)?, Utc::now());
-        Ok(actions.into_iter().filter_map(|action| contract::render_action(action, surface)).collect())
+        Ok(actions.into_iter().filter_map(|action| bindings::render_action(action, surface)).collect())
     }
 }

@@ -6,7 +6,8 @@
 
 use serde_json::{Map, Value};
 
-use super::{Operation, Surface, translate};
+use super::bindings::translate;
+use crate::contract::{Operation, Surface};
 
 /// One GraphQL error object (`message`, `extensions`) as a refusal.
 pub fn refusal(error: &Value, surface: Surface) -> Map<String, Value> {
