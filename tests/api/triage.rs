@@ -138,6 +138,36 @@ async fn one_answer_clears_a_burst_of_the_same_question_and_nothing_else() {
     assert_eq!(theirs_q.data()["unit"]["openQuestion"]["similarAnswered"], json!([]));
 }
 
+/// `alsoAnswerSimilar` answers within the named question's assignee group
+/// (SPEC §7): the same text asked of another group waits for that group's
+/// triage, which subscribes to its own questions.
+#[tokio::test]
+async fn a_similar_answer_stays_within_the_named_questions_group() {
+    let app = spawn_app().await;
+    let op = app.token("f", "op", Role::Operator).await;
+    app.register(&op, &["f/p0", "f/p1", "f/l0"]).await;
+    let mut asked = Vec::new();
+    for (i, group) in ["payroll", "payroll", "ledger"].iter().enumerate() {
+        let agent = Agent::new(&app, "f", &format!("grouped-{i}"), Role::Agent).await;
+        let unit = agent.claim_next(json!({})).await.str("id");
+        agent.transition(&unit, "IN_PROGRESS", json!({})).await.unit();
+        let blocked = agent.block(&unit, ROUNDING[i], json!({ "group": group })).await;
+        asked.push((unit, blocked.unit()["openQuestion"]["id"].as_str().expect("question").to_owned()));
+    }
+    let triage = app.token("f", "triage", Role::Triage).await;
+    let (unit, question) = &asked[0];
+    let answer = app
+        .gql(&triage, UNBLOCK, json!({ "u": unit, "q": question, "a": "Yes.", "similar": true, "key": "g-1" }))
+        .await;
+    assert_eq!(answer.unit()["state"], "IN_PROGRESS", "{:#}", answer.body);
+    assert_eq!(answer.body["extensions"]["unblock"]["alsoAnsweredUnitIds"], json!([asked[1].0]), "{:#}", answer.body);
+    assert_eq!(unblocked_events(&app, &asked[1].0).await, 1, "payroll's other question is answered");
+    assert_eq!(unblocked_events(&app, &asked[2].0).await, 0, "ledger's question waits for ledger's triage");
+    let open =
+        app.sql_json(&format!("SELECT status::text AS s FROM blocking_questions WHERE id = '{}'", asked[2].1)).await;
+    assert_eq!(open, [json!({ "s": "open" })]);
+}
+
 /// Two triage answers to two units of one group at the same moment: units
 /// are locked in id order, so neither deadlocks; every unit is answered
 /// exactly once, by one of them.
