@@ -14,8 +14,8 @@ struct SqlMigration {
 }
 
 macro_rules! sql_migration {
-    ($name:literal, $file:literal) => {
-        Box::new(SqlMigration { name: $name, sql: include_str!(concat!("sql/", $file, ".sql")) })
+    ($name:literal, $sql:expr) => {
+        Box::new(SqlMigration { name: $name, sql: $sql })
     };
 }
 
@@ -56,13 +56,12 @@ pub struct Migrator;
 
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
+    /// Every `sql/NNNN_<what>.sql`, in order (listed by `build.rs`): 0001
+    /// is the whole schema of the first release (the development
+    /// migrations 0001-0043 folded into one), 0002 the projection from
+    /// Temporal (links, per-run marks, workflow-held units).
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![
-            // The whole schema of the first release (the development migrations 0001-0043 folded into one).
-            sql_migration!("m20261207_000001_baseline", "0001_baseline"),
-            // The projection from Temporal: links, per-run marks, workflow-held units.
-            sql_migration!("m20261207_000002_temporal", "0002_temporal"),
-        ]
+        include!(concat!(env!("OUT_DIR"), "/migrations.rs"))
     }
 }
 

@@ -62,7 +62,8 @@ pub struct Operation {
     /// actions named, only for tokens that may).
     pub needs: &'static [Permission],
     /// The selection of the field's result (empty for a scalar); `UNIT`
-    /// for a `WorkUnit`.
+    /// for a `WorkUnit`, [`SCALARS`] for every scalar field of the result's
+    /// type (the placeholders are filled by [`crate::graphql::shape`]).
     pub selection: &'static str,
     /// The key the result is returned under on MCP (and printed by the CLI).
     pub result: &'static str,
@@ -145,11 +146,6 @@ pub const CLI_FILLS: &[&str] = &["unitId", "attemptId", "idempotencyKey"];
 impl Operation {
     pub fn permitted(&self, who: &Principal) -> bool {
         self.needs.iter().any(|p| who.has(*p))
-    }
-
-    /// The selection with `$UNIT` and `SURFACE` replaced.
-    pub fn selection_for(&self, surface: Surface) -> String {
-        self.selection.replace("$UNIT", UNIT).replace("SURFACE", surface.api_name())
     }
 
     pub(crate) fn binding(&self, surface: Surface) -> Option<&'static str> {

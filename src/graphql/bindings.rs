@@ -100,6 +100,24 @@ pub fn holder_loop(surface: Surface) -> String {
     lines.collect::<Vec<_>>().join("\n")
 }
 
+/// The MCP tools whose `attemptId` fences the write to the caller's
+/// attempt (the field's argument takes the shared fence description,
+/// `$fence` in work.rs), as prose: `start_work`, `verify`, ... and `dispose`.
+pub fn fenced_tools() -> String {
+    let fenced = OPERATIONS.iter().filter(|op| {
+        op.args().iter().any(|arg| {
+            arg.name == "attemptId"
+                && !arg.required
+                && arg.description.as_deref().is_some_and(|d| d.starts_with("Your current attempt:"))
+        })
+    });
+    let names: Vec<String> = fenced.filter_map(|op| op.tool).map(|tool| format!("`{tool}`")).collect();
+    match names.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => names.concat(),
+    }
+}
+
 /// Every binding as a comment block for the end of `schema.graphql`
 /// ([`super::schema_file`]): MCP tool, CLI verb, GraphQL field with the
 /// arguments the binding fixes, who may call it and the first sentence of
@@ -140,13 +158,16 @@ pub fn translate(graphql: &str, surface: Surface) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::Permission;
     use crate::ledger::{claims, lifecycle};
 
     #[test]
     fn every_action_has_a_tool_and_every_agent_action_a_verb() {
         for action in state_machine::actions() {
             assert!(render_action(action, Surface::Mcp).is_some(), "no MCP tool for {action}");
-            if action.field != "unblock" {
+            // The agent CLI is for agents: what an agent's token may do has a verb.
+            let for_agents = bound(action, Surface::Mcp).is_some_and(|op| op.needs.contains(&Permission::UnitsClaim));
+            if for_agents {
                 assert!(render_action(action, Surface::Cli).is_some(), "no CLI verb for {action}");
             }
         }
@@ -175,6 +196,11 @@ mod tests {
         assert_eq!(names.len(), count);
         // The rows the agent CLI reads a unit and its status through.
         assert!(tool("get_unit").is_some() && verb("status").next().is_some());
+    }
+
+    #[test]
+    fn the_fenced_tools_are_read_from_their_arguments() {
+        assert_eq!(fenced_tools(), "`start_work`, `verify`, `block`, `release` and `dispose`");
     }
 
     #[test]

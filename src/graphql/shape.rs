@@ -12,7 +12,7 @@ use async_graphql::parser::types::{BaseType, Type, TypeKind, TypeSystemDefinitio
 use serde_json::{Map, Value, json};
 
 use super::bindings::OPERATIONS;
-use crate::contract::{Operation, Root, SCALARS, Surface};
+use crate::contract::{Operation, Root, SCALARS, Surface, UNIT};
 use crate::ledger::LedgerError;
 
 /// One argument of a field.
@@ -58,12 +58,15 @@ fn read(sdl: &str) -> Shapes {
     // every binding then answers INTERNAL (a unit test parses it).
     let Ok(document) = async_graphql::parser::parse_schema(sdl) else { return shapes };
     let mut objects: HashMap<String, Vec<(String, String)>> = HashMap::new();
+    let mut leaves: Vec<String> = ["String", "Int", "Float", "Boolean", "ID"].map(str::to_owned).to_vec();
     for definition in document.definitions {
         let TypeSystemDefinition::Type(definition) = definition else { continue };
         let definition = definition.node;
         let name = definition.name.node.to_string();
         match definition.kind {
+            TypeKind::Scalar => leaves.push(name),
             TypeKind::Enum(values) => {
+                leaves.push(name.clone());
                 for value in &values.values {
                     if let Some(doc) = &value.node.description {
                         shapes.enum_docs.insert((name.clone(), value.node.value.node.to_string()), doc.node.clone());
@@ -105,7 +108,7 @@ fn read(sdl: &str) -> Shapes {
         }
     }
     for (name, fields) in &objects {
-        let scalars = fields.iter().filter(|(_, ty)| !objects.contains_key(ty)).map(|(field, _)| field.clone());
+        let scalars = fields.iter().filter(|(_, ty)| leaves.contains(ty)).map(|(field, _)| field.clone());
         shapes.scalars.insert(name.clone(), scalars.collect());
     }
     shapes
@@ -240,20 +243,22 @@ impl Operation {
         };
         let declared = if variables.is_empty() { String::new() } else { format!("({})", variables.join(", ")) };
         let call = if passed.is_empty() { String::new() } else { format!("({})", passed.join(", ")) };
-        Ok(format!("{keyword}{declared} {{ result: {}{call} {} }}", self.field, self.selection_in(surface)))
+        Ok(format!("{keyword}{declared} {{ result: {}{call} {} }}", self.field, self.selection_in(surface)?))
     }
 
-    /// The selection of the result on `surface`: [`Operation::selection_for`],
-    /// where [`SCALARS`] is every field of the result's type that is a
-    /// scalar or an enum (so a column added to a view's type is read
-    /// without naming it here).
-    fn selection_in(&self, surface: Surface) -> String {
-        let selection = self.selection_for(surface);
-        if selection != SCALARS {
-            return selection;
+    /// The selection of the result on `surface`: `$UNIT` is [`UNIT`],
+    /// `SURFACE` the surface's name, and [`SCALARS`] every field of the
+    /// result's type that is a scalar or an enum (so a column added to a
+    /// view's type is read without naming it here).
+    fn selection_in(&self, surface: Surface) -> Result<String, LedgerError> {
+        if self.selection != SCALARS {
+            return Ok(self.selection.replace("$UNIT", UNIT).replace("SURFACE", surface.api_name()));
         }
         let fields = self.field_shape().and_then(|shape| shapes().scalars.get(&shape.result));
-        format!("{{ {} }}", fields.map(|fields| fields.join(" ")).unwrap_or_default())
+        match fields {
+            Some(fields) if !fields.is_empty() => Ok(format!("{{ {} }}", fields.join(" "))),
+            _ => Err(LedgerError::internal(format!("`{}` has no scalar fields to select", self.field))),
+        }
     }
 }
 
@@ -364,8 +369,11 @@ mod tests {
     fn a_scalars_selection_reads_every_scalar_field_of_the_result() {
         let depth = super::super::bindings::tool("queue_depth").expect("queue_depth");
         let document = depth.document(&Map::new(), Surface::Mcp).expect("document");
-        let every = "{ domain ready claimed inProgress blocked verified stalled done disposed }";
-        assert!(document.ends_with(&format!("{{ result: queueDepth {every} }}")), "{document}");
+        // Every column of the view, whatever states there are, and nothing that is an object.
+        let selected = document.split("queueDepth {").nth(1).unwrap_or_default();
+        for field in ["domain", "ready", "claimed", "blocked", "stalled", "done", "disposed"] {
+            assert!(selected.split_whitespace().any(|word| word == field), "{field}: {document}");
+        }
     }
 
     #[test]

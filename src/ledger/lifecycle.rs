@@ -59,9 +59,9 @@ pub const ACTIONS: &[&super::state_machine::Action] = &[
     &act::VERIFY,
     &act::BLOCK,
     &act::RELEASE,
+    &act::DISPOSE_MIGRATED,
     &act::RECORD_COST,
     &act::UNBLOCK,
-    &act::DISPOSE_MIGRATED,
     &act::DISPOSE_ABANDON,
 ];
 

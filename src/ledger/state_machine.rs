@@ -75,7 +75,11 @@ pub fn actions() -> impl Iterator<Item = &'static Action> {
 /// held (the attempt ended) but the agent is still its holder of record,
 /// the one that disposes of it.
 pub fn holder_actions(state: WorkState) -> Vec<&'static Action> {
-    actions().filter(|action| action.holder.contains(&state)).collect()
+    let mut held: Vec<&'static Action> = actions().filter(|action| action.holder.contains(&state)).collect();
+    // What concerns the next unit comes after everything about this one:
+    // a VERIFIED unit is disposed of before (or besides) the next claim.
+    held.sort_by_key(|action| action.field == CLAIM_NEXT.field);
+    held
 }
 
 /// The states in which a holder acts, in the order of a unit's life.
@@ -139,12 +143,12 @@ mod tests {
 
     #[test]
     fn the_loop_is_the_actions_declared_for_the_holder() {
-        assert_eq!(
-            holder_states(),
-            [WorkState::Claimed, WorkState::InProgress, WorkState::Blocked, WorkState::Verified]
-        );
-        assert!(holder_actions(WorkState::Blocked).contains(&&WAIT_FOR_ANSWER));
-        assert!(holder_actions(WorkState::Verified).contains(&&CLAIM_NEXT));
+        for state in [WorkState::Claimed, WorkState::InProgress, WorkState::Blocked, WorkState::Verified] {
+            assert!(holder_states().contains(&state), "{state:?}");
+        }
+        assert_eq!(holder_actions(WorkState::Blocked).first(), Some(&&WAIT_FOR_ANSWER));
+        let verified = holder_actions(WorkState::Verified);
+        assert_eq!((verified.first(), verified.last()), (Some(&&DISPOSE_MIGRATED), Some(&&CLAIM_NEXT)));
         assert!(holder_actions(WorkState::Done).is_empty());
         let names: Vec<String> = actions().map(ToString::to_string).collect();
         let mut unique = names.clone();

@@ -48,12 +48,12 @@ What you may do with your unit, by its state (every result's `legalActions` name
 Writes answer with the unit as it is now (state, current attempt, lease, open question, `legalActions`); \
 `get_unit` shows its history: earlier `attempts` (who, outcome, why) and `questions` with their answers. \
 `my_work` says what you hold and what awaits your disposition. \
-Pass your `currentAttemptId` as `attemptId` to `start_work`, `verify`, `block`, `release` and `dispose`: if \
-your lease ran out and the unit was reclaimed, the write is refused with LEASE_LOST instead of acting on \
-another agent's work. \
+Pass your `currentAttemptId` as `attemptId` to {}: if your lease ran out and the unit was reclaimed, the \
+write is refused with LEASE_LOST instead of acting on another agent's work. \
 Give every write an `idempotencyKey`; after an UNAVAILABLE error (the database failing over) or a lost \
 answer, call again with the same arguments and the same key: a write that did land is returned, not made twice.",
-        bindings::holder_loop(Surface::Mcp)
+        bindings::holder_loop(Surface::Mcp),
+        bindings::fenced_tools()
     )
 }
 

@@ -9,6 +9,10 @@ use std::process::Output;
 
 use serde_json::{Map, Value, json};
 use work_ledger::auth::Role;
+use work_ledger::contract::Surface;
+use work_ledger::db::entities::WorkState;
+use work_ledger::graphql::bindings;
+use work_ledger::ledger::state_machine;
 
 use crate::helpers::{Agent, TestApp, spawn_app};
 use crate::mcp::tool;
@@ -109,32 +113,14 @@ async fn every_surface_refuses_with_the_same_envelope_and_changes_nothing() {
     cli_ok(&cli(&app, &agent.token, &state, &["start"]).await);
     let before = app.snapshot(&unit).await;
 
-    let in_progress = [
-        json!([
-            "heartbeat(attemptId)",
-            "transition(to: VERIFIED, evidenceUrl)",
-            "block(question)",
-            "release",
-            "recordCost(unitId, cents, idempotencyKey)",
-            "dispose(disposition: DROPPED|DEFERRED|DEAD, evidenceUrl)"
-        ]),
-        json!([
-            "heartbeat(attemptId)",
-            "verify(evidenceUrl)",
-            "block(question)",
-            "release",
-            "record_cost(unitId, cents, idempotencyKey)",
-            "dispose(disposition: DROPPED|DEFERRED|DEAD, evidenceUrl)"
-        ]),
-        json!([
-            "heartbeat",
-            "verify <evidence-url>",
-            "block <question>",
-            "release",
-            "cost <cents>",
-            "dispose dropped|deferred|dead --evidence-url <evidence-url>"
-        ]),
-    ];
+    // What the holder may do IN_PROGRESS, in each surface's words, from the
+    // actions' declarations (the words themselves: graphql::bindings' tests).
+    let in_progress = [Surface::Graphql, Surface::Mcp, Surface::Cli].map(|surface| {
+        let actions = state_machine::holder_actions(WorkState::InProgress).into_iter();
+        json!(actions.filter_map(|action| bindings::render_action(action, surface)).collect::<Vec<_>>())
+    });
+    assert!(in_progress[1].as_array().is_some_and(|a| a.contains(&json!("verify(evidenceUrl)"))));
+    assert!(in_progress[2].as_array().is_some_and(|a| a.contains(&json!("verify <evidence-url>"))));
 
     // Starting twice: the state machine's refusal.
     let g = agent.transition(&unit, "IN_PROGRESS", json!({})).await;
@@ -217,15 +203,8 @@ async fn legal_actions_name_only_what_exists_on_the_surface_and_the_token_may_do
 
     let help = std::process::Command::new(env!("CARGO_BIN_EXE_work-ledger")).args(["agent", "--help"]).output();
     let help = String::from_utf8_lossy(&help.expect("agent --help").stdout).into_owned();
-    fn verb_tool(verb: &str) -> Vec<&str> {
-        match verb {
-            "claim" => vec!["claim_next", "claim_unit"],
-            "start" => vec!["start_work"],
-            "cost" => vec!["record_cost"],
-            "status" => vec!["my_work"],
-            "wait" => vec!["wait_for_answer"],
-            other => vec![other],
-        }
+    fn verb_tool(verb: &str) -> Vec<&'static str> {
+        bindings::verb(verb).filter_map(|op| op.tool).collect()
     }
 
     let query = "query($id: UUID!) { unit(id: $id) { state g: legalActions m: legalActions(surface: MCP) c: legalActions(surface: CLI) } }";
@@ -354,7 +333,7 @@ async fn four_agents_work_a_domain_through_mcp_alone() {
     .await;
     assert_eq!(
         v["structuredContent"]["unit"]["legalActions"],
-        json!(["claim_next", "record_cost(unitId, cents, idempotencyKey)", "dispose(disposition: MIGRATED)"]),
+        json!(["dispose(disposition: MIGRATED)", "record_cost(unitId, cents, idempotencyKey)", "claim_next"]),
         "{v:#}"
     );
     let done = tool(&app, a, "dispose", json!({ "unitId": u, "disposition": "MIGRATED" })).await;

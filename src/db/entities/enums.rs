@@ -2,9 +2,9 @@ use async_graphql::Enum;
 use sea_orm::entity::prelude::*;
 use serde::{Deserialize, Serialize};
 
-/// Where a unit is in its life (SPEC §3). Each state's description says
-/// what its holder does in it: MCP's instructions teach the holder's loop
-/// from these sentences.
+// Each state's description says what its holder does in it, to the holder:
+// MCP's instructions teach the holder's loop from these sentences.
+/// Where a unit is in its life (SPEC §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EnumIter, DeriveActiveEnum, Enum, Serialize, Deserialize)]
 #[sea_orm(rs_type = "String", db_type = "Enum", enum_name = "work_state")]
 #[serde(rename_all = "snake_case")]
@@ -24,8 +24,8 @@ pub enum WorkState {
     /// answer in its `questions`), or release the unit to take other work.
     #[sea_orm(string_value = "blocked")]
     Blocked,
-    /// Verified with evidence; the attempt ended and the lease is cleared, so its agent holds nothing: claim
-    /// your next unit, and still dispose of this one with MIGRATED.
+    /// Verified with evidence: the attempt ended and the lease is cleared, so you hold nothing: claim your next
+    /// unit, and still dispose of this one with MIGRATED.
     #[sea_orm(string_value = "verified")]
     Verified,
     /// Disposed MIGRATED: final.

@@ -212,7 +212,7 @@ CREATE OR REPLACE VIEW v_stall_list WITH (security_invoker='true') AS
     (now() - work_units.lease_expires_at) AS stalled_for,
     work_units.created_at
    FROM work_units
-  WHERE ((work_units.state = ANY (ARRAY['claimed'::work_state, 'in_progress'::work_state])) AND (work_units.lease_expires_at < now()));
+  WHERE ((work_units.state = ANY (ledger_working_states())) AND (work_units.lease_expires_at < now()));
 
 CREATE OR REPLACE VIEW v_throughput_daily WITH (security_invoker='true') AS
  SELECT throughput.fleet,
