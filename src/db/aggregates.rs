@@ -247,24 +247,37 @@ pub fn disposals_counted(fleet: &str, disposed: &Range, disposition: Option<&str
     q
 }
 
-/// One week of the North Star metrics (`v_claims_weekly`,
-/// `v_rework_rate_weekly`, `v_verified_throughput_weekly`, read from the day
-/// totals, and `cycle_time_weekly`, which reads only the
-/// disposals of the weeks asked for).
-#[derive(Debug, Clone, FromQueryResult)]
+// One week of the North Star metrics (`v_claims_weekly`,
+// `v_rework_rate_weekly`, `v_verified_throughput_weekly`, read from the day
+// totals, and `cycle_time_weekly`, which reads only the disposals of the
+// weeks asked for), the API's `WeekMetrics` as it is.
+/// The North Star metrics of one week (UTC, from Monday): claims made that
+/// week and what became of them, units disposed that week, and their cycle time.
+#[derive(Debug, Clone, FromQueryResult, async_graphql::SimpleObject)]
+#[graphql(name = "WeekMetrics", serial)]
 pub struct WeekRow {
+    /// The week's Monday, 00:00 UTC.
     pub week: DateTime<Utc>,
+    /// Claims (attempts) started in the week.
     pub claims: i64,
+    /// Of those, the ones that ended verified.
     pub verified_claims: i64,
+    /// verifiedClaims / claims (null without claims).
     pub conversion: Option<f64>,
+    /// Of the week's claims, those that went stale (reported stalled, or superseded by a reclaim).
     pub stale_claims: i64,
     pub stale_claim_rate: Option<f64>,
+    /// Of the week's claims, those that ended without the unit ever being started (the anti-metric).
     pub never_started: i64,
+    /// Units disposed in the week.
     pub disposed: i64,
+    /// Of those, the ones that needed more than one attempt.
     pub reworked: i64,
     pub rework_rate: Option<f64>,
+    /// Units disposed in the week with evidence and a recorded cost (verified throughput).
     pub verified_units: i64,
     pub verified_cost_cents: i64,
+    /// Median seconds from first claim to disposition of the units disposed in the week.
     pub median_cycle_seconds: Option<f64>,
     pub p90_cycle_seconds: Option<f64>,
 }
@@ -290,16 +303,29 @@ pub async fn weekly(tx: &DatabaseTransaction, fleet: &str, range: &Range) -> Res
     WeekRow::find_by_statement(stmt(sql, [fleet.into(), range.from.into(), range.until.into()])).all(tx).await
 }
 
-/// Distinct agents that claimed, per UTC day (`v_claiming_agents_daily`);
-/// on the current day, how many of them now hold a unit with a live lease,
-/// a BLOCKED unit, or a unit whose lease expired (NULL on earlier days).
-#[derive(Debug, Clone, FromQueryResult)]
+// Distinct agents that claimed, per UTC day (`v_claiming_agents_daily`);
+// on the current day, how many of them now hold a unit with a live lease,
+// a BLOCKED unit, or a unit whose lease expired (NULL on earlier days): the
+// API's `ClaimingAgents` as it is.
+/// Agents that claimed on one UTC day and, on the current day, which of
+/// them are still alive.
+#[derive(Debug, Clone, FromQueryResult, async_graphql::SimpleObject)]
+#[graphql(name = "ClaimingAgents", serial)]
 pub struct DayRow {
     pub day: DateTime<Utc>,
+    /// Distinct agents that claimed.
     pub agents: i64,
     pub claims: i64,
+    /// Of `agents`, those that now hold a CLAIMED or IN_PROGRESS unit under a
+    /// live lease (`agents` status ACTIVE). Set on the current UTC day's row
+    /// only: null on earlier days, a lease being a fact of now.
     pub live: Option<i64>,
+    /// Of `agents`, those that now hold a BLOCKED unit (status BLOCKED).
+    /// Current day only, as `live`.
     pub blocked: Option<i64>,
+    /// Of `agents`, those that now hold a CLAIMED or IN_PROGRESS unit whose
+    /// lease expired without a heartbeat (status SILENT: the ghosts). Current
+    /// day only, as `live`. The rest of `agents` hold nothing now.
     pub silent: Option<i64>,
 }
 

@@ -95,8 +95,8 @@ pub struct Throughput {
 // Every row of the aggregates holds its values: listed as `Rows`, each resolved in turn.
 impl Plain for Throughput {}
 impl Plain for CostGroupSummary {}
-impl Plain for WeekMetrics {}
-impl Plain for ClaimingAgents {}
+impl Plain for WeekRow {}
+impl Plain for DayRow {}
 
 impl From<ThroughputRow> for Throughput {
     fn from(r: ThroughputRow) -> Self {
@@ -108,87 +108,6 @@ impl From<ThroughputRow> for Throughput {
             distinct_agents: r.distinct_agents,
             total: ThroughputTotal { count: r.bucket_units, cost_cents: r.bucket_cost_cents },
         }
-    }
-}
-
-/// The North Star metrics of one week (UTC, from Monday): claims made that
-/// week and what became of them, units disposed that week, and their cycle time.
-#[derive(SimpleObject)]
-#[graphql(serial)]
-pub struct WeekMetrics {
-    /// The week's Monday, 00:00 UTC.
-    pub week: DateTime<Utc>,
-    /// Claims (attempts) started in the week.
-    pub claims: i64,
-    /// Of those, the ones that ended verified.
-    pub verified_claims: i64,
-    /// verifiedClaims / claims (null without claims).
-    pub conversion: Option<f64>,
-    /// Of the week's claims, those that went stale (reported stalled, or superseded by a reclaim).
-    pub stale_claims: i64,
-    pub stale_claim_rate: Option<f64>,
-    /// Of the week's claims, those that ended without the unit ever being started (the anti-metric).
-    pub never_started: i64,
-    /// Units disposed in the week.
-    pub disposed: i64,
-    /// Of those, the ones that needed more than one attempt.
-    pub reworked: i64,
-    pub rework_rate: Option<f64>,
-    /// Units disposed in the week with evidence and a recorded cost (verified throughput).
-    pub verified_units: i64,
-    pub verified_cost_cents: i64,
-    /// Median seconds from first claim to disposition of the units disposed in the week.
-    pub median_cycle_seconds: Option<f64>,
-    pub p90_cycle_seconds: Option<f64>,
-}
-
-impl From<WeekRow> for WeekMetrics {
-    fn from(r: WeekRow) -> Self {
-        Self {
-            week: r.week,
-            claims: r.claims,
-            verified_claims: r.verified_claims,
-            conversion: r.conversion,
-            stale_claims: r.stale_claims,
-            stale_claim_rate: r.stale_claim_rate,
-            never_started: r.never_started,
-            disposed: r.disposed,
-            reworked: r.reworked,
-            rework_rate: r.rework_rate,
-            verified_units: r.verified_units,
-            verified_cost_cents: r.verified_cost_cents,
-            median_cycle_seconds: r.median_cycle_seconds,
-            p90_cycle_seconds: r.p90_cycle_seconds,
-        }
-    }
-}
-
-/// Agents that claimed on one UTC day and, on the current day, which of
-/// them are still alive.
-#[derive(SimpleObject)]
-#[graphql(serial)]
-pub struct ClaimingAgents {
-    pub day: DateTime<Utc>,
-    /// Distinct agents that claimed.
-    pub agents: i64,
-    pub claims: i64,
-    /// Of `agents`, those that now hold a CLAIMED or IN_PROGRESS unit under a
-    /// live lease (`agents` status ACTIVE). Set on the current UTC day's row
-    /// only: null on earlier days, a lease being a fact of now.
-    pub live: Option<i64>,
-    /// Of `agents`, those that now hold a BLOCKED unit (status BLOCKED).
-    /// Current day only, as `live`.
-    pub blocked: Option<i64>,
-    /// Of `agents`, those that now hold a CLAIMED or IN_PROGRESS unit whose
-    /// lease expired without a heartbeat (status SILENT: the ghosts). Current
-    /// day only, as `live`. The rest of `agents` hold nothing now.
-    pub silent: Option<i64>,
-}
-
-impl From<DayRow> for ClaimingAgents {
-    fn from(r: DayRow) -> Self {
-        let DayRow { day, agents, claims, live, blocked, silent } = r;
-        Self { day, agents, claims, live, blocked, silent }
     }
 }
 
@@ -259,7 +178,7 @@ impl MetricsQuery {
         ctx: &Context<'_>,
         from: Option<DateTime<Utc>>,
         until: Option<DateTime<Utc>>,
-    ) -> Result<Rows<WeekMetrics>> {
+    ) -> Result<Rows<WeekRow>> {
         let rows = ledger(ctx).weekly_metrics(principal(ctx)?, Range { from, until }).await?;
         Ok(rows.into_iter().collect())
     }
@@ -271,7 +190,7 @@ impl MetricsQuery {
         ctx: &Context<'_>,
         from: Option<DateTime<Utc>>,
         until: Option<DateTime<Utc>>,
-    ) -> Result<Rows<ClaimingAgents>> {
+    ) -> Result<Rows<DayRow>> {
         let rows = ledger(ctx).claiming_agents(principal(ctx)?, Range { from, until }).await?;
         Ok(rows.into_iter().collect())
     }
