@@ -214,9 +214,12 @@ impl Agent {
             };
         }
         let Mine { name, held, awaiting } = self.mine().await?;
-        let migrate = op.field == "dispose" && given.get("disposition") == Some(&json!("MIGRATED"));
-        // Bills arrive late and a verified unit still needs its disposition.
-        let late = matches!(op.field, "recordCost" | "dispose");
+        // Where the holder takes this action: only on a unit it no longer
+        // holds (a VERIFIED unit's MIGRATED) it acts on that one first; on
+        // both (a bill arrives late) on the held one, else on that one.
+        let (on_held, on_awaiting) = holder_reach(op, given);
+        let migrate = on_awaiting && !on_held;
+        let late = on_awaiting;
         let only_awaiting = || match awaiting.as_slice() {
             [] => Ok(None),
             [unit] => Ok(Some(unit.clone())),
@@ -286,6 +289,21 @@ impl Agent {
 /// A row of the contract the CLI relies on (a unit test checks they exist).
 fn bound(op: Option<&'static Operation>, name: &str) -> Result<&'static Operation, Failure> {
     op.ok_or_else(|| Failure::unexpected(format!("the operation contract has no `{name}`")))
+}
+
+/// Whether the holder takes the actions of `op` (with the arguments it
+/// fixes and those `given`) on a unit it holds, and on one it holds no
+/// longer but is the holder of record of (VERIFIED), from the actions'
+/// declarations ([`crate::ledger::state_machine::actions`]).
+fn holder_reach(op: &Operation, given: &Map<String, Value>) -> (bool, bool) {
+    let fits = |(arg, value): &(&str, &str)| {
+        let preset = op.preset.iter().find(|(name, _)| name == arg).map(|(_, v)| (*v).to_owned());
+        let said = preset.or_else(|| given.get(*arg).and_then(Value::as_str).map(str::to_owned));
+        said.is_none_or(|said| value.split('|').any(|v| v == said))
+    };
+    let actions = crate::ledger::state_machine::actions().filter(|a| a.field == op.field && a.fixed.iter().all(fits));
+    let states: Vec<_> = actions.flat_map(|action| action.holder.iter().copied()).collect();
+    (states.iter().any(|s| s.is_live_claim()), states.iter().any(|s| !s.is_live_claim() && !s.is_terminal()))
 }
 
 fn nothing_held(name: &str, awaiting: &[Value]) -> Failure {

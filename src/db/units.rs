@@ -22,7 +22,8 @@ pub async fn by_ref(tx: &DatabaseTransaction, external_ref: &str) -> Result<Opti
     work_unit::Entity::find().filter(work_unit::Column::ExternalRef.eq(external_ref)).one(tx).await
 }
 
-/// VERIFIED units the agent still has to dispose of, oldest first.
+/// The units the agent still has to dispose of (VERIFIED: the states its
+/// holder disposes MIGRATED from, `ledger_moves()`), oldest first.
 pub async fn awaiting_disposition(
     tx: &DatabaseTransaction,
     fleet: &str,
@@ -30,7 +31,8 @@ pub async fn awaiting_disposition(
 ) -> Result<Vec<work_unit::Model>, DbErr> {
     let sql = format!(
         "SELECT {UNIT_COLUMNS} FROM work_units u
-          WHERE u.fleet = $1 AND u.claimed_by = $2 AND u.state = 'verified'
+          WHERE u.fleet = $1 AND u.claimed_by = $2
+            AND u.state = ANY (ledger_from('dispose', '{{holder}}', 'MIGRATED'))
           ORDER BY u.created_at, u.id"
     );
     work_unit::Entity::find().from_raw_sql(stmt(&sql, [fleet.into(), agent.into()])).all(tx).await

@@ -200,7 +200,13 @@ mod tests {
 
     #[test]
     fn the_fenced_tools_are_read_from_their_arguments() {
-        assert_eq!(fenced_tools(), "`start_work`, `verify`, `block`, `release` and `dispose`");
+        let fenced = fenced_tools();
+        for tool in ["`start_work`, ", "`verify`", "`block`", "`release`", " and `dispose`"] {
+            assert!(fenced.contains(tool), "{tool} in {fenced}");
+        }
+        for tool in ["heartbeat", "record_cost", "claim"] {
+            assert!(!fenced.contains(tool), "{tool} is not fenced: {fenced}");
+        }
     }
 
     #[test]

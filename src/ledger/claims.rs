@@ -20,11 +20,12 @@ pub const HEARTBEAT: &str = "ledger_heartbeat";
 /// the holder while the lease runs, and the next claim after a verification.
 pub mod act {
     use super::super::state_machine::{Action, action};
-    use crate::db::entities::WorkState::{Claimed, InProgress, Verified};
+    use crate::db::entities::WorkState::{Claimed, InProgress};
 
     pub const CLAIM_UNIT: Action = action("claimUnit", &[], &[], &[], Some("claim"));
-    /// After a verification the holder claims its next unit (not this one).
-    pub const CLAIM_NEXT: Action = action("claimNext", &[], &[], &[Verified], None);
+    /// The holder claims its next unit in every state it acts in but holds
+    /// no longer (`state_machine::holder_actions`), VERIFIED.
+    pub const CLAIM_NEXT: Action = action("claimNext", &[], &[], &[], None);
     pub const HEARTBEAT: Action = action("heartbeat", &[], &["attemptId"], &[Claimed, InProgress], None);
 }
 

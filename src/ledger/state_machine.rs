@@ -76,9 +76,12 @@ pub fn actions() -> impl Iterator<Item = &'static Action> {
 /// the one that disposes of it.
 pub fn holder_actions(state: WorkState) -> Vec<&'static Action> {
     let mut held: Vec<&'static Action> = actions().filter(|action| action.holder.contains(&state)).collect();
-    // What concerns the next unit comes after everything about this one:
-    // a VERIFIED unit is disposed of before (or besides) the next claim.
-    held.sort_by_key(|action| action.field == CLAIM_NEXT.field);
+    // In a state its holder acts in but no longer holds (VERIFIED), it may
+    // claim its next unit: after everything about this one, so that the
+    // unit is disposed of before (or besides) the next claim.
+    if !held.is_empty() && !state.is_live_claim() {
+        held.push(&CLAIM_NEXT);
+    }
     held
 }
 
@@ -128,7 +131,8 @@ pub fn next_actions(unit: &work_unit::Model, who: &Principal, now: DateTime<Utc>
         let at = actions.iter().position(|a| *a == &DISPOSE_ABANDON).unwrap_or(actions.len());
         actions.insert(at, &UNBLOCK);
     }
-    if operator && unit.state == WorkState::Verified && !actions.contains(&&DISPOSE_MIGRATED) {
+    // An operator disposes MIGRATED wherever the holder may.
+    if operator && DISPOSE_MIGRATED.holder.contains(&unit.state) && !actions.contains(&&DISPOSE_MIGRATED) {
         actions.insert(0, &DISPOSE_MIGRATED);
     }
     if operator && !unit.state.is_terminal() && !actions.contains(&&DISPOSE_ABANDON) {
