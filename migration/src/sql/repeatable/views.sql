@@ -153,30 +153,41 @@ CREATE OR REPLACE VIEW v_disposition_summary WITH (security_invoker='true') AS
   WHERE (v_unit_totals.disposition IS NOT NULL)
   GROUP BY v_unit_totals.fleet, v_unit_totals.domain, v_unit_totals.disposition;
 
--- Work per domain from the totals: the open states, then the finished
+-- Work per domain from the totals: a column per open state (every state
+-- that is not terminal, in the type's order, read from work_state so that
+-- a new state is counted without being named here), then the finished
 -- units (`done`: DONE; `disposed`: every unit with a disposition, DONE ones
 -- included), so a finished domain reads as finished rather than as absent;
 -- stalled (a lease that ran out, a fact of now) from the live-lease index,
--- which holds only live claims. (Columns are only ever appended: the view
--- is replaced in place.)
-CREATE OR REPLACE VIEW v_queue_depth WITH (security_invoker = true) AS
-SELECT t.fleet, t.domain, t.ready, t.claimed, t.in_progress, t.blocked, t.verified, coalesce(s.stalled, 0) AS stalled,
-       t.done, t.disposed
-  FROM (SELECT fleet, domain,
-               coalesce(sum(units) FILTER (WHERE state = 'ready'), 0)::bigint           AS ready,
-               coalesce(sum(units) FILTER (WHERE state = 'claimed'), 0)::bigint         AS claimed,
-               coalesce(sum(units) FILTER (WHERE state = 'in_progress'), 0)::bigint     AS in_progress,
-               coalesce(sum(units) FILTER (WHERE state = 'blocked'), 0)::bigint         AS blocked,
-               coalesce(sum(units) FILTER (WHERE state = 'verified'), 0)::bigint        AS verified,
-               coalesce(sum(units) FILTER (WHERE state = 'done'), 0)::bigint            AS done,
-               coalesce(sum(units) FILTER (WHERE disposition IS NOT NULL), 0)::bigint   AS disposed
-          FROM v_unit_totals
-         GROUP BY fleet, domain) t
-  LEFT JOIN (SELECT fleet, domain, count(*) AS stalled
-               FROM work_units
-              WHERE state = ANY (ledger_working_states()) AND lease_expires_at < now()
-              GROUP BY fleet, domain) s
-    ON s.fleet = t.fleet AND s.domain = t.domain;
+-- which holds only live claims. A new column may fall between others, so
+-- the view is made again rather than replaced (nothing depends on it; the
+-- grants follow on every migrate).
+DO $queue_depth$
+DECLARE
+    columns text;
+    counts text;
+BEGIN
+    SELECT string_agg(format('t.%I', s), ', ' ORDER BY s),
+           string_agg(format('coalesce(sum(units) FILTER (WHERE state = %L), 0)::bigint AS %I', s, s), ', ' ORDER BY s)
+      INTO columns, counts
+      FROM unnest(enum_range(NULL::work_state)) AS s
+     WHERE NOT s = ANY (ledger_terminal_states());
+    DROP VIEW IF EXISTS v_queue_depth;
+    EXECUTE format($view$
+        CREATE VIEW v_queue_depth WITH (security_invoker = true) AS
+        SELECT t.fleet, t.domain, %s, coalesce(s.stalled, 0) AS stalled, t.done, t.disposed
+          FROM (SELECT fleet, domain, %s,
+                       coalesce(sum(units) FILTER (WHERE state = 'done'), 0)::bigint          AS done,
+                       coalesce(sum(units) FILTER (WHERE disposition IS NOT NULL), 0)::bigint AS disposed
+                  FROM v_unit_totals
+                 GROUP BY fleet, domain) t
+          LEFT JOIN (SELECT fleet, domain, count(*) AS stalled
+                       FROM work_units
+                      WHERE state = ANY (ledger_working_states()) AND lease_expires_at < now()
+                      GROUP BY fleet, domain) s
+            ON s.fleet = t.fleet AND s.domain = t.domain$view$, columns, counts);
+END
+$queue_depth$;
 
 CREATE OR REPLACE VIEW v_rework WITH (security_invoker='true') AS
  SELECT work_units.id AS unit_id,
