@@ -20,12 +20,13 @@ pub const HEARTBEAT: &str = "ledger_heartbeat";
 /// the holder while the lease runs, and the next claim after a verification.
 pub mod act {
     use super::super::state_machine::{Action, action};
-    use crate::db::entities::WorkState::{Claimed, InProgress};
+    use crate::db::entities::WorkState::{Claimed, InProgress, Ready};
 
-    pub const CLAIM_UNIT: Action = action("claimUnit", &[], &[], &[], Some("claim"));
+    pub const CLAIM_UNIT: Action =
+        Action { claimant: &[Ready, Claimed, InProgress], ..action("claimUnit", &[], &[], &[], Some("claim")) };
     /// The holder claims its next unit in every state it acts in but holds
     /// no longer (`state_machine::holder_actions`), VERIFIED.
-    pub const CLAIM_NEXT: Action = action("claimNext", &[], &[], &[], None);
+    pub const CLAIM_NEXT: Action = Action { claimant: &[Ready], ..action("claimNext", &[], &[], &[], None) };
     pub const HEARTBEAT: Action = action("heartbeat", &[], &["attemptId"], &[Claimed, InProgress], None);
 }
 

@@ -27,7 +27,7 @@ pub const DISPOSE: &str = "ledger_dispose";
 /// `next_actions`.
 pub mod act {
     use super::super::state_machine::{Action, action};
-    use crate::db::entities::WorkState::{Blocked, Claimed, InProgress, Verified};
+    use crate::db::entities::WorkState::{Blocked, Claimed, InProgress, Ready, Verified};
 
     pub const START: Action = action("transition", &[("to", "IN_PROGRESS")], &[], &[Claimed], Some("start"));
     pub const VERIFY: Action =
@@ -41,16 +41,22 @@ pub mod act {
         &[Claimed, InProgress, Blocked, Verified],
         None,
     );
-    pub const UNBLOCK: Action = action("unblock", &[], &["questionId", "answer"], &[], Some("unblock"));
-    pub const DISPOSE_MIGRATED: Action =
-        action("dispose", &[("disposition", "MIGRATED")], &[], &[Verified], Some("dispose"));
-    pub const DISPOSE_ABANDON: Action = action(
-        "dispose",
-        &[("disposition", "DROPPED|DEFERRED|DEAD")],
-        &["evidenceUrl"],
-        &[InProgress, Blocked],
-        Some("dispose"),
-    );
+    pub const UNBLOCK: Action =
+        Action { answerer: &[Blocked], ..action("unblock", &[], &["questionId", "answer"], &[], Some("unblock")) };
+    pub const DISPOSE_MIGRATED: Action = Action {
+        operator: &[Verified],
+        ..action("dispose", &[("disposition", "MIGRATED")], &[], &[Verified], Some("dispose"))
+    };
+    pub const DISPOSE_ABANDON: Action = Action {
+        operator: &[Ready, Claimed, InProgress, Blocked, Verified],
+        ..action(
+            "dispose",
+            &[("disposition", "DROPPED|DEFERRED|DEAD")],
+            &["evidenceUrl"],
+            &[InProgress, Blocked],
+            Some("dispose"),
+        )
+    };
 }
 
 /// The actions above, in the order `legalActions` names them.

@@ -4,8 +4,8 @@
 
 use chrono::{DateTime, Utc};
 
-use super::claims::{self, act::CLAIM_NEXT, act::CLAIM_UNIT};
-use super::lifecycle::{self, act::DISPOSE_ABANDON, act::DISPOSE_MIGRATED, act::UNBLOCK};
+use super::claims::{self, act::CLAIM_NEXT};
+use super::lifecycle::{self, act::DISPOSE_ABANDON};
 use crate::auth::{Permission, Principal};
 use crate::db::entities::{WorkState, work_unit};
 
@@ -27,6 +27,13 @@ pub struct Action {
     /// loop. Empty for an action the holder does not take (a claim,
     /// answering a question) or that [`next_actions`] offers otherwise.
     pub holder: &'static [WorkState],
+    /// The states in which a claimant (`units:claim`, not the holder) may
+    /// take it: a unit under a live lease only once the lease ran out.
+    pub claimant: &'static [WorkState],
+    /// The states in which an answerer (`questions:answer`) may take it.
+    pub answerer: &'static [WorkState],
+    /// The states in which an operator (`units:dispose-any`) may take it.
+    pub operator: &'static [WorkState],
     /// The action of `ledger_moves()` (state_machine.sql) it makes, if it
     /// moves the unit; a test holds `holder` to that declaration.
     pub moves: Option<&'static str>,
@@ -48,6 +55,9 @@ impl std::fmt::Display for Action {
     }
 }
 
+/// The states an action lists for one kind of caller.
+pub type WorkStates = &'static [WorkState];
+
 pub const fn action(
     field: &'static str,
     fixed: &'static [(&'static str, &'static str)],
@@ -55,7 +65,7 @@ pub const fn action(
     holder: &'static [WorkState],
     moves: Option<&'static str>,
 ) -> Action {
-    Action { field, fixed, needs, holder, moves }
+    Action { field, fixed, needs, holder, claimant: &[], answerer: &[], operator: &[], moves }
 }
 
 /// `waitForAnswer` is a read of the live feed (`live::wait`), not a ledger
@@ -110,35 +120,30 @@ pub fn legal_actions(unit: &work_unit::Model, who: &Principal, now: DateTime<Utc
 }
 
 /// What `who` may do next with `unit`: the holder's loop for its holder,
-/// a claim for a claimant of a claimable unit, and what an answerer or an
-/// operator may do besides.
+/// or what a claimant may (a workflow's unit is its workflow's:
+/// WORKFLOW_OWNED), and what an answerer or an operator may do besides,
+/// each from the actions' declarations.
 pub fn next_actions(unit: &work_unit::Model, who: &Principal, now: DateTime<Utc>) -> Vec<&'static Action> {
-    let holder = is_holder(unit, who) && who.has(Permission::UnitsClaim);
-    let operator = who.has(Permission::UnitsDisposeAny);
-    let mut actions: Vec<&'static Action> = Vec::new();
-    if holder {
-        actions.extend(holder_actions(unit.state));
+    let state = unit.state;
+    let mut next: Vec<&'static Action> = Vec::new();
+    if is_holder(unit, who) && who.has(Permission::UnitsClaim) {
+        next.extend(holder_actions(state));
     } else if who.has(Permission::UnitsClaim) && unit.workflow_id.is_none() {
-        // A workflow's unit is its workflow's (WORKFLOW_OWNED): no claim.
-        match unit.state {
-            WorkState::Ready => actions.extend([&CLAIM_UNIT, &CLAIM_NEXT]),
-            WorkState::Claimed | WorkState::InProgress if is_stale(unit, now) => actions.push(&CLAIM_UNIT),
-            _ => {}
-        }
+        let claimable = unit.lease_expires_at.is_none() || is_stale(unit, now);
+        next.extend(actions().filter(|action| claimable && action.claimant.contains(&state)));
     }
-    if unit.state == WorkState::Blocked && who.has(Permission::QuestionsAnswer) {
+    if who.has(Permission::QuestionsAnswer) {
         // Before a dispose: answering is what a blocked unit waits for.
-        let at = actions.iter().position(|a| *a == &DISPOSE_ABANDON).unwrap_or(actions.len());
-        actions.insert(at, &UNBLOCK);
+        let at = next.iter().position(|a| *a == &DISPOSE_ABANDON).unwrap_or(next.len());
+        let answers: Vec<_> = actions().filter(|action| action.answerer.contains(&state)).collect();
+        next.splice(at..at, answers);
     }
-    // An operator disposes MIGRATED wherever the holder may.
-    if operator && DISPOSE_MIGRATED.holder.contains(&unit.state) && !actions.contains(&&DISPOSE_MIGRATED) {
-        actions.insert(0, &DISPOSE_MIGRATED);
+    if who.has(Permission::UnitsDisposeAny) {
+        let operated: Vec<_> =
+            actions().filter(|action| action.operator.contains(&state) && !next.contains(action)).collect();
+        next.extend(operated);
     }
-    if operator && !unit.state.is_terminal() && !actions.contains(&&DISPOSE_ABANDON) {
-        actions.push(&DISPOSE_ABANDON);
-    }
-    actions
+    next
 }
 
 #[cfg(test)]
@@ -152,7 +157,7 @@ mod tests {
         }
         assert_eq!(holder_actions(WorkState::Blocked).first(), Some(&&WAIT_FOR_ANSWER));
         let verified = holder_actions(WorkState::Verified);
-        assert_eq!((verified.first(), verified.last()), (Some(&&DISPOSE_MIGRATED), Some(&&CLAIM_NEXT)));
+        assert_eq!((verified.first(), verified.last()), (Some(&&lifecycle::act::DISPOSE_MIGRATED), Some(&&CLAIM_NEXT)));
         assert!(holder_actions(WorkState::Done).is_empty());
         let names: Vec<String> = actions().map(ToString::to_string).collect();
         let mut unique = names.clone();

@@ -283,42 +283,53 @@ async fn the_rust_states_are_the_databases() {
     assert_eq!(list("terminal"), rust(WorkState::is_terminal));
 }
 
-/// What `legalActions` offers the holder of a unit that moves it is what
-/// `ledger_moves()` lets a holder do: for every state, the Rust actions'
-/// holder states and the moves they name (with a dispose's dispositions)
-/// are the declaration's rows for the actor `holder`, no more, no fewer.
+/// What `legalActions` offers that moves a unit is what `ledger_moves()`
+/// lets that actor do: for the holder, an answerer and an operator, the
+/// Rust actions' states and the moves they name (with a dispose's
+/// dispositions) are the declaration's rows for the actor, no more, no
+/// fewer. (A claimant's claim is `claim` or `reclaim` by the state: the
+/// claim tests cover it.)
 #[tokio::test]
 async fn the_holders_actions_are_the_declared_moves() {
-    use work_ledger::ledger::state_machine::actions;
+    use work_ledger::ledger::state_machine::{Action, WorkStates, actions};
     let app = spawn_app().await;
-    let rows = app
-        .sql_json(
-            "SELECT action, from_state::text AS from_state, coalesce(disposition::text, '') AS disposition
-               FROM ledger_moves() WHERE actor = 'holder'",
-        )
-        .await;
-    let declared: BTreeSet<(String, String, String)> = rows
-        .iter()
-        .map(|r| {
-            let text = |key: &str| r[key].as_str().unwrap_or_default().to_owned();
-            (text("action"), text("from_state"), text("disposition"))
-        })
-        .collect();
-    let mut offered = BTreeSet::new();
-    for action in actions() {
-        let Some(moves) = action.moves else { continue };
-        let dispositions: Vec<String> = match action.fixed.iter().find(|(arg, _)| *arg == "disposition") {
-            Some((_, value)) => value.split('|').map(str::to_owned).collect(),
-            None => vec![String::new()],
+    for actor in ["holder", "answerer", "operator"] {
+        let states_of = |action: &Action| -> WorkStates {
+            match actor {
+                "holder" => action.holder,
+                "answerer" => action.answerer,
+                _ => action.operator,
+            }
         };
-        for state in action.holder {
-            for disposition in &dispositions {
-                offered.insert((moves.to_owned(), state.as_sql().to_owned(), disposition.clone()));
+        let rows = app
+            .sql_json(&format!(
+                "SELECT action, from_state::text AS from_state, coalesce(disposition::text, '') AS disposition
+               FROM ledger_moves() WHERE actor = '{actor}'"
+            ))
+            .await;
+        let declared: BTreeSet<(String, String, String)> = rows
+            .iter()
+            .map(|r| {
+                let text = |key: &str| r[key].as_str().unwrap_or_default().to_owned();
+                (text("action"), text("from_state"), text("disposition"))
+            })
+            .collect();
+        let mut offered = BTreeSet::new();
+        for action in actions() {
+            let Some(moves) = action.moves else { continue };
+            let dispositions: Vec<String> = match action.fixed.iter().find(|(arg, _)| *arg == "disposition") {
+                Some((_, value)) => value.split('|').map(str::to_owned).collect(),
+                None => vec![String::new()],
+            };
+            for state in states_of(action) {
+                for disposition in &dispositions {
+                    offered.insert((moves.to_owned(), state.as_sql().to_owned(), disposition.clone()));
+                }
             }
         }
+        assert!(!declared.is_empty(), "{actor}: {declared:?}");
+        assert_eq!(offered, declared, "the actions (left) against ledger_moves() (right) for the {actor}");
     }
-    assert!(declared.len() > 5, "{declared:?}");
-    assert_eq!(offered, declared, "the holder's actions (left) against ledger_moves() for a holder (right)");
 }
 
 /// The writes look moves up in constants folded from `ledger_moves()`
