@@ -55,9 +55,6 @@ impl std::fmt::Display for Action {
     }
 }
 
-/// The states an action lists for one kind of caller.
-pub type WorkStates = &'static [WorkState];
-
 pub const fn action(
     field: &'static str,
     fixed: &'static [(&'static str, &'static str)],

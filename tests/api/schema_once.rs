@@ -290,11 +290,11 @@ async fn the_rust_states_are_the_databases() {
 /// fewer. (A claimant's claim is `claim` or `reclaim` by the state: the
 /// claim tests cover it.)
 #[tokio::test]
-async fn the_holders_actions_are_the_declared_moves() {
-    use work_ledger::ledger::state_machine::{Action, WorkStates, actions};
+async fn the_actions_are_the_declared_moves() {
+    use work_ledger::ledger::state_machine::{Action, actions};
     let app = spawn_app().await;
     for actor in ["holder", "answerer", "operator"] {
-        let states_of = |action: &Action| -> WorkStates {
+        let states_of = |action: &Action| -> &'static [WorkState] {
             match actor {
                 "holder" => action.holder,
                 "answerer" => action.answerer,
